@@ -1,0 +1,179 @@
+"""Building loop IR: one helper for every loop nest (elementwise, broadcast, reduction).
+
+`Builder` appends statements to the current body; `with b.loop(0, n) as i:` opens a loop and
+routes the statements emitted inside it into the loop's body. Integer index arithmetic on
+constants folds immediately, so indexes stay short in the printed IR.
+
+`elementwise(b, out, ins, fn)` is the nest behind every elementwise/broadcast kernel. Algorithm:
+1) give each input its broadcast strides against the output shape (0 on broadcast dims);
+2) coalesce adjacent dims where every operand's stride of the outer dim equals inner stride times
+   inner size (so contiguous operands collapse to one flat loop the vectorizer likes);
+3) open one loop per remaining dim, compute each operand's flat index as sum(idx*stride),
+   load (or use the scalar constant of a one-element const buffer), call `fn` for the result,
+   and store it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+from onnxjit.ir.loops import Buffer, Const, Load, Loop, Op, Operand, Stmt, Store, Var, i64
+from onnxjit.ir.loops import result_dtype as _result_dtype
+from onnxjit.ir.types import DType
+
+
+class Builder:
+    """Appends loop-IR statements; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.body: list[Stmt] = []
+        self._stack: list[list[Stmt]] = [self.body]
+
+    # statements ---------------------------------------------------------------------------
+    def emit(self, stmt: Stmt) -> None:
+        self._stack[-1].append(stmt)
+
+    def op(self, op: str, *args: Operand, dtype: DType | None = None, hint: str = "") -> Var:
+        dst = Var(_result_dtype(op, args, dtype), hint)
+        self.emit(Op(dst, op, tuple(args)))
+        return dst
+
+    def assign(self, dst: Var, op: str, *args: Operand) -> Var:
+        """Re-assign an existing variable (accumulators)."""
+        self.emit(Op(dst, op, tuple(args)))
+        return dst
+
+    def var(self, init: Operand, hint: str = "acc") -> Var:
+        """A fresh mutable variable initialised to `init`."""
+        dst = Var(init.dtype, hint)
+        self.emit(Op(dst, "copy", (init,)))
+        return dst
+
+    def load(self, buf: Buffer, index: Operand, hint: str = "") -> Var:
+        dst = Var(buf.dtype, hint)
+        self.emit(Load(dst, buf, index))
+        return dst
+
+    def store(self, buf: Buffer, index: Operand, value: Operand) -> None:
+        self.emit(Store(buf, index, value))
+
+    def cast(self, x: Operand, dtype: DType) -> Operand:
+        if x.dtype == dtype:
+            return x
+        if isinstance(x, Const):
+            return const(x.value, dtype)
+        return self.op("cast", x, dtype=dtype)
+
+    @contextlib.contextmanager
+    def loop(self, start: Operand | int, stop: Operand | int, step: int = 1,
+             parallel: bool = False, hint: str = "i") -> Iterator[Var]:
+        var = Var(DType.INT64, hint)
+        start = i64(start) if isinstance(start, int) else start
+        stop = i64(stop) if isinstance(stop, int) else stop
+        loop = Loop(var, start, stop, step, [], parallel)
+        self.emit(loop)
+        self._stack.append(loop.body)
+        try:
+            yield var
+        finally:
+            self._stack.pop()
+
+    @contextlib.contextmanager
+    def nest(self, shape: Sequence[int], parallel_outer: bool = False) -> Iterator[list[Var]]:
+        """Loops over every dim of `shape` (outermost first); yields the index variables."""
+        with contextlib.ExitStack() as stack:
+            idx = [stack.enter_context(self.loop(0, n, parallel=parallel_outer and k == 0,
+                                                 hint=f"i{k}"))
+                   for k, n in enumerate(shape)]
+            yield idx
+
+    # index arithmetic that folds constants ---------------------------------------------------
+    def iadd(self, a: Operand, b: Operand) -> Operand:
+        if isinstance(a, Const) and isinstance(b, Const):
+            return i64(a.value + b.value)
+        if isinstance(a, Const) and a.value == 0:
+            return b
+        if isinstance(b, Const) and b.value == 0:
+            return a
+        return self.op("add", a, b)
+
+    def imul(self, a: Operand, c: int) -> Operand:
+        if isinstance(a, Const):
+            return i64(a.value * c)
+        if c == 0:
+            return i64(0)
+        if c == 1:
+            return a
+        return self.op("mul", a, i64(c))
+
+    def linear(self, idx: Sequence[Operand], strides: Sequence[int]) -> Operand:
+        """sum(idx[k] * strides[k]) with constant folding."""
+        out: Operand = i64(0)
+        for i, s in zip(idx, strides):
+            out = self.iadd(out, self.imul(i, s))
+        return out
+
+
+def const(value: int | float | bool, dtype: DType) -> Const:
+    """A constant of `dtype`, its Python value normalised (bool/int/float)."""
+    if dtype == DType.BOOL:
+        return Const(bool(value), dtype)
+    if dtype.is_float:
+        return Const(float(value), dtype)
+    return Const(int(value), dtype)
+
+
+def row_major_strides(shape: Sequence[int]) -> list[int]:
+    strides = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    return strides
+
+
+def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> list[int]:
+    """Strides of an input read at the output's indexes under numpy broadcasting."""
+    pad = len(out_shape) - len(in_shape)
+    assert pad >= 0, (in_shape, out_shape)
+    full = [1] * pad + list(in_shape)
+    strides = row_major_strides(full)
+    return [0 if full[k] == 1 and out_shape[k] != 1 else strides[k] for k in range(len(full))]
+
+
+def coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]]
+             ) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dims that every operand walks contiguously (see module docstring)."""
+    dims = [k for k, n in enumerate(shape) if n != 1] or []
+    out_shape: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for k in dims:
+        if out_shape and all(st[k] * shape[k] == os_[-1] for st, os_ in zip(strides, out_strides)):
+            out_shape[-1] *= shape[k]
+            for st, os_ in zip(strides, out_strides):
+                os_[-1] = st[k]
+        else:
+            out_shape.append(shape[k])
+            for st, os_ in zip(strides, out_strides):
+                os_.append(st[k])
+    return out_shape, out_strides
+
+
+ScalarFn = Callable[[Builder, list[Operand]], Operand]
+
+
+def elementwise(b: Builder, out: Buffer, ins: Sequence[Buffer], fn: ScalarFn,
+                parallel: bool = True) -> None:
+    """Emit the loop nest computing `out[i] = fn(ins...[i])` with numpy broadcasting."""
+    shape = list(out.shape)
+    if out.numel == 0:
+        return
+    strides = [row_major_strides(shape)] + [broadcast_strides(x.shape, shape) for x in ins]
+    cshape, cstrides = coalesce(shape, strides)
+    with b.nest(cshape, parallel_outer=parallel) as idx:
+        args: list[Operand] = []
+        for buf, st in zip(ins, cstrides[1:]):
+            if buf.kind == "const" and buf.numel == 1 and buf.data is not None:
+                args.append(const(buf.data.reshape(-1)[0].item(), buf.dtype))
+            else:
+                args.append(b.load(buf, b.linear(idx, st)))
+        b.store(out, b.linear(idx, cstrides[0]), fn(b, args))

@@ -1,0 +1,202 @@
+"""The loop IR: buffers, loop nests and scalar statements.
+
+A `Program` is what one input signature compiles to: a list of `Buffer`s (every shape concrete)
+and a list of `Kernel`s run in order. A kernel body is a list of statements:
+
+- `Loop(var, start, stop, step, body, parallel)`: a counted loop over an i64 variable;
+- `Op(dst, op, args)`: a scalar operation writing the variable `dst` (see `SCALAR_OPS`);
+- `Load(dst, buf, index)` / `Store(buf, index, value)`: flat element index into a buffer.
+
+Variables (`Var`) are typed scalar registers, identified by object identity; unlike SSA values a
+variable may be assigned more than once (a reduction's accumulator is assigned in the loop body),
+so code generation gives each one a stack slot and lets LLVM's mem2reg promote it. Operands are a
+`Var` or a typed `Const`. All buffers are dense, row-major and contiguous, so a flat index is
+enough; a view (`base` set) shares the storage of its base buffer.
+
+Storage: `input` and `output` buffers are the caller's arrays (slot = position in the entry's
+argument list), `const` buffers hold arrays passed by pointer (slot = position in the static
+pointer table, `data` the array: never embedded in code), `temp` buffers live in one arena at
+byte `offset` (assigned by the plan-memory pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+from onnxjit.ir.types import DType
+
+#: Scalar operations: name -> (arity, result rule). Result rule "same" = dtype of the first
+#: non-condition argument; "bool" = a comparison; "cast" = dst's declared dtype.
+SCALAR_OPS: dict[str, tuple[int, str]] = {
+    # arithmetic (ints and floats); integer div/rem truncate toward zero like C
+    "add": (2, "same"), "sub": (2, "same"), "mul": (2, "same"), "div": (2, "same"),
+    "rem": (2, "same"), "min": (2, "same"), "max": (2, "same"), "pow": (2, "same"),
+    "neg": (1, "same"), "abs": (1, "same"),
+    # floating-point math (vectorizable polynomials in codegen for f32)
+    "exp": (1, "same"), "log": (1, "same"), "sqrt": (1, "same"), "tanh": (1, "same"),
+    "erf": (1, "same"), "sigmoid": (1, "same"), "floor": (1, "same"), "ceil": (1, "same"),
+    # logic and bitwise on bool (and ints)
+    "and": (2, "same"), "or": (2, "same"), "xor": (2, "same"), "not": (1, "same"),
+    # comparisons -> bool; ordered (false when a NaN is involved) except "ne"
+    "eq": (2, "bool"), "ne": (2, "bool"), "lt": (2, "bool"), "le": (2, "bool"),
+    "gt": (2, "bool"), "ge": (2, "bool"), "isnan": (1, "bool"),
+    # select(cond, a, b); cast(x) to dst.dtype; copy(x)
+    "select": (3, "same"), "cast": (1, "cast"), "copy": (1, "same"),
+}
+
+
+class Var:
+    """A typed scalar variable; compared by identity. `hint` only helps the printer."""
+
+    __slots__ = ("dtype", "hint")
+
+    def __init__(self, dtype: DType, hint: str = ""):
+        self.dtype = dtype
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return f"<Var {self.hint or '?'}: {self.dtype.short}>"
+
+
+@dataclass(frozen=True)
+class Const:
+    value: Union[int, float, bool]
+    dtype: DType
+
+    def __repr__(self) -> str:
+        return f"Const({self.value!r}, {self.dtype.short})"
+
+
+Operand = Union[Var, Const]
+
+
+def i64(v: int) -> Const:
+    return Const(int(v), DType.INT64)
+
+
+@dataclass(eq=False)
+class Buffer:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    kind: str  # "input" | "output" | "const" | "temp" | "view"
+    slot: int = -1
+    offset: int = -1
+    base: Buffer | None = None
+    data: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype.itemsize
+
+    def root(self) -> Buffer:
+        """The buffer that owns the storage (follows views)."""
+        b = self
+        while b.base is not None:
+            b = b.base
+        return b
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.name} {self.kind} {self.dtype.short}{list(self.shape)}>"
+
+
+@dataclass(eq=False)
+class Loop:
+    var: Var
+    start: Operand
+    stop: Operand
+    step: int
+    body: list[Stmt]
+    parallel: bool = False
+
+
+@dataclass(eq=False)
+class Op:
+    dst: Var
+    op: str
+    args: tuple[Operand, ...]
+
+
+@dataclass(eq=False)
+class Load:
+    dst: Var
+    buf: Buffer
+    index: Operand
+
+
+@dataclass(eq=False)
+class Store:
+    buf: Buffer
+    index: Operand
+    value: Operand
+
+
+Stmt = Union[Loop, Op, Load, Store]
+
+
+@dataclass(eq=False)
+class Kernel:
+    name: str
+    body: list[Stmt]
+
+    def buffers(self) -> list[Buffer]:
+        """Buffers this kernel touches, in order of first use."""
+        seen: dict[int, Buffer] = {}
+        for s in walk(self.body):
+            if isinstance(s, (Load, Store)):
+                seen.setdefault(id(s.buf), s.buf)
+        return list(seen.values())
+
+
+@dataclass(eq=False)
+class Program:
+    buffers: list[Buffer]
+    kernels: list[Kernel]
+    name: str = "main"
+
+    @property
+    def inputs(self) -> list[Buffer]:
+        return sorted((b for b in self.buffers if b.kind == "input"), key=lambda b: b.slot)
+
+    @property
+    def outputs(self) -> list[Buffer]:
+        return sorted((b for b in self.buffers if b.kind == "output"), key=lambda b: b.slot)
+
+    @property
+    def consts(self) -> list[Buffer]:
+        return sorted((b for b in self.buffers if b.kind == "const"), key=lambda b: b.slot)
+
+    @property
+    def arena_size(self) -> int:
+        return max((b.offset + b.nbytes for b in self.buffers if b.kind == "temp"), default=0)
+
+
+def walk(body: list[Stmt]) -> Iterator[Stmt]:
+    """Every statement of a body, loops before their bodies."""
+    for s in body:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk(s.body)
+
+
+def result_dtype(op: str, args: tuple[Operand, ...], declared: DType | None = None) -> DType:
+    """The dtype an op produces from its operands (what the verifier checks `dst` against)."""
+    rule = SCALAR_OPS[op][1]
+    if rule == "bool":
+        return DType.BOOL
+    if rule == "cast":
+        assert declared is not None
+        return declared
+    first = args[1] if op == "select" else args[0]
+    return first.dtype

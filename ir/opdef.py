@@ -1,0 +1,110 @@
+"""The op table: one `OpDef` per ONNX operator, holding all of its semantics.
+
+An OpDef gives, for every opset version of its op (`versions`: the since-versions of the ONNX
+schema; a node's `version` is its domain's imported opset, and the rules look at it where the
+versions differ):
+
+- `infer(node) -> list[type]`: verify inputs/attributes and return output types (symbolic shapes).
+  It may read `input.const` and `input.sym_value`, and may set `output.sym_value`.
+- `evaluate(node, inputs) -> list[np.ndarray]`: numpy semantics, used by constant folding.
+  Elementwise ops need none: folding runs their `scalar` rule through `ir.scalar_eval`.
+- `scalar(b, node, args) -> Operand`: for elementwise/broadcast ops, the scalar computation of one
+  output element from one element of each input (loop-IR statements emitted through `b`). Ops
+  with a scalar rule are fusible; the same rule drives lowering and folding (one source of truth).
+- `lower(ctx, node)`: emit loop-IR kernels for a node whose shapes are all concrete.
+
+Lookup is by (domain, op); `resolve` checks the node's version against what the table knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from onnxjit.errors import ModelError, UnsupportedError
+
+if TYPE_CHECKING:
+    from onnxjit.ir.graph import Node, Value
+    from onnxjit.ir.loop_builder import Builder
+    from onnxjit.ir.loops import Buffer, Operand, Stmt
+    from onnxjit.ir.types import ValueType
+
+#: Highest ai.onnx opset version whose semantics the table implements.
+MAX_OPSET = 25
+
+
+class LowerContext(Protocol):
+    """What `OpDef.lower` may use (implemented by the lower-to-loops pass)."""
+
+    def buf(self, value: Value) -> Buffer:
+        """The buffer holding a graph value (inputs, constants, temps, outputs)."""
+
+    def kernel(self, name: str, body: list[Stmt]) -> None:
+        """Append a kernel (a list of loop-IR statements) to the program."""
+
+    def view(self, out: Value, src: Buffer) -> None:
+        """Make `out` share `src`'s storage (reshape-like ops); copies when it must."""
+
+
+@dataclass
+class OpDef:
+    op: str
+    versions: tuple[int, ...]
+    domain: str = ""
+    infer: Callable[[Node], list[ValueType | None]] | None = None
+    evaluate: Callable[[Node, list[np.ndarray | None]], list[np.ndarray]] | None = None
+    scalar: Callable[[Builder, Node, list[Operand]], Operand] | None = None
+    lower: Callable[[LowerContext, Node], None] | None = None
+    doc: str = ""
+
+    @property
+    def fusible(self) -> bool:
+        return self.scalar is not None
+
+
+OPS: dict[tuple[str, str], OpDef] = {}
+
+
+def register_op(opdef: OpDef) -> OpDef:
+    key = (opdef.domain, opdef.op)
+    if key in OPS:
+        raise ValueError(f"op {opdef.op} registered twice")
+    OPS[key] = opdef
+    return opdef
+
+
+def op(name: str, versions: tuple[int, ...], **kwargs: Any) -> OpDef:
+    """Register and return an OpDef (a shorthand for `register_op(OpDef(...))`)."""
+    return register_op(OpDef(name, versions, **kwargs))
+
+
+def _load_tables() -> None:
+    # The op families register themselves on import; importing here keeps one entry point.
+    from onnxjit.ir import ops_elementwise, ops_linalg, ops_reduce, ops_shape  # noqa: F401
+
+
+def lookup(domain: str, op: str) -> OpDef | None:
+    if not OPS:
+        _load_tables()
+    return OPS.get((domain if domain != "ai.onnx" else "", op))
+
+
+def resolve(node: Node) -> OpDef:
+    """The OpDef for a node; UnsupportedError names the node when there is none."""
+    d = lookup(node.domain, node.op)
+    if d is None:
+        dom = f" in domain '{node.domain}'" if node.domain else ""
+        raise UnsupportedError(f"op '{node.op}'{dom} is not supported", where=node)
+    if node.version < d.versions[0]:
+        raise ModelError(f"op '{node.op}' does not exist in opset {node.version} "
+                         f"(introduced in {d.versions[0]})", where=node)
+    return d
+
+
+def since_version(node: Node) -> int:
+    """The since-version of the schema that applies to the node (latest <= node.version)."""
+    d = resolve(node)
+    return max(v for v in d.versions if v <= node.version)

@@ -1,0 +1,1 @@
+"""Elementwise and broadcast ops (placeholder; being written)."""
