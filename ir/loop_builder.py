@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
-from onnxjit.ir.loops import Buffer, Const, Load, Loop, Op, Operand, Stmt, Store, Var, i64
+from onnxjit.ir.loops import Buffer, Check, Const, Load, Loop, Op, Operand, Stmt, Store, Var, i64
 from onnxjit.ir.loops import result_dtype as _result_dtype
 from onnxjit.ir.types import DType
 
@@ -57,6 +57,10 @@ class Builder:
 
     def store(self, buf: Buffer, index: Operand, value: Operand) -> None:
         self.emit(Store(buf, index, value))
+
+    def check(self, cond: Operand, message: str) -> None:
+        """Stop the call with InputError(message) unless `cond` holds."""
+        self.emit(Check(cond, message))
 
     def cast(self, x: Operand, dtype: DType) -> Operand:
         if x.dtype == dtype:

@@ -5,7 +5,9 @@ and a list of `Kernel`s run in order. A kernel body is a list of statements:
 
 - `Loop(var, start, stop, step, body, parallel)`: a counted loop over an i64 variable;
 - `Op(dst, op, args)`: a scalar operation writing the variable `dst` (see `SCALAR_OPS`);
-- `Load(dst, buf, index)` / `Store(buf, index, value)`: flat element index into a buffer.
+- `Load(dst, buf, index)` / `Store(buf, index, value)`: flat element index into a buffer;
+- `Check(cond, message)`: if the bool `cond` is false, the whole call stops and the runtime raises
+  `InputError(message)` (data-dependent errors such as an index out of range: never a crash).
 
 Variables (`Var`) are typed scalar registers, identified by object identity; unlike SSA values a
 variable may be assigned more than once (a reduction's accumulator is assigned in the loop body),
@@ -142,7 +144,13 @@ class Store:
     value: Operand
 
 
-Stmt = Union[Loop, Op, Load, Store]
+@dataclass(eq=False)
+class Check:
+    cond: Operand
+    message: str
+
+
+Stmt = Union[Loop, Op, Load, Store, Check]
 
 
 @dataclass(eq=False)
@@ -164,6 +172,14 @@ class Program:
     buffers: list[Buffer]
     kernels: list[Kernel]
     name: str = "main"
+
+    def messages(self) -> list[str]:
+        """Messages of every Check, in order; a failing Check makes the entry return
+        1 + its position in this list (0 means success)."""
+        out: list[str] = []
+        for k in self.kernels:
+            out.extend(s.message for s in walk(k.body) if isinstance(s, Check))
+        return out
 
     @property
     def inputs(self) -> list[Buffer]:
