@@ -175,3 +175,45 @@ class Model:
     doc: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     functions: list[Function] = field(default_factory=list)
+
+
+def clone_graph(graph: Graph, outer: dict[Value, Value] | None = None) -> Graph:
+    """A deep copy of a graph's structure: fresh Values and Nodes, shared constant arrays.
+
+    `outer` maps values of enclosing scopes (for subgraphs); values not found there are the
+    graph's own. Used to specialise a copy of the graph per input signature.
+    """
+    vmap: dict[Value, Value] = dict(outer or {})
+
+    def copy_value(v: Value) -> Value:
+        nv = Value(v.type, v.name, None, v.const)
+        nv.sym_value = v.sym_value
+        vmap[v] = nv
+        return nv
+
+    inputs = [copy_value(v) for v in graph.inputs]
+    inits = [copy_value(v) for v in graph.initializers]
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        ins = [None if v is None else vmap.get(v, v) for v in n.inputs]
+        attrs = {k: _clone_attr(a, vmap) for k, a in n.attrs.items()}
+        outs = [copy_value(v) for v in n.outputs]
+        nodes.append(Node(n.op, ins, outs, attrs, n.domain, n.version, n.name))
+    outputs = [vmap.get(v, v) for v in graph.outputs]
+    return Graph(nodes, inputs, outputs, inits, graph.name, list(graph.output_names or []),
+                 graph.doc)
+
+
+def _clone_attr(a: Any, vmap: dict[Value, Value]) -> Any:
+    if isinstance(a, Graph):
+        return clone_graph(a, vmap)
+    if isinstance(a, tuple) and any(isinstance(g, Graph) for g in a):
+        return tuple(clone_graph(g, vmap) if isinstance(g, Graph) else g for g in a)
+    return a
+
+
+def clone_model(model: Model) -> Model:
+    import dataclasses
+
+    return dataclasses.replace(model, graph=clone_graph(model.graph),
+                               opset_imports=dict(model.opset_imports))

@@ -162,16 +162,21 @@ def coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]]
     return out_shape, out_strides
 
 
-ScalarFn = Callable[[Builder, list[Operand]], Operand]
+ScalarFn = Callable[[Builder, list[Operand]], "Operand | list[Operand]"]
 
 
-def elementwise(b: Builder, out: Buffer, ins: Sequence[Buffer], fn: ScalarFn,
+def elementwise(b: Builder, out: Buffer | Sequence[Buffer], ins: Sequence[Buffer], fn: ScalarFn,
                 parallel: bool = True) -> None:
-    """Emit the loop nest computing `out[i] = fn(ins...[i])` with numpy broadcasting."""
-    shape = list(out.shape)
-    if out.numel == 0:
+    """Emit the loop nest computing `out[i] = fn(ins...[i])` with numpy broadcasting.
+
+    `out` may be several buffers of one shape; `fn` then returns one operand per output.
+    """
+    outs = [out] if isinstance(out, Buffer) else list(out)
+    shape = list(outs[0].shape)
+    if outs[0].numel == 0:
         return
-    strides = [row_major_strides(shape)] + [broadcast_strides(x.shape, shape) for x in ins]
+    own = row_major_strides(shape)
+    strides = [own] + [broadcast_strides(x.shape, shape) for x in ins]
     cshape, cstrides = coalesce(shape, strides)
     with b.nest(cshape, parallel_outer=parallel) as idx:
         args: list[Operand] = []
@@ -180,4 +185,9 @@ def elementwise(b: Builder, out: Buffer, ins: Sequence[Buffer], fn: ScalarFn,
                 args.append(const(buf.data.reshape(-1)[0].item(), buf.dtype))
             else:
                 args.append(b.load(buf, b.linear(idx, st)))
-        b.store(out, b.linear(idx, cstrides[0]), fn(b, args))
+        results = fn(b, args)
+        if not isinstance(results, list):
+            results = [results]
+        index = b.linear(idx, cstrides[0])
+        for o, r in zip(outs, results):
+            b.store(o, index, b.cast(r, o.dtype))

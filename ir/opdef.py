@@ -83,7 +83,9 @@ def op(name: str, versions: tuple[int, ...], **kwargs: Any) -> OpDef:
 
 def _load_tables() -> None:
     # The op families register themselves on import; importing here keeps one entry point.
-    from onnxjit.ir import ops_elementwise, ops_linalg, ops_reduce, ops_shape  # noqa: F401
+    from onnxjit.ir import (  # noqa: F401
+        ops_elementwise, ops_fused, ops_linalg, ops_reduce, ops_shape,
+    )
 
 
 def lookup(domain: str, op: str) -> OpDef | None:

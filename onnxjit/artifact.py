@@ -1,0 +1,105 @@
+"""A native artifact: the loaded code of one signature, and the fast call path into it.
+
+The call path is the part of onnxjit that runs on every inference, so it does as little as it
+can: allocate the outputs, then one ctypes call into `<name>_entry_py`, which reads each array's
+data pointer and flags straight from the numpy object (offsets checked once at start-up by
+`pyobject_layout_ok`). Constants are passed through a pointer table built once; temps live in an
+arena kept per thread (so concurrent calls never share scratch memory). No `ndarray.ctypes` or
+`__array_interface__` on this path. If the entry reports a non-contiguous, misaligned or
+read-only array (-1), the call is retried with contiguous copies; a failed `Check` (k > 0)
+raises `InputError` with its message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from onnxjit.errors import InputError
+
+
+def pyobject_layout_ok(data_offset: int, flags_offset: int) -> bool:
+    """True when numpy arrays keep their data pointer and flags at the offsets the generated
+    `_entry_py` reads (CPython 64-bit with numpy's PyArrayObject_fields)."""
+    try:
+        probes = [np.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(2, 3)[:, ::2],
+                  np.zeros(0, np.int64)]
+        probes[0].flags.writeable = False
+        for a in probes:
+            ptr = ctypes.c_void_p.from_address(id(a) + data_offset).value or 0
+            flags = ctypes.c_int.from_address(id(a) + flags_offset).value
+            if ptr != (a.ctypes.data or 0) or flags != a.flags.num:
+                return False
+        return ctypes.sizeof(ctypes.c_void_p) == 8
+    except Exception:
+        return False
+
+
+@dataclass
+class Artifact:
+    """Everything needed to run one signature, whether just compiled or loaded from disk."""
+
+    signature: tuple
+    out_specs: list[tuple[tuple[int, ...], np.dtype]]
+    consts: list[np.ndarray]
+    arena_size: int
+    messages: list[str]
+    library: Any  # codegen's NativeLibrary: keeps the engine (and the code) alive
+    use_py_entry: bool
+    program: Any = None
+    compile_seconds: float = 0.0
+    source: str = "compiled"  # "compiled" | "disk" | "memory"
+
+    def __post_init__(self) -> None:
+        n_io = len(self.signature) + len(self.out_specs)
+        self._n_in = len(self.signature)
+        self._consts_table = (ctypes.c_void_p * max(1, len(self.consts)))(
+            *[a.ctypes.data for a in self.consts])
+        self.consts_ptr = ctypes.addressof(self._consts_table)
+        if self.use_py_entry:
+            proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.py_object] * n_io),
+                                     ctypes.c_void_p, ctypes.c_void_p)
+            self._fn_py = proto(self.library.entry_py_addr)
+        proto2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_void_p)
+        self._fn = proto2(self.library.entry_addr)
+        self._io = ctypes.c_void_p * max(1, n_io)
+        self._tls = threading.local()
+
+    def _arena(self) -> int | None:
+        if self.arena_size == 0:
+            return None
+        ptr = getattr(self._tls, "ptr", None)
+        if ptr is None:
+            # 64 bytes of slack so the arena base can be aligned to a cache line.
+            buf = np.empty(self.arena_size + 64, np.uint8)
+            self._tls.buf = buf
+            ptr = self._tls.ptr = (buf.ctypes.data + 63) // 64 * 64
+        return ptr
+
+    def run(self, args: tuple | list) -> tuple:
+        """Run on validated input arrays (dtypes and shapes of `signature`)."""
+        outs = [np.empty(s, d) for s, d in self.out_specs]
+        if self.use_py_entry:
+            rc = self._fn_py(*args, *outs, self.consts_ptr, self._arena())
+            if rc == 0:
+                return tuple(outs)
+            if rc == -1:
+                args = [np.ascontiguousarray(a) for a in args]
+                aligned = [a if a.flags.aligned else a.copy() for a in args]
+                rc = self._fn_py(*aligned, *outs, self.consts_ptr, self._arena())
+                if rc == 0:
+                    return tuple(outs)
+        else:
+            args = [np.ascontiguousarray(a) for a in args]
+            io = self._io(*[a.ctypes.data for a in args], *[o.ctypes.data for o in outs])
+            rc = self._fn(ctypes.addressof(io), self.consts_ptr, self._arena())
+            if rc == 0:
+                return tuple(outs)
+        if 0 < rc <= len(self.messages):
+            raise InputError(self.messages[rc - 1])
+        raise InputError(f"compiled code rejected the call (status {rc})")

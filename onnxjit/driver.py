@@ -1,0 +1,181 @@
+"""The driver: pipelines of passes, the hook between passes (verify, dump, time), and the
+stages from a model to a native artifact.
+
+Stages a user can stop at and print (`CompiledModel.ir(stage)`): "graph" (after the graph
+pipeline, per signature after binding and fusion), "loops", "llvm", "llvm-opt", "asm".
+
+    model source --import+verify--> graph IR --GRAPH_PIPELINE--> graph IR (symbolic shapes)
+      per signature: clone, bind input shapes --SIGNATURE_PIPELINE--> loop IR --codegen--> object
+
+Environment variables are read here only (through `CompileOptions.from_user`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from onnxjit.errors import CompileError, OnnxJitError, UnsupportedError
+from onnxjit.ir.graph import Model, clone_model
+from onnxjit.ir.loops import Program
+from onnxjit.ir.types import TensorType
+from onnxjit.options import CompileOptions
+from onnxjit.passes import PassContext, get_pass
+
+GRAPH_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "dce"]
+SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "dce", "fuse",
+                      "lower-to-loops", "plan-memory"]
+
+
+def print_ir(ir: Any) -> tuple[str, str]:
+    """(level, text) of a graph-level Model or a loop-level Program."""
+    if isinstance(ir, Program):
+        from onnxjit.ir.loop_printer import print_program
+
+        return "loops", print_program(ir)
+    from onnxjit.ir.printer import print_model
+
+    return "graph", print_model(ir)
+
+
+def verify_ir(ir: Any) -> None:
+    if isinstance(ir, Program):
+        from onnxjit.ir.loop_verify import verify_program
+
+        verify_program(ir)
+    else:
+        from onnxjit.ir.verify import verify_model
+
+        verify_model(ir)
+
+
+class Dumper:
+    """Writes `NN-<name>.<level>.txt` files into one folder, numbering them in order."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+        self.count = 0
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def write(self, name: str, text: str) -> None:
+        if self.folder is None:
+            return
+        (self.folder / f"{self.count:02d}-{name}").write_text(text)
+        self.count += 1
+
+    def ir(self, pass_name: str, ir: Any) -> None:
+        if self.folder is not None:
+            level, text = print_ir(ir)
+            self.write(f"{pass_name}.{level}.txt", text)
+
+
+class PassHook:
+    """Runs between passes: verify (CompileError names the pass), dump, time."""
+
+    def __init__(self, options: CompileOptions, dumper: Dumper):
+        self.options = options
+        self.dumper = dumper
+        self.timings: list[tuple[str, float]] = []
+
+    def __call__(self, pass_name: str, ir: Any, seconds: float) -> None:
+        self.timings.append((pass_name, seconds))
+        if self.options.verify:
+            try:
+                verify_ir(ir)
+            except OnnxJitError as e:
+                raise CompileError(f"IR invalid after pass '{pass_name}': {e}") from e
+        self.dumper.ir(pass_name, ir)
+
+
+def run_passes(ir: Any, names: list[str], ctx: PassContext | None = None,
+               hook: Callable[[str, Any, float], None] | None = None) -> Any:
+    """Run a pipeline of pass names over `ir`; `hook(name, ir, seconds)` after each."""
+    ctx = ctx or PassContext()
+    passes = [get_pass(n) for n in names]  # unknown names fail before anything runs
+    for p in passes:
+        t0 = time.perf_counter()
+        try:
+            ir = p.run(ir, ctx).ir
+        except OnnxJitError:
+            raise
+        except Exception as e:
+            raise CompileError(f"pass '{p.name}' failed: {type(e).__name__}: {e}") from e
+        if hook is not None:
+            hook(p.name, ir, time.perf_counter() - t0)
+    return ir
+
+
+def import_model(source: Any, options: CompileOptions, dumper: Dumper | None = None) -> Model:
+    """Import, verify and run the graph pipeline."""
+    from onnxjit.importer import load_model
+
+    dumper = dumper or Dumper(None)
+    model = load_model(source, base_dir=options.base_dir)
+    if options.verify:
+        verify_ir(model)
+    dumper.ir("import", model)
+    return run_passes(model, GRAPH_PIPELINE, PassContext(options), PassHook(options, dumper))
+
+
+def lower_signature(model: Model, signature: tuple, options: CompileOptions,
+                    dumper: Dumper | None = None) -> tuple[Model, Program]:
+    """Bind the input shapes of `signature` ((DType, shape) per input) in a copy of the graph and
+    run the signature pipeline down to the loop IR. Returns (final graph, program)."""
+    if options.specialize != "shape":
+        raise UnsupportedError("specialize='rank' (dynamic dims in generated code) is not "
+                               "implemented yet; use specialize='shape'")
+    dumper = dumper or Dumper(None)
+    m = clone_model(model)
+    for v, (dtype, shape) in zip(m.graph.inputs, signature):
+        v.type = TensorType(dtype, tuple(shape))
+        if v.const is not None:  # an input with a default value is an input here
+            v.const = None
+    dumper.ir("bind-shapes", m)
+    ctx = PassContext(options)
+    hook = PassHook(options, dumper)
+    graph_part = SIGNATURE_PIPELINE[:SIGNATURE_PIPELINE.index("lower-to-loops")]
+    m = run_passes(m, graph_part, ctx, hook)
+    program = run_passes(m, SIGNATURE_PIPELINE[len(graph_part):], ctx, hook)
+    return m, program
+
+
+def read_source(source: Any, base_dir: Path | None) -> tuple[bytes, Path | None, str]:
+    """(serialized model bytes, folder for external data, a name for messages)."""
+    import os
+
+    from onnxjit.errors import ModelError
+
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source), base_dir, "<bytes>"
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ModelError(f"model file '{path}' does not exist") from None
+        except IsADirectoryError:
+            raise ModelError(f"model path '{path}' is a folder, not a file") from None
+        except OSError as e:
+            raise ModelError(f"cannot read model file '{path}': {e}") from None
+        return data, base_dir or path.resolve().parent, str(path)
+    serialize = getattr(source, "SerializeToString", None)
+    if callable(serialize):
+        return serialize(), base_dir, f"<{type(source).__name__}>"
+    raise ModelError(f"cannot compile a {type(source).__name__}: expected a path, bytes, or "
+                     "a ModelProto (an object with SerializeToString)")
+
+
+def compile_model(source: Any, **options: Any):
+    """`onnxjit.compile`: read the model, then build the CompiledModel (which imports the model,
+    or finds its metadata in the disk cache)."""
+    import hashlib
+
+    from onnxjit.runtime import CompiledModel
+
+    opts = CompileOptions.from_user(options)
+    data, base_dir, name = read_source(source, opts.base_dir)
+    digest = hashlib.sha256(data).hexdigest()
+    return CompiledModel(data, digest, opts, base_dir, name)

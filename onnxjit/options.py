@@ -1,0 +1,77 @@
+"""Compile options: one frozen object, built once per `compile` call.
+
+Environment variables are read only by `CompileOptions.from_user` (called by the driver), so the
+rest of the compiler sees plain values.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from onnxjit.errors import OnnxJitError
+
+SPECIALIZE = ("shape", "rank")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    #: Disk cache folder; None disables the disk cache.
+    cache_dir: Path | None = None
+    #: Folder receiving the IR after every pass; None for no dumps.
+    dump_ir: Path | None = None
+    #: Worker threads for parallel loops (0: all cores).
+    num_threads: int = 0
+    #: "shape": one artifact per concrete input shapes; "rank": per dtypes and ranks.
+    specialize: str = "shape"
+    #: 0 (no LLVM optimisation) .. 3.
+    opt_level: int = 3
+    #: Base folder for external data of models given as bytes or objects.
+    base_dir: Path | None = None
+    #: Run the IR verifiers after every pass.
+    verify: bool = True
+
+    @staticmethod
+    def from_user(options: dict[str, Any]) -> CompileOptions:
+        """Validate keyword options and fill defaults from the environment."""
+        known = {f.name for f in fields(CompileOptions)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise OnnxJitError(f"unknown compile option(s) {', '.join(unknown)}; "
+                               f"known: {', '.join(sorted(known))}")
+        cache = options.get("cache_dir")
+        if cache is None:
+            cache = os.environ.get("ONNXJIT_CACHE_DIR") or _default_cache_dir()
+        cache_dir = None if cache is False or cache == "" else Path(cache)
+        dump = options.get("dump_ir") or os.environ.get("ONNXJIT_DUMP_IR") or None
+        specialize = options.get("specialize", "shape")
+        if specialize not in SPECIALIZE:
+            raise OnnxJitError(f"specialize must be one of {SPECIALIZE}, got {specialize!r}")
+        opt_level = options.get("opt_level", 3)
+        if opt_level not in (0, 1, 2, 3):
+            raise OnnxJitError(f"opt_level must be 0..3, got {opt_level!r}")
+        num_threads = options.get("num_threads", 0) or 0
+        if not isinstance(num_threads, int) or num_threads < 0:
+            raise OnnxJitError(f"num_threads must be a non-negative int, got {num_threads!r}")
+        base_dir = options.get("base_dir")
+        return CompileOptions(
+            cache_dir=cache_dir,
+            dump_ir=Path(dump) if dump else None,
+            num_threads=num_threads or (os.cpu_count() or 1),
+            specialize=specialize,
+            opt_level=opt_level,
+            base_dir=Path(base_dir) if base_dir else None,
+            verify=bool(options.get("verify", True)),
+        )
+
+    def code_key(self) -> str:
+        """The options that change generated code (part of the cache key)."""
+        return f"opt{self.opt_level}-spec:{self.specialize}-threads:{self.num_threads}"
+
+
+def _default_cache_dir() -> str:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return str(base / "onnxjit")

@@ -1,0 +1,299 @@
+"""`CompiledModel`: the callable a user gets from `onnxjit.compile`.
+
+Lookups of a signature go: this object's own dict (the fast path: a tuple of (dtype, shape) per
+argument) -> the process-wide memory cache -> the disk cache -> compile. Compiling imports the
+model lazily: a process whose artifacts all come from the disk cache never parses the model or
+runs a pass, and never invokes LLVM (object code is only linked). One lock serialises
+compilation; calls of already-compiled signatures never take it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from onnxjit import cache as cache_mod
+from onnxjit.artifact import Artifact, pyobject_layout_ok
+from onnxjit.driver import Dumper, import_model, lower_signature, print_ir
+from onnxjit.errors import InputError, OnnxJitError
+from onnxjit.ir.graph import Model
+from onnxjit.ir.types import DType, Sym, TensorType
+from onnxjit.options import CompileOptions
+from onnxjit.signature import Declared, check, describe, signature_id, to_array
+
+__all__ = ["CompiledModel"]
+
+_MEMORY: OrderedDict[str, Artifact] = OrderedDict()
+_MEMORY_LIMIT = 256
+_MEMORY_LOCK = threading.Lock()
+_LAYOUT: bool | None = None
+
+
+def _layout_ok() -> bool:
+    global _LAYOUT
+    if _LAYOUT is None:
+        from onnxjit.codegen import DATA_OFFSET, FLAGS_OFFSET
+
+        _LAYOUT = pyobject_layout_ok(DATA_OFFSET, FLAGS_OFFSET)
+    return _LAYOUT
+
+
+def _declared(model: Model) -> list[Declared]:
+    out: list[Declared] = []
+    for v in model.graph.inputs:
+        t = v.type
+        if not isinstance(t, TensorType):
+            out.append((v.name, DType.FLOAT, None))  # refused at lowering with a clear error
+            continue
+        dims = None if t.shape is None else tuple(
+            d if isinstance(d, int) else (d.args[0] if isinstance(d, Sym) and d.op == "var"
+                                          else None) for d in t.shape)
+        out.append((v.name, t.dtype, dims))
+    return out
+
+
+class CompiledModel:
+    """A compiled ONNX model; call it like a function. See DESIGN §1."""
+
+    def __init__(self, data: bytes, model_hash: str, options: CompileOptions,
+                 base_dir: Path | None, source_name: str = "<bytes>"):
+        self.options = options
+        self._data = data
+        self._hash = model_hash
+        self._base_dir = base_dir
+        self._source_name = source_name
+        self._disk = cache_mod.DiskCache(options.cache_dir)
+        self._lock = threading.RLock()
+        self._model: Model | None = None
+        self._fast: dict[tuple, Artifact] = {}
+        self._last: Artifact | None = None
+        self._defaults: dict[int, np.ndarray] = {}
+        meta = self._model_meta()
+        self.input_names: list[str] = meta["inputs"]
+        self.output_names: list[str] = meta["outputs"]
+        self._declared: list[Declared] = [
+            (n, DType(d), None if s is None else tuple(s))
+            for n, d, s in zip(meta["inputs"], meta["input_dtypes"], meta["input_shapes"])]
+        self._n_in = len(self.input_names)
+        self._index = {n: i for i, n in enumerate(self.input_names)}
+
+    # model-level metadata ------------------------------------------------------------------
+    def _model_key(self) -> str:
+        from onnxjit import __version__
+
+        return cache_mod.make_key("model", self._hash, str(cache_mod.FORMAT), __version__,
+                                  str(self._base_dir))
+
+    def _model_meta(self) -> dict[str, Any]:
+        entry = self._disk.get(self._model_key())
+        if entry is not None and "inputs" in entry.meta:
+            return entry.meta
+        model = self._graph()
+        decl = _declared(model)
+        meta = {"inputs": [n for n, _, _ in decl], "outputs": list(model.graph.output_names),
+                "input_dtypes": [d.value for _, d, _ in decl],
+                "input_shapes": [None if s is None else list(s) for _, _, s in decl]}
+        self._disk.put(self._model_key(), cache_mod.Entry(meta))
+        return meta
+
+    def _graph(self) -> Model:
+        with self._lock:
+            if self._model is None:
+                dumper = Dumper(self.options.dump_ir / "graph" if self.options.dump_ir else None)
+                src: Any = self._data
+                self._model = import_model(src, self._with_base(), dumper)
+                for i, v in enumerate(self._model.graph.inputs):
+                    if v.const is not None:
+                        self._defaults[i] = v.const
+            return self._model
+
+    def _with_base(self) -> CompileOptions:
+        import dataclasses
+
+        return dataclasses.replace(self.options, base_dir=self._base_dir)
+
+    # calling ----------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple:
+        """Run with inputs by position (graph-input order) and/or by name -> tuple of arrays."""
+        if kwargs or len(args) != self._n_in:
+            args = self._order(args, kwargs)
+        try:
+            art = self._fast[tuple([(a.dtype, a.shape) for a in args])]
+        except (AttributeError, KeyError, TypeError):
+            args, art = self._prepare(args)
+        return art.run(args)
+
+    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any]) -> list:
+        """onnxruntime-style: `run(None, {"x": x})` -> list of outputs (all, or those named)."""
+        outs = self(**dict(feeds))
+        if output_names is None:
+            return list(outs)
+        pos = {n: i for i, n in enumerate(self.output_names)}
+        missing = [n for n in output_names if n not in pos]
+        if missing:
+            raise InputError(f"unknown output name(s) {missing}; outputs are "
+                             f"{self.output_names}")
+        return [outs[pos[n]] for n in output_names]
+
+    def _order(self, args: tuple, kwargs: dict) -> tuple:
+        if len(args) > self._n_in:
+            raise InputError(f"model takes {self._n_in} inputs {self.input_names}, "
+                             f"got {len(args)} positional arguments")
+        out: list[Any] = list(args) + [None] * (self._n_in - len(args))
+        given = [True] * len(args) + [False] * (self._n_in - len(args))
+        for name, x in kwargs.items():
+            i = self._index.get(name)
+            if i is None:
+                raise InputError(f"unknown input name '{name}'; inputs are {self.input_names}")
+            if given[i]:
+                raise InputError(f"input '{name}' given twice (by position and by name)")
+            out[i], given[i] = x, True
+        for i, g in enumerate(given):
+            if not g:
+                if i not in self._defaults and self._model is None:
+                    self._graph()  # defaults (initializers that are inputs) come with the model
+                if i in self._defaults:
+                    out[i] = self._defaults[i]
+                else:
+                    raise InputError(f"missing input '{self.input_names[i]}'; inputs are "
+                                     f"{self.input_names}")
+        return tuple(out)
+
+    def _prepare(self, args: tuple) -> tuple[list[np.ndarray], Artifact]:
+        arrays = [to_array(n, a, d) for (n, d, _), a in zip(self._declared, args)]
+        sig = check(self._declared, arrays)
+        key = tuple((a.dtype, a.shape) for a in arrays)
+        art = self._fast.get(key)
+        if art is None:
+            art = self._artifact(sig)
+            self._fast[key] = art
+        self._last = art
+        return arrays, art
+
+    # compiling ----------------------------------------------------------------------------------
+    def _artifact_key(self, sig: tuple) -> str:
+        from onnxjit import __version__
+        from onnxjit.codegen import target_id
+
+        return cache_mod.make_key("artifact", self._hash, str(self._base_dir),
+                                  signature_id(sig), self.options.code_key(), __version__,
+                                  str(cache_mod.FORMAT), target_id())
+
+    def _artifact(self, sig: tuple) -> Artifact:
+        key = self._artifact_key(sig)
+        with _MEMORY_LOCK:
+            art = _MEMORY.get(key)
+            if art is not None:
+                _MEMORY.move_to_end(key)
+                cache_mod.STATS.memory_hits += 1
+                return art
+        with self._lock:
+            entry = self._disk.get(key)
+            art = self._from_entry(sig, entry) if entry is not None else None
+            if art is not None:
+                cache_mod.STATS.disk_hits += 1
+            else:
+                cache_mod.STATS.misses += 1
+                art = self._compile(sig, key)
+            with _MEMORY_LOCK:
+                _MEMORY[key] = art
+                while len(_MEMORY) > _MEMORY_LIMIT:
+                    _MEMORY.popitem(last=False)
+            return art
+
+    def _compile(self, sig: tuple, key: str) -> Artifact:
+        from onnxjit.codegen import compile_program, load_object
+
+        t0 = time.perf_counter()
+        model = self._graph()
+        folder = None
+        if self.options.dump_ir is not None:
+            folder = self.options.dump_ir / signature_id(sig)
+        dumper = Dumper(folder)
+        _, program = lower_signature(model, sig, self._with_base(), dumper)
+        obj = compile_program(program, opt_level=self.options.opt_level,
+                              dump=lambda name, text: dumper.write(name, text))
+        lib = load_object(obj)
+        art = Artifact(
+            signature=sig,
+            out_specs=[(tuple(b.shape), b.dtype.numpy) for b in program.outputs],
+            consts=[b.data for b in program.consts],
+            arena_size=program.arena_size,
+            messages=program.messages(),
+            library=lib,
+            use_py_entry=_layout_ok(),
+            program=program,
+        )
+        art.compile_seconds = time.perf_counter() - t0
+        self._store(key, art, obj)
+        return art
+
+    def _store(self, key: str, art: Artifact, obj: Any) -> None:
+        meta = {"entry": obj.entry, "entry_py": obj.entry_py, "n_io": obj.n_io,
+                "n_consts": obj.n_consts, "arena_size": art.arena_size,
+                "messages": art.messages,
+                "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs]}
+        entry = cache_mod.Entry(meta, {"object": obj.object_code},
+                                {f"const{i}": a for i, a in enumerate(art.consts)})
+        self._disk.put(key, entry)
+
+    def _from_entry(self, sig: tuple, entry: cache_mod.Entry) -> Artifact | None:
+        from onnxjit.codegen import CompiledObject, load_object
+
+        try:
+            m = entry.meta
+            obj = CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], m["n_io"],
+                                 m["n_consts"])
+            consts = [entry.arrays[f"const{i}"] for i in range(m["n_consts"])]
+            lib = load_object(obj)
+            return Artifact(sig, [(tuple(s), np.dtype(d)) for s, d in m["outputs"]], consts,
+                            m["arena_size"], list(m["messages"]), lib, _layout_ok(),
+                            source="disk")
+        except (KeyError, TypeError, ValueError, OnnxJitError):
+            cache_mod.STATS.disk_errors += 1
+            return None
+        except Exception:  # an entry LLVM cannot link is foreign: rebuild it
+            cache_mod.STATS.disk_errors += 1
+            return None
+
+    # introspection ------------------------------------------------------------------------------
+    @property
+    def signatures(self) -> list[str]:
+        """The signatures compiled (or loaded) so far, as text."""
+        return [describe(self.input_names, a.signature) for a in self._fast.values()]
+
+    def ir(self, stage: str = "loops") -> str:
+        """IR text of a stage ("graph", "loops", "llvm", "llvm-opt", "asm") for the last
+        signature called."""
+        stages = ("graph", "loops", "llvm", "llvm-opt", "asm")
+        if stage not in stages:
+            raise OnnxJitError(f"unknown stage '{stage}'; stages are {stages}")
+        if self._last is None:
+            raise OnnxJitError("no signature compiled yet: call the model first")
+        sig = self._last.signature
+        final, program = lower_signature(self._graph(), sig, self._with_base())
+        if stage == "graph":
+            return print_ir(final)[1]
+        if stage == "loops":
+            return print_ir(program)[1]
+        from onnxjit.codegen import compile_program
+
+        texts: dict[str, str] = {}
+        compile_program(program, opt_level=self.options.opt_level,
+                        dump=lambda name, text: texts.__setitem__(name, text))
+        return texts[{"llvm": "llvm.ll", "llvm-opt": "llvm-opt.ll", "asm": "asm.s"}[stage]]
+
+    @staticmethod
+    def cache_info() -> dict[str, int]:
+        """Process-wide cache counters: memory_hits, disk_hits, misses, disk_errors, writes."""
+        return cache_mod.STATS.as_dict()
+
+    def __repr__(self) -> str:
+        return (f"<onnxjit.CompiledModel {self._source_name} inputs={self.input_names} "
+                f"outputs={self.output_names} signatures={len(self._fast)}>")

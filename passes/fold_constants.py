@@ -1,0 +1,109 @@
+"""fold-constants: evaluate nodes whose inputs are all known at compile time.
+
+Algorithm, one forward sweep in topological order:
+1) re-infer the node (an input may have become constant since infer-shapes ran, which sharpens
+   shapes such as Reshape's);
+2) if every present input is a constant, evaluate the node with its OpDef's numpy `evaluate`, or
+   for elementwise ops by interpreting its `scalar` rule (`ir.scalar_eval`): the same semantics
+   as the generated code;
+3) otherwise, an int64 output whose `sym_value` is fully concrete (Shape of a static tensor and
+   what is computed from it) becomes that constant;
+4) folded outputs become initializers and the node is removed.
+Non-deterministic ops are never folded; results larger than `MAX_FOLD_ELEMENTS` are left alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxjit.errors import CompileError, OnnxJitError
+from onnxjit.ir.graph import Model, Node
+from onnxjit.ir.opdef import resolve
+from onnxjit.ir.types import DType, TensorType
+from onnxjit.passes import PassContext, PassResult
+from onnxjit.passes.infer_shapes import infer_node
+
+name = "fold-constants"
+level = "graph"
+
+MAX_FOLD_ELEMENTS = 1 << 26
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                    "Bernoulli", "Multinomial"}
+
+
+def _static_numel(node: Node) -> int:
+    total = 0
+    for v in node.outputs:
+        t = v.type
+        if isinstance(t, TensorType) and t.is_static:
+            total = max(total, t.numel())
+    return total
+
+
+def evaluate(node: Node) -> list[np.ndarray] | None:
+    """The node's outputs if they can be computed now, else None."""
+    opdef = resolve(node)
+    inputs = [None if v is None else v.const for v in node.inputs]
+    if any(a is None for v, a in zip(node.inputs, inputs) if v is not None):
+        return None
+    if _static_numel(node) > MAX_FOLD_ELEMENTS:
+        return None
+    if opdef.evaluate is not None:
+        return list(opdef.evaluate(node, inputs))
+    if opdef.scalar is not None:
+        from onnxjit.ir.scalar_eval import evaluate_elementwise
+
+        return evaluate_elementwise(opdef, node, inputs)
+    return None
+
+
+def _from_sym_values(node: Node) -> list[np.ndarray] | None:
+    outs = []
+    for v in node.outputs:
+        sv, t = v.sym_value, v.tensor_type
+        if sv is None or t is None or t.dtype != DType.INT64 or t.shape is None:
+            return None
+        if not all(isinstance(d, int) for d in sv):
+            return None
+        arr = np.array(sv, dtype=np.int64)
+        if t.shape == ():
+            if len(sv) != 1:
+                return None
+            arr = arr.reshape(())
+        elif len(t.shape) != 1:
+            return None
+        outs.append(arr)
+    return outs
+
+
+def run(model: Model, ctx: PassContext) -> PassResult:
+    graph = model.graph
+    kept: list[Node] = []
+    changed = False
+    for node in graph.nodes:
+        infer_node(node)
+        if node.op in NONDETERMINISTIC or any(True for _ in node.regions()):
+            kept.append(node)
+            continue
+        try:
+            results = evaluate(node)
+        except OnnxJitError:
+            raise
+        except Exception as e:  # numpy errors while folding are compiler bugs
+            raise CompileError(f"fold-constants failed: {type(e).__name__}: {e}",
+                               where=node) from e
+        if results is None:
+            results = _from_sym_values(node)
+        if results is None:
+            kept.append(node)
+            continue
+        for v, arr in zip(node.outputs, results):
+            arr = np.asarray(arr)
+            v.const = arr
+            v.producer = None
+            if isinstance(v.type, TensorType) or v.type is None:
+                v.type = TensorType(DType.from_numpy(arr.dtype), tuple(arr.shape))
+            graph.initializers.append(v)
+        changed = True
+    graph.nodes = kept
+    return PassResult(model, changed)

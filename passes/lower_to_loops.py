@@ -1,0 +1,139 @@
+"""lower-to-loops: graph IR with concrete shapes -> loop IR `Program`.
+
+Contract: requires every value's type to be a tensor of static shape and a compute dtype
+(checked here, naming the value); ensures every graph output has its own `output` buffer.
+
+Algorithm:
+1) buffers for the interface: graph inputs -> `input` (slot = position), graph outputs ->
+   `output` (slot = n_inputs + position), constants -> `const` (the array, passed by pointer);
+   every other value gets a `temp` buffer on first use (plan-memory gives it an arena offset);
+2) each node, in order, emits kernels through its OpDef's `lower` (a lone elementwise node goes
+   through the same nest helper as a Fused region); reshape-like ops alias storage with `view`;
+3) an output that is not written by any node (it is an input, a constant, a view, or a second
+   slot holding the same value) gets a copy kernel, so outputs never alias anything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxjit.errors import CompileError, UnsupportedError
+from onnxjit.ir.graph import Model, Node, Value
+from onnxjit.ir.loop_builder import Builder
+from onnxjit.ir.loops import Buffer, Kernel, Program, Stmt, Store, walk
+from onnxjit.ir.opdef import resolve
+from onnxjit.ir.ops_fused import lower_elementwise_nodes
+from onnxjit.ir.types import COMPUTE_DTYPES, DType, TensorType
+from onnxjit.passes import PassContext, PassResult
+
+name = "lower-to-loops"
+level = "graph->loops"
+
+
+class Lowering:
+    """The LowerContext the op table's `lower` rules see."""
+
+    def __init__(self, model: Model):
+        self.graph = model.graph
+        self.buffers: list[Buffer] = []
+        self.kernels: list[Kernel] = []
+        self.of: dict[Value, Buffer] = {}
+        self._names: dict[str, int] = {}
+        self._n_consts = 0
+        self._current: Node | None = None
+
+    # LowerContext ---------------------------------------------------------------------------
+    def buf(self, value: Value) -> Buffer:
+        b = self.of.get(value)
+        if b is None:
+            dtype, shape = _static(value, self._current)
+            if value.const is not None:
+                data = np.ascontiguousarray(value.const, dtype=dtype.numpy)
+                b = self._new(value.name or "c", dtype, shape, "const", slot=self._n_consts)
+                b.data = data
+                self._n_consts += 1
+            else:
+                b = self._new(value.name or "t", dtype, shape, "temp")
+            self.of[value] = b
+        return b
+
+    def kernel(self, name: str, body: list[Stmt]) -> None:
+        base = self._current.op.lower() if self._current is not None and name == "" else name
+        self.kernels.append(Kernel(self._unique(f"{base}"), body))
+
+    def view(self, out: Value, src: Buffer) -> None:
+        dtype, shape = _static(out, self._current)
+        existing = self.of.get(out)
+        if existing is not None:  # an output buffer: it must be written
+            self._copy(src, existing)
+            return
+        self.of[out] = self._new(out.name or "v", dtype, shape, "view", base=src)
+
+    # helpers ----------------------------------------------------------------------------------
+    def _unique(self, hint: str) -> str:
+        hint = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "b"
+        k = self._names.get(hint, 0)
+        self._names[hint] = k + 1
+        return hint if k == 0 else f"{hint}_{k}"
+
+    def _new(self, hint: str, dtype: DType, shape: tuple, kind: str, slot: int = -1,
+             base: Buffer | None = None) -> Buffer:
+        b = Buffer(self._unique(hint), dtype, tuple(shape), kind, slot=slot, base=base)
+        self.buffers.append(b)
+        return b
+
+    def _copy(self, src: Buffer, dst: Buffer) -> None:
+        b = Builder()
+        with b.loop(0, dst.numel, parallel=True) as i:
+            b.store(dst, i, b.load(src, i))
+        self.kernels.append(Kernel(self._unique("copy"), b.body))
+
+    def run(self) -> Program:
+        g = self.graph
+        for k, v in enumerate(g.inputs):
+            dtype, shape = _static(v, None)
+            self.of[v] = self._new(v.name or f"in{k}", dtype, shape, "input", slot=k)
+        out_bufs: list[tuple[Value, Buffer]] = []
+        for k, v in enumerate(g.outputs):
+            dtype, shape = _static(v, None)
+            out_name = (g.output_names or [])[k] if k < len(g.output_names or []) else v.name
+            b = self._new(out_name or f"out{k}", dtype, shape, "output", slot=len(g.inputs) + k)
+            if v not in self.of and v.const is None:
+                self.of[v] = b
+            out_bufs.append((v, b))
+        for node in g.nodes:
+            self._current = node
+            opdef = resolve(node)
+            if opdef.lower is not None:
+                opdef.lower(self, node)
+            elif opdef.scalar is not None:
+                lower_elementwise_nodes(self, [node], [v for v in node.inputs if v is not None],
+                                        [v for v in node.inputs if v is not None],
+                                        node.outputs[:1], node.outputs[:1], node.op.lower())
+            else:
+                raise UnsupportedError(f"op '{node.op}' has no lowering yet", where=node)
+        self._current = None
+        written = {s.buf.root() for k in self.kernels for s in walk(k.body)
+                   if isinstance(s, Store)}
+        for v, b in out_bufs:
+            if b not in written:
+                self._copy(self.buf(v), b)
+        return Program(self.buffers, self.kernels, name="main")
+
+
+def _static(v: Value, node: Node | None) -> tuple[DType, tuple[int, ...]]:
+    t = v.type
+    if not isinstance(t, TensorType):
+        raise UnsupportedError(f"{v.describe()} has type {t}; only tensors are compiled "
+                               "today", where=node)
+    if not t.is_static:
+        raise CompileError(f"lower-to-loops needs static shapes, but {v.describe()} has "
+                           f"shape {t}", where=node)
+    if t.dtype not in COMPUTE_DTYPES:
+        raise UnsupportedError(f"dtype {t.dtype.short} of {v.describe()} is not supported "
+                               f"(supported: f32, f64, i32, i64, bool)", where=node)
+    return t.dtype, tuple(t.shape)  # type: ignore[arg-type]
+
+
+def run(model: Model, ctx: PassContext) -> PassResult:
+    return PassResult(Lowering(model).run(), True)
