@@ -1,0 +1,69 @@
+"""Small ONNX models built in code for the tests (no downloads)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def finish(graph: onnx.GraphProto, opset: int = 17) -> onnx.ModelProto:
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10  # onnxruntime rejects the newer default
+    return m
+
+
+def mlp(sizes=(784, 512, 512, 10), seed: int = 0, batch="batch_size") -> onnx.ModelProto:
+    """An MLP laid out the way torch.onnx exports nn.Linear: Gemm(x, W, b, transB=1) + Relu,
+    with a symbolic batch dim."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "input"
+    for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        w = (rng.standard_normal((b, a)) / np.sqrt(a)).astype(np.float32)
+        bias = (0.1 * rng.standard_normal(b)).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"fc{k}.weight"),
+                  numpy_helper.from_array(bias, f"fc{k}.bias")]
+        out = "output" if k == len(sizes) - 2 else f"/fc{k}/Gemm_output_0"
+        nodes.append(helper.make_node("Gemm", [x, f"fc{k}.weight", f"fc{k}.bias"], [out],
+                                      name=f"/fc{k}/Gemm", alpha=1.0, beta=1.0, transB=1))
+        if k < len(sizes) - 2:
+            x = f"/relu{k}/Relu_output_0"
+            nodes.append(helper.make_node("Relu", [out], [x], name=f"/relu{k}/Relu"))
+    g = helper.make_graph(
+        nodes, "main_graph",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, sizes[0]])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, sizes[-1]])],
+        inits)
+    return finish(g)
+
+
+def mlp_reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    k = 0
+    while f"fc{k}.weight" in w:
+        x = x @ w[f"fc{k}.weight"].T + w[f"fc{k}.bias"]
+        k += 1
+        if f"fc{k}.weight" in w:
+            x = np.maximum(x, 0)
+    return x
+
+
+def chain(n: int | str = 1024) -> onnx.ModelProto:
+    """Six elementwise ops with Tanh and Erf: y = sigmoid(erf(tanh(x*0.5 + 0.1))) * x."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["t1"]), helper.make_node("Add", ["t1", "b"], ["t2"]),
+             helper.make_node("Tanh", ["t2"], ["t3"]), helper.make_node("Erf", ["t3"], ["t4"]),
+             helper.make_node("Sigmoid", ["t4"], ["t5"]), helper.make_node("Mul", ["t5", "x"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+             numpy_helper.from_array(np.array(0.1, np.float32), "b")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])], inits)
+    return finish(g)
+
+
+def one_node(op: str, inputs: list[tuple[str, int, list]], outputs: list[tuple[str, int, list]],
+             opset: int = 17, **attrs) -> onnx.ModelProto:
+    node = helper.make_node(op, [n for n, _, _ in inputs], [n for n, _, _ in outputs], **attrs)
+    g = helper.make_graph([node], op.lower(),
+                          [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs])
+    return finish(g, opset)

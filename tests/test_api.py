@@ -1,0 +1,102 @@
+"""The public API end to end: compile, call styles, signatures, IR stages, vs onnxruntime."""
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from models import chain, mlp, mlp_reference
+
+import onnxjit
+
+
+@pytest.fixture(scope="module")
+def mlp_model():
+    return mlp()
+
+
+@pytest.fixture(scope="module")
+def mlp_fn(mlp_model, tmp_path_factory):
+    return onnxjit.compile(mlp_model, cache_dir=tmp_path_factory.mktemp("cache"))
+
+
+@pytest.mark.parametrize("batch", [1, 32])
+def test_mlp_matches_onnxruntime(mlp_model, mlp_fn, batch):
+    x = np.random.default_rng(batch).standard_normal((batch, 784)).astype(np.float32)
+    (y,) = mlp_fn(x)
+    sess = ort.InferenceSession(mlp_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ref,) = sess.run(None, {"input": x})
+    assert y.shape == (batch, 10) and y.dtype == np.float32
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    np.testing.assert_allclose(y, mlp_reference(mlp_model, x), rtol=1e-4, atol=1e-5)
+
+
+def test_call_styles(mlp_fn):
+    x = np.ones((2, 784), np.float32)
+    (a,) = mlp_fn(x)
+    (b,) = mlp_fn(input=x)
+    c = mlp_fn.run(None, {"input": x})
+    d = mlp_fn.run(["output"], {"input": x})
+    assert isinstance(c, list) and isinstance(d, list)
+    for other in (b, c[0], d[0]):
+        np.testing.assert_array_equal(a, other)
+    assert mlp_fn.input_names == ["input"] and mlp_fn.output_names == ["output"]
+    assert any("f32[2,784]" in s for s in mlp_fn.signatures)
+
+
+def test_outputs_are_fresh_arrays(mlp_fn):
+    x = np.ones((3, 784), np.float32)
+    (a,) = mlp_fn(x)
+    (b,) = mlp_fn(x)
+    assert a is not b and not np.shares_memory(a, b)
+    a[:] = 0
+    np.testing.assert_array_equal(mlp_fn(x)[0], b)
+
+
+def test_non_contiguous_and_fortran_inputs(mlp_fn):
+    base = np.random.default_rng(0).standard_normal((4, 1568)).astype(np.float32)
+    strided = base[:, ::2]
+    fortran = np.asfortranarray(base[:, :784])
+    np.testing.assert_allclose(mlp_fn(strided)[0], mlp_fn(np.ascontiguousarray(strided))[0])
+    np.testing.assert_allclose(mlp_fn(fortran)[0], mlp_fn(np.ascontiguousarray(fortran))[0])
+
+
+def test_ir_stages(mlp_fn):
+    mlp_fn(np.ones((1, 784), np.float32))
+    graph = mlp_fn.ir("graph")
+    loops = mlp_fn.ir("loops")
+    assert "Gemm" in graph
+    assert "kernel" in loops and "load" in loops and "store" in loops
+    assert "define" in mlp_fn.ir("llvm")
+    assert "<16 x float>" in mlp_fn.ir("llvm-opt")  # 512-bit vectors on AVX-512 hosts
+    assert mlp_fn.ir("asm").strip()
+    with pytest.raises(onnxjit.OnnxJitError, match="unknown stage"):
+        mlp_fn.ir("bogus")
+
+
+def test_elementwise_chain_is_one_loop(tmp_path):
+    fn = onnxjit.compile(chain(4096), cache_dir=False)
+    x = np.linspace(-3, 3, 4096, dtype=np.float32)
+    (y,) = fn(x)
+    from scipy_free_erf import erf
+
+    t = np.tanh(x * np.float32(0.5) + np.float32(0.1))
+    ref = 1 / (1 + np.exp(-erf(t))) * x
+    np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-6)
+    loops = fn.ir("loops")
+    assert loops.count("kernel @") == 1, loops
+    assert loops.count("for ") == 1, loops
+
+
+def test_compile_from_path_and_bytes(tmp_path, mlp_model):
+    p = tmp_path / "m.onnx"
+    p.write_bytes(mlp_model.SerializeToString())
+    x = np.ones((1, 784), np.float32)
+    a = onnxjit.compile(p, cache_dir=False)(x)[0]
+    b = onnxjit.compile(str(p), cache_dir=False)(x)[0]
+    c = onnxjit.compile(p.read_bytes(), cache_dir=False)(x)[0]
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+
+
+def test_unknown_option():
+    with pytest.raises(onnxjit.OnnxJitError, match="unknown compile option"):
+        onnxjit.compile(chain(4), cache_dir=False, fast=True)

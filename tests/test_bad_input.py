@@ -1,0 +1,106 @@
+"""Bad models and bad calls end in a named onnxjit error that says what was wrong."""
+
+import numpy as np
+import pytest
+from models import finish, mlp, one_node
+from onnx import TensorProto, helper
+
+import onnxjit
+from onnxjit import InputError, ModelError, UnsupportedError
+
+
+def _graph(nodes, inputs=("x",), outputs=("y",)):
+    return finish(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in outputs]))
+
+
+def test_undecodable_bytes():
+    with pytest.raises(ModelError):
+        onnxjit.compile(b"\xff\xfe not a model \x00\x01", cache_dir=False)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelError, match="does not exist"):
+        onnxjit.compile(tmp_path / "nope.onnx", cache_dir=False)
+
+
+def test_cycle_names_node_and_value():
+    m = _graph([helper.make_node("Relu", ["b"], ["a"], name="n1"),
+                helper.make_node("Relu", ["a"], ["b"], name="n2"),
+                helper.make_node("Add", ["x", "b"], ["y"], name="n3")])
+    with pytest.raises(ModelError, match="n1") as e:
+        onnxjit.compile(m, cache_dir=False)
+    assert "'b'" in str(e.value)
+
+
+def test_undefined_name():
+    m = _graph([helper.make_node("Add", ["x", "ghost"], ["y"], name="adder")])
+    with pytest.raises(ModelError, match="ghost") as e:
+        onnxjit.compile(m, cache_dir=False)
+    assert "adder" in str(e.value)
+
+
+def test_duplicate_output():
+    m = _graph([helper.make_node("Relu", ["x"], ["y"], name="first"),
+                helper.make_node("Neg", ["x"], ["y"], name="second")])
+    with pytest.raises(ModelError, match="'y'"):
+        onnxjit.compile(m, cache_dir=False)
+
+
+def test_unknown_op_names_op_and_node():
+    m = _graph([helper.make_node("FrobnicateX", ["x"], ["y"], name="frob")])
+    with pytest.raises((UnsupportedError, ModelError), match="FrobnicateX") as e:
+        onnxjit.compile(m, cache_dir=False)(np.ones(2, np.float32))
+    assert "frob" in str(e.value)
+
+
+def test_unsupported_dtype_names_dtype():
+    m = one_node("Relu", [("x", TensorProto.FLOAT16, [2])], [("y", TensorProto.FLOAT16, [2])])
+    with pytest.raises(UnsupportedError, match="f16"):
+        onnxjit.compile(m, cache_dir=False)(np.ones(2, np.float16))
+
+
+@pytest.fixture(scope="module")
+def fn():
+    return onnxjit.compile(mlp(sizes=(8, 4)), cache_dir=False)
+
+
+def test_wrong_dtype(fn):
+    with pytest.raises(InputError, match="input'.*dtype|dtype") as e:
+        fn(np.ones((1, 8), np.float64))
+    assert isinstance(e.value, TypeError)
+    assert "input" in str(e.value)
+
+
+def test_wrong_rank(fn):
+    with pytest.raises(InputError, match="rank 2"):
+        fn(np.ones(8, np.float32))
+
+
+def test_wrong_fixed_size(fn):
+    with pytest.raises(InputError, match="dim 1 must be 8"):
+        fn(np.ones((1, 9), np.float32))
+
+
+def test_missing_and_unknown_names(fn):
+    with pytest.raises(InputError, match="missing input 'input'"):
+        fn()
+    with pytest.raises(InputError, match="unknown input name 'inp'"):
+        fn(inp=np.ones((1, 8), np.float32))
+    with pytest.raises(InputError, match="unknown output"):
+        fn.run(["nope"], {"input": np.ones((1, 8), np.float32)})
+
+
+def test_inconsistent_symbolic_dims():
+    m = one_node("Add", [("a", TensorProto.FLOAT, ["N"]), ("b", TensorProto.FLOAT, ["N"])],
+                 [("y", TensorProto.FLOAT, ["N"])])
+    f = onnxjit.compile(m, cache_dir=False)
+    with pytest.raises(InputError, match="symbolic dim 'N'"):
+        f(np.ones(3, np.float32), np.ones(4, np.float32))
+
+
+def test_lists_and_scalars_convert(fn):
+    (a,) = fn([[1.0] * 8])
+    (b,) = fn(np.ones((1, 8), np.float32))
+    np.testing.assert_array_equal(a, b)

@@ -1,0 +1,116 @@
+"""The disk cache, in fresh subprocesses: hits skip import, passes and LLVM; bad entries are
+rebuilt; unusable folders degrade to memory with a warning; files are owner-only."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from models import mlp
+
+import onnxjit
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    import numpy as np, onnxjit
+    if sys.argv[3] == "forbid-compile":
+        # A warm start must neither parse the model nor run passes nor invoke LLVM.
+        import onnxjit.codegen, onnxjit.importer, onnxjit.driver
+        def boom(*a, **k):
+            raise AssertionError("compiler invoked on a warm cache")
+        onnxjit.codegen.compile_program = boom
+        onnxjit.importer.load_model = boom
+        onnxjit.driver.lower_signature = boom
+    fn = onnxjit.compile(sys.argv[1], cache_dir=sys.argv[2])
+    x = np.ones((32, 784), np.float32)
+    y, = fn(x)
+    dt = time.perf_counter() - t0
+    print(json.dumps({"info": fn.cache_info(), "sum": float(y.sum()), "seconds": dt}))
+""")
+
+
+def _run(model_path, cache_dir, mode="normal"):
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(model_path), str(cache_dir), mode],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    p = tmp_path_factory.mktemp("m") / "mlp.onnx"
+    p.write_bytes(mlp().SerializeToString())
+    return p
+
+
+def test_second_process_hits_disk_cache_without_compiling(model_path, tmp_path):
+    cold = _run(model_path, tmp_path)
+    assert cold["info"]["misses"] == 1 and cold["info"]["disk_hits"] == 0
+    warm = _run(model_path, tmp_path, "forbid-compile")
+    assert warm["info"]["disk_hits"] == 1 and warm["info"]["misses"] == 0
+    assert warm["sum"] == cold["sum"]
+    for f in tmp_path.iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+
+
+def _entries(folder):
+    return [p for p in folder.iterdir() if p.suffix == ".ojc" and p.stat().st_size > 4096]
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "foreign"])
+def test_damaged_entry_is_rebuilt(model_path, tmp_path, damage):
+    ref = _run(model_path, tmp_path)
+    (entry,) = _entries(tmp_path)
+    data = bytearray(entry.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0xFF
+    elif damage == "truncate":
+        data = data[: len(data) // 3]
+    elif damage == "empty":
+        data = bytearray()
+    else:
+        data = bytearray(b"\x7fELF" + os.urandom(2000))
+    entry.write_bytes(bytes(data))
+    again = _run(model_path, tmp_path)
+    assert again["info"]["misses"] == 1 and again["info"]["disk_errors"] >= 1
+    assert again["sum"] == ref["sum"]
+    healed = _run(model_path, tmp_path, "forbid-compile")  # the rebuilt entry is good again
+    assert healed["info"]["disk_hits"] == 1
+
+
+def test_changed_model_misses(tmp_path):
+    x = np.ones((32, 784), np.float32)
+    a = onnxjit.compile(mlp(seed=1), cache_dir=tmp_path)
+    a(x)
+    before = onnxjit.compile(mlp(seed=2), cache_dir=tmp_path).cache_info()["misses"]
+    onnxjit.compile(mlp(seed=2), cache_dir=tmp_path)(x)
+    assert onnxjit.compile(mlp(seed=2), cache_dir=tmp_path).cache_info()["misses"] == before + 1
+
+
+def test_unwritable_cache_dir_warns_and_works(tmp_path):
+    # A regular file where the folder should be: fails for root too.
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.warns(RuntimeWarning, match="in-memory cache only"):
+        fn = onnxjit.compile(mlp(seed=4), cache_dir=blocker / "sub")
+    (y,) = fn(np.ones((1, 784), np.float32))
+    assert y.shape == (1, 10)
+
+
+def test_entry_writable_by_others_is_not_loaded(model_path, tmp_path):
+    _run(model_path, tmp_path)
+    for e in _entries(tmp_path):
+        e.chmod(0o666)
+    again = _run(model_path, tmp_path)
+    assert again["info"]["disk_hits"] == 0 and again["info"]["misses"] == 1
+
+
+def test_disabled_disk_cache_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNXJIT_CACHE_DIR", str(tmp_path))
+    onnxjit.compile(mlp(seed=5), cache_dir=False)(np.ones((1, 784), np.float32))
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,49 @@
+"""dump_ir: one file per pass for graph and loop IR, LLVM IR before/after optimisation and
+assembly; the graph and loop texts parse back to the same IR."""
+
+import numpy as np
+from models import chain, mlp
+
+import onnxjit
+from onnxjit.ir.loop_parser import parse_program
+from onnxjit.ir.loop_printer import print_program
+from onnxjit.ir.parser import parse_model
+from onnxjit.ir.printer import print_model
+
+SIGNATURE_PASSES = ["infer-shapes", "fold-constants", "simplify", "dce", "fuse",
+                    "lower-to-loops", "plan-memory"]
+
+
+def _check_round_trip(path):
+    text = path.read_text()
+    if path.name.endswith(".graph.txt"):
+        assert print_model(parse_model(text)) == text, path.name
+    else:
+        assert print_program(parse_program(text)) == text, path.name
+
+
+def test_dump_files_per_pass(tmp_path):
+    fn = onnxjit.compile(mlp(sizes=(8, 6, 4)), dump_ir=tmp_path, cache_dir=False)
+    fn(np.ones((2, 8), np.float32))
+    graph_files = sorted(p.name for p in (tmp_path / "graph").iterdir())
+    assert graph_files[0] == "00-import.graph.txt"
+    assert [f.split("-", 1)[1] for f in graph_files[1:]] == [
+        "infer-shapes.graph.txt", "fold-constants.graph.txt", "simplify.graph.txt",
+        "dce.graph.txt"]
+    (sig,) = [p for p in tmp_path.iterdir() if p.name != "graph"]
+    names = sorted(p.name for p in sig.iterdir())
+    stems = [n.split("-", 1)[1] for n in names]
+    expected = (["bind-shapes.graph.txt"]
+                + [f"{p}.graph.txt" for p in SIGNATURE_PASSES[:5]]
+                + ["lower-to-loops.loops.txt", "plan-memory.loops.txt",
+                   "llvm.ll", "llvm-opt.ll", "asm.s"])
+    assert stems == expected
+    for p in list((tmp_path / "graph").iterdir()) + list(sig.iterdir()):
+        if p.name.endswith((".graph.txt", ".loops.txt")):
+            _check_round_trip(p)
+
+
+def test_env_var_enables_dumps(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNXJIT_DUMP_IR", str(tmp_path))
+    onnxjit.compile(chain(16), cache_dir=False)(np.ones(16, np.float32))
+    assert any(p.name.endswith("fuse.graph.txt") for p in tmp_path.rglob("*"))
