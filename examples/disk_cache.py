@@ -1,0 +1,27 @@
+"""The disk cache across two processes: the second one loads the native code from the cache
+instead of compiling (no import, no passes, no LLVM), so its first result comes much sooner.
+
+    python examples/disk_cache.py
+"""
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = """
+import sys, time
+t0 = time.perf_counter()
+import numpy as np, onnxjit
+fn = onnxjit.compile(sys.argv[1], cache_dir=sys.argv[2])
+fn(np.ones((32, 784), np.float32))
+info = fn.cache_info()
+print(f"first result after {1e3 * (time.perf_counter() - t0):7.1f} ms "
+      f"(disk hits {info['disk_hits']}, misses {info['misses']})")
+"""
+
+model = Path(__file__).resolve().parents[1] / "onnxjit" / "examples" / "mlp.onnx"
+with tempfile.TemporaryDirectory() as cache:
+    for label in ("cold process", "warm process"):
+        print(f"{label}: ", end="", flush=True)
+        subprocess.run([sys.executable, "-c", CHILD, str(model), cache], check=True)
