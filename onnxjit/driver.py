@@ -142,40 +142,18 @@ def lower_signature(model: Model, signature: tuple, options: CompileOptions,
     return m, program
 
 
-def read_source(source: Any, base_dir: Path | None) -> tuple[bytes, Path | None, str]:
-    """(serialized model bytes, folder for external data, a name for messages)."""
-    import os
-
-    from onnxjit.errors import ModelError
-
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return bytes(source), base_dir, "<bytes>"
-    if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise ModelError(f"model file '{path}' does not exist") from None
-        except IsADirectoryError:
-            raise ModelError(f"model path '{path}' is a folder, not a file") from None
-        except OSError as e:
-            raise ModelError(f"cannot read model file '{path}': {e}") from None
-        return data, base_dir or path.resolve().parent, str(path)
-    serialize = getattr(source, "SerializeToString", None)
-    if callable(serialize):
-        return serialize(), base_dir, f"<{type(source).__name__}>"
-    raise ModelError(f"cannot compile a {type(source).__name__}: expected a path, bytes, or "
-                     "a ModelProto (an object with SerializeToString)")
-
-
 def compile_model(source: Any, **options: Any):
     """`onnxjit.compile`: read the model, then build the CompiledModel (which imports the model,
     or finds its metadata in the disk cache)."""
-    import hashlib
+    import os
 
+    from onnxjit.importer import model_hash
     from onnxjit.runtime import CompiledModel
 
     opts = CompileOptions.from_user(options)
-    data, base_dir, name = read_source(source, opts.base_dir)
-    digest = hashlib.sha256(data).hexdigest()
+    data, digest = model_hash(source, opts.base_dir)
+    base_dir = opts.base_dir
+    if base_dir is None and isinstance(source, (str, os.PathLike)):
+        base_dir = Path(source).resolve().parent  # external data lives beside the model file
+    name = str(source) if isinstance(source, (str, os.PathLike)) else f"<{type(source).__name__}>"
     return CompiledModel(data, digest, opts, base_dir, name)

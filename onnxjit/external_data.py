@@ -1,0 +1,185 @@
+"""Reading tensors stored outside the model file (TensorProto.data_location = EXTERNAL).
+
+The `location` key names a file relative to the model's folder; `offset` and `length` (bytes)
+select a range of it; `checksum` and other keys are ignored. A model is untrusted input, so the
+reader guarantees that nothing outside the model's folder is ever opened:
+
+1. A model given as bytes or an object has no folder: external data is refused unless the caller
+   passes `base_dir`.
+2. The location is checked as text first: it must be relative (no leading `/` or `\\`, no drive
+   letter), contain no NUL, and have no `..` component at all (even `a/../b`, which would stay
+   inside: refusing every `..` keeps the rule simple to audit). Both `/` and `\\` separate parts.
+3. The path is resolved with `realpath` (following symlinks); the result must lie strictly inside
+   the realpath of the folder, exist, and be a regular file; `offset`/`length` must lie within it.
+4. The file is opened component by component from a descriptor of the folder, each step with
+   O_NOFOLLOW (and O_DIRECTORY for folders), so a symlink swapped in after step 3 is not followed;
+   where the platform lacks `dir_fd` support the resolved path is opened with O_NOFOLLOW. O_NONBLOCK
+   keeps a FIFO swapped in from blocking the open. Finally the opened descriptor's st_dev/st_ino
+   must equal those checked in step 3, and it must still be a regular file.
+
+Symlinks *inside* the folder that point inside it are followed (step 3 resolves them; step 4 then
+opens the resolved path). Hard links: a hard link inside the folder to a file elsewhere has the
+same inode wherever it is named, so it cannot be told apart from an ordinary file and is read.
+That is accepted on purpose: creating it needs write access to the model's folder and (with the
+kernel's usual `protected_hardlinks`) read access to the target, so it grants nothing the
+creator of the folder could not have done by copying the file there.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from onnxjit.errors import ModelError
+from onnxjit.proto import onnx_pb2 as P
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_DIR_FLAGS = _FLAGS | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
+_FILE_FLAGS = _FLAGS | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+_WALK_DIRS = os.open in os.supports_dir_fd and bool(_NOFOLLOW)
+
+
+def external_info(t: P.TensorProto, where: str) -> tuple[str, int, int | None]:
+    """(location, offset, length or None) of an EXTERNAL tensor; ModelError if malformed."""
+    entries = {e.key: e.value for e in t.external_data}
+    location = entries.get("location", "")
+    if not location:
+        raise ModelError("external data has no 'location'", where=where)
+
+    def number(key: str) -> int | None:
+        text = entries.get(key)
+        if text is None or text == "":
+            return None
+        try:
+            n = int(text)
+        except ValueError:
+            raise ModelError(f"external data {key} {text!r} is not an integer",
+                             where=where) from None
+        if n < 0:
+            raise ModelError(f"external data {key} {n} is negative", where=where)
+        return n
+
+    return location, number("offset") or 0, number("length")
+
+
+def check_location(location: str, where: str) -> list[str]:
+    """The parts of a relative location, after the textual checks (step 2 above)."""
+    if "\0" in location:
+        raise ModelError(f"external data location {location!r} contains a NUL", where=where)
+    if location.startswith(("/", "\\")) or os.path.isabs(location) or \
+            (len(location) >= 2 and location[1] == ":"):
+        raise ModelError(f"external data location '{location}' is absolute; it must be "
+                         "relative to the model's folder", where=where)
+    parts = [p for p in location.replace("\\", "/").split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ModelError(f"external data location '{location}' contains '..'; it must stay "
+                         "inside the model's folder", where=where)
+    if not parts:
+        raise ModelError(f"external data location '{location}' names no file", where=where)
+    return parts
+
+
+def resolve(base_dir: Path, location: str, where: str) -> tuple[str, str, os.stat_result]:
+    """(realpath of the folder, realpath of the file, its stat) after steps 2 and 3."""
+    parts = check_location(location, where)
+    base = os.path.realpath(base_dir)
+    if not os.path.isdir(base):
+        raise ModelError(f"the model folder '{base_dir}' for external data is not a folder",
+                         where=where)
+    real = os.path.realpath(os.path.join(base, *parts))
+    if os.path.commonpath([base, real]) != base or real == base:
+        raise ModelError(f"external data location '{location}' resolves outside the model's "
+                         f"folder '{base}'", where=where)
+    try:
+        st = os.stat(real)
+    except FileNotFoundError:
+        raise ModelError(f"external data file '{location}' does not exist in '{base}'",
+                         where=where) from None
+    except OSError as e:
+        raise ModelError(f"cannot access external data file '{location}': {e.strerror}",
+                         where=where) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelError(f"external data location '{location}' is not a regular file",
+                         where=where)
+    return base, real, st
+
+
+def _open_checked(base: str, real: str, location: str, where: str) -> int:
+    """Step 4: an fd of `real`, opened without following any symlink."""
+    rel = os.path.relpath(real, base).split(os.sep)
+    try:
+        if _WALK_DIRS:
+            fd = os.open(base, _DIR_FLAGS & ~_NOFOLLOW)  # the folder itself may be a symlink
+            try:
+                for part in rel[:-1]:
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    os.close(fd)
+                    fd = nfd
+                return os.open(rel[-1], _FILE_FLAGS, dir_fd=fd)
+            finally:
+                os.close(fd)
+        return os.open(real, _FILE_FLAGS)
+    except OSError as e:
+        raise ModelError(f"cannot open external data file '{location}' safely: {e.strerror} "
+                         "(did it change while the model was loading?)", where=where) from None
+
+
+class ExternalReader:
+    """Reads EXTERNAL tensors of one model; `base_dir` None refuses them all."""
+
+    def __init__(self, base_dir: str | os.PathLike | None):
+        self.base_dir = None if base_dir is None else Path(base_dir)
+
+    def __call__(self, t: P.TensorProto, where: str) -> bytes:
+        location, offset, length = external_info(t, where)
+        if self.base_dir is None:
+            raise ModelError(f"stores its data in external file '{location}', but the model was "
+                             "given as bytes or an object, which has no folder: pass base_dir "
+                             "(the folder holding the data files) or load the model from a path",
+                             where=where)
+        base, real, st = resolve(self.base_dir, location, where)
+        size = st.st_size
+        if length is None:
+            length = max(size - offset, 0)
+        if offset > size or offset + length > size:
+            raise ModelError(f"external data range [{offset}, {offset + length}) lies beyond the "
+                             f"end of '{location}' ({size} bytes)", where=where)
+        fd = _open_checked(base, real, location, where)
+        try:
+            fst = os.fstat(fd)
+            if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or \
+                    not stat.S_ISREG(fst.st_mode) or fst.st_size < offset + length:
+                raise ModelError(f"external data file '{location}' changed while the model was "
+                                 "loading", where=where)
+            return _pread_all(fd, offset, length, location, where)
+        finally:
+            os.close(fd)
+
+
+def _pread_all(fd: int, offset: int, length: int, location: str, where: str) -> bytes:
+    chunks: list[bytes] = []
+    done = 0
+    while done < length:
+        if hasattr(os, "pread"):
+            chunk = os.pread(fd, min(length - done, 1 << 30), offset + done)
+        else:  # pragma: no cover - Windows
+            os.lseek(fd, offset + done, os.SEEK_SET)
+            chunk = os.read(fd, min(length - done, 1 << 30))
+        if not chunk:
+            raise ModelError(f"external data file '{location}' ended early (truncated while "
+                             "loading?)", where=where)
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)
+
+
+def fingerprint(base_dir: str | os.PathLike, location: str) -> str:
+    """A cheap identity of an external data file for cache keys: size and mtime, or a marker
+    when the location is refused or missing (the import then reports the real error)."""
+    try:
+        _, real, st = resolve(Path(base_dir), location, "external data")
+    except ModelError:
+        return f"{location}:invalid"
+    return f"{location}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"

@@ -1,0 +1,199 @@
+"""The importer: ONNX protobuf (path, bytes or ModelProto) -> graph IR `Model`.
+
+Algorithm: 1) read the bytes (a path, bytes, or any object with `SerializeToString`) and parse
+them with the project's own schema (`onnxjit.proto`); 2) resolve the opset imports ("" and
+"ai.onnx" are one domain); 3) import the main graph with a chain of lexical scopes
+(`_Scope`): initializers, then inputs, then nodes in file order, each input name looked up
+through the scope chain (inner to outer) so a subgraph sees its enclosing graphs' values as the
+very same `Value` objects; subgraph attributes are imported when their node is reached, which
+is when the ONNX IR spec says the outer names they use must already be defined; 4) import
+model-local functions (not inlined here) and metadata.
+
+SSA and order are checked on the way: a name used before the node defining it (or in a cycle),
+a name never defined, and a name defined twice (also: a subgraph node output shadowing an outer
+name, which the IR spec forbids) are ModelErrors naming the node and value. Types come from
+ValueInfoProto (inputs, outputs, value_info). Tensor decoding is in `onnxjit.tensors`, external
+data in `onnxjit.external_data`. Only these modules and `onnxjit.proto` touch protobuf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from onnxjit.errors import ModelError, UnsupportedError
+from onnxjit.external_data import ExternalReader, external_info, fingerprint
+from onnxjit.importer_graph import GraphImporter, import_type
+from onnxjit.ir.graph import Function, Model
+from onnxjit.proto import onnx_pb2 as P
+
+__all__ = ["load_model", "model_hash", "read_model_bytes", "parse_model", "import_type"]
+
+
+def read_model_bytes(src: Any, base_dir: str | os.PathLike | None = None
+                     ) -> tuple[bytes, Path | None]:
+    """(serialized model, folder for its external data) of a path, bytes, or ModelProto."""
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        return bytes(src), None if base_dir is None else Path(base_dir)
+    if isinstance(src, (str, os.PathLike)):
+        path = Path(src)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ModelError(f"model file '{path}' does not exist") from None
+        except IsADirectoryError:
+            raise ModelError(f"model path '{path}' is a folder, not a file") from None
+        except OSError as e:
+            raise ModelError(f"cannot read model file '{path}': {e.strerror}") from None
+        if not data:
+            raise ModelError(f"model file '{path}' is empty")
+        folder = Path(base_dir) if base_dir is not None else path.resolve().parent
+        return data, folder
+    serialize = getattr(src, "SerializeToString", None)
+    if callable(serialize):
+        return serialize(), None if base_dir is None else Path(base_dir)
+    raise ModelError(f"cannot load a model from a {type(src).__name__}: expected a path, bytes, "
+                     "or a ModelProto (an object with SerializeToString)")
+
+
+def parse_model(data: bytes, name: str = "the model") -> P.ModelProto:
+    """Parse serialized bytes as a ModelProto; ModelError if they are not one."""
+    if not data:
+        raise ModelError(f"{name} is empty (0 bytes)")
+    proto = P.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelError(f"{name} is not a valid ONNX model (protobuf decoding failed: "
+                         f"{e})") from None
+    if not proto.HasField("graph"):
+        raise ModelError(f"{name} is not a valid ONNX model: it has no graph")
+    return proto
+
+
+def load_model(src: Any, base_dir: str | os.PathLike | None = None) -> Model:
+    """Import an ONNX model into the graph IR.
+
+    `src` is a path, bytes, or an object with `SerializeToString()` (e.g. `onnx.ModelProto`).
+    External data is read relative to `base_dir`, which defaults to the model file's folder;
+    models given as bytes/objects may use external data only when `base_dir` is given.
+    """
+    data, folder = read_model_bytes(src, base_dir)
+    name = f"model file '{src}'" if isinstance(src, (str, os.PathLike)) else "the model"
+    return import_proto(parse_model(data, name), folder)
+
+
+def import_proto(proto: P.ModelProto, base_dir: str | os.PathLike | None = None) -> Model:
+    """Import a parsed ModelProto (of `onnxjit.proto`); see `load_model`."""
+    opsets = _opset_imports(proto.opset_import, proto.ir_version, "the model")
+    local_domains = {f.domain for f in proto.functions}
+    reader = ExternalReader(base_dir)
+    gi = GraphImporter(opsets, reader, local_domains)
+    graph = gi.import_graph(proto.graph, None)
+    functions = [_import_function(f, opsets, reader, local_domains) for f in proto.functions]
+    seen: set[tuple[str, str, str]] = set()
+    for f in functions:
+        key = (f.domain, f.name, f.overload)
+        if key in seen:
+            raise ModelError(f"function '{f.domain}.{f.name}' is defined twice")
+        seen.add(key)
+    return Model(
+        graph=graph, opset_imports=opsets, ir_version=proto.ir_version,
+        producer_name=proto.producer_name, producer_version=proto.producer_version,
+        domain=proto.domain, model_version=proto.model_version, doc=proto.doc_string,
+        metadata={e.key: e.value for e in proto.metadata_props}, functions=functions)
+
+
+def _opset_imports(entries: Any, ir_version: int, owner: str) -> dict[str, int]:
+    from onnxjit.ir.opdef import MAX_OPSET
+
+    out: dict[str, int] = {}
+    for e in entries:
+        domain = "" if e.domain == "ai.onnx" else e.domain
+        if domain in out and out[domain] != e.version:
+            raise ModelError(f"{owner} imports domain '{e.domain or 'ai.onnx'}' twice, at "
+                             f"versions {out[domain]} and {e.version}")
+        out[domain] = int(e.version)
+    if not out and ir_version < 3:
+        out[""] = 1  # before IR version 3 the default opset was implied (version 1)
+    if out.get("", 0) > MAX_OPSET:
+        raise UnsupportedError(f"{owner} imports ai.onnx opset {out['']}; onnxjit supports "
+                               f"opsets up to {MAX_OPSET}")
+    return out
+
+
+def _import_function(f: P.FunctionProto, model_opsets: dict[str, int], reader: ExternalReader,
+                     local_domains: set[str]) -> Function:
+    owner = f"function '{f.domain}.{f.name}'" if f.domain else f"function '{f.name}'"
+    own = _opset_imports(f.opset_import, 10, owner) if f.opset_import else {}
+    # Domains the function does not import itself fall back to the model's imports.
+    opsets = {**model_opsets, **own}
+    gi = GraphImporter(opsets, reader, local_domains)
+    body = gi.import_function_body(f, owner)
+    defaults = {a.name: gi.attribute(a, owner) for a in f.attribute_proto}
+    return Function(
+        name=f.name, domain=f.domain, inputs=list(f.input), outputs=list(f.output),
+        attributes=list(f.attribute) + [a.name for a in f.attribute_proto],
+        attribute_defaults=defaults, body=body, opset_imports=own, overload=f.overload)
+
+
+def model_hash(src: Any, base_dir: str | os.PathLike | None = None) -> tuple[bytes, str]:
+    """(serialized model bytes, sha256 hex) for cache keys, without importing the model.
+
+    The digest covers the model bytes. When they may reference external data (the bytes contain
+    `location`, a cheap test), the model is parsed and each external file's location, size,
+    mtime and inode are hashed in too (not its contents: weights files can be gigabytes), so
+    editing a data file changes the key. Locations that are refused or missing contribute a
+    marker; importing reports them properly.
+    """
+    data, folder = read_model_bytes(src, base_dir)
+    h = hashlib.sha256(data)
+    if folder is not None and b"location" in data:
+        try:
+            proto = parse_model(data)
+        except ModelError:
+            return data, h.hexdigest()
+        for loc in sorted(set(_external_locations(proto))):
+            h.update(b"\0external\0" + fingerprint(folder, loc).encode())
+    return data, h.hexdigest()
+
+
+def _external_locations(proto: P.ModelProto) -> list[str]:
+    out: list[str] = []
+
+    def tensor(t: P.TensorProto) -> None:
+        if t.data_location == P.TensorProto.EXTERNAL:
+            try:
+                out.append(external_info(t, "")[0])
+            except ModelError:
+                pass
+
+    def graph(g: P.GraphProto) -> None:
+        for t in g.initializer:
+            tensor(t)
+        for s in g.sparse_initializer:
+            tensor(s.values)
+            tensor(s.indices)
+        for n in g.node:
+            attrs(n.attribute)
+
+    def attrs(attributes: Any) -> None:
+        for a in attributes:
+            if a.HasField("t"):
+                tensor(a.t)
+            for t in a.tensors:
+                tensor(t)
+            if a.HasField("g"):
+                graph(a.g)
+            for g in a.graphs:
+                graph(g)
+
+    graph(proto.graph)
+    for f in proto.functions:
+        for n in f.node:
+            attrs(n.attribute)
+    return out
