@@ -215,12 +215,25 @@ def _key(a: DimLike) -> tuple:
     return (0, a) if isinstance(a, int) else (1, str(a))
 
 
+def _split_coeff(t: DimLike) -> tuple[int, DimLike]:
+    """(coefficient, symbolic part) of a product term: 3*N -> (3, N)."""
+    if isinstance(t, Sym) and t.op == "mul" and isinstance(t.args[0], int):
+        rest = t.args[1:]
+        return t.args[0], rest[0] if len(rest) == 1 else Sym("mul", rest)
+    return 1, t
+
+
 def sym_add(a: DimLike, b: DimLike) -> Dim:
     terms: list = []
     for x in (a, b):
         terms.extend(x.args if isinstance(x, Sym) and x.op == "add" else [x])
     const = sum(t for t in terms if isinstance(t, int))
-    syms = sorted((t for t in terms if not isinstance(t, int)), key=_key)
+    coeffs: dict[Sym, int] = {}
+    for t in terms:
+        if not isinstance(t, int):
+            c, part = _split_coeff(t)
+            coeffs[part] = coeffs.get(part, 0) + c  # type: ignore[index]
+    syms = sorted((sym_mul(part, c) for part, c in coeffs.items() if c != 0), key=_key)
     if not syms:
         return const
     args = tuple(syms) + ((const,) if const else ())
