@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
 import onnxjit

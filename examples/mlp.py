@@ -4,7 +4,6 @@
 """
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit

@@ -50,12 +50,14 @@ def mlp_reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 def chain(n: int | str = 1024) -> onnx.ModelProto:
     """Six elementwise ops with Tanh and Erf: y = sigmoid(erf(tanh(x*0.5 + 0.1))) * x."""
-    nodes = [helper.make_node("Mul", ["x", "s"], ["t1"]), helper.make_node("Add", ["t1", "b"], ["t2"]),
-             helper.make_node("Tanh", ["t2"], ["t3"]), helper.make_node("Erf", ["t3"], ["t4"]),
-             helper.make_node("Sigmoid", ["t4"], ["t5"]), helper.make_node("Mul", ["t5", "x"], ["y"])]
+    mk = helper.make_node
+    nodes = [mk("Mul", ["x", "s"], ["t1"]), mk("Add", ["t1", "b"], ["t2"]),
+             mk("Tanh", ["t2"], ["t3"]), mk("Erf", ["t3"], ["t4"]),
+             mk("Sigmoid", ["t4"], ["t5"]), mk("Mul", ["t5", "x"], ["y"])]
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
              numpy_helper.from_array(np.array(0.1, np.float32), "b")]
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
+    g = helper.make_graph(nodes, "chain",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n])], inits)
     return finish(g)
 
