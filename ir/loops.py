@@ -7,7 +7,10 @@ and a list of `Kernel`s run in order. A kernel body is a list of statements:
 - `Op(dst, op, args)`: a scalar operation writing the variable `dst` (see `SCALAR_OPS`);
 - `Load(dst, buf, index)` / `Store(buf, index, value)`: flat element index into a buffer;
 - `Check(cond, message)`: if the bool `cond` is false, the whole call stops and the runtime raises
-  `InputError(message)` (data-dependent errors such as an index out of range: never a crash).
+  `InputError(message)` (data-dependent errors such as an index out of range: never a crash);
+- `Matmul(...)`: `C = alpha * op(A) @ op(B)` (or `C += ...`) on 2-D row-major windows of buffers,
+  a first-class statement so that code generation can emit a register-blocked microkernel for it
+  (the loop nest a scalar lowering would give is far from the machine's peak).
 
 Variables (`Var`) are typed scalar registers, identified by object identity; unlike SSA values a
 variable may be assigned more than once (a reduction's accumulator is assigned in the loop body),
@@ -150,7 +153,38 @@ class Check:
     message: str
 
 
-Stmt = Union[Loop, Op, Load, Store, Check]
+@dataclass(eq=False)
+class Matmul:
+    """`C[i, j] (+)= alpha * sum_k A'[i, k] * B'[k, j]` for i < m, j < n, k < k.
+
+    Each operand is a 2-D row-major window of a buffer: element (r, c) of the window is
+    `buf[off + r * ld + c]`. `a_trans` means the window holds A transposed (a k x m window, so
+    A'[i, k] = window[k, i]); `b_trans` likewise (an n x k window). Offsets are operands so a
+    batched matmul is a loop around this statement; sizes and leading dims are compile-time
+    ints. With `accumulate` the product is added to C's old contents, else it overwrites them.
+    Element types: all three buffers share one float dtype, or A and B are one int dtype and C
+    has it too (wrap-around arithmetic).
+    """
+
+    c: Buffer
+    c_off: Operand
+    ldc: int
+    a: Buffer
+    a_off: Operand
+    lda: int
+    b: Buffer
+    b_off: Operand
+    ldb: int
+    m: int
+    n: int
+    k: int
+    a_trans: bool = False
+    b_trans: bool = False
+    alpha: float = 1.0
+    accumulate: bool = False
+
+
+Stmt = Union[Loop, Op, Load, Store, Check, Matmul]
 
 
 @dataclass(eq=False)
@@ -164,6 +198,9 @@ class Kernel:
         for s in walk(self.body):
             if isinstance(s, (Load, Store)):
                 seen.setdefault(id(s.buf), s.buf)
+            elif isinstance(s, Matmul):
+                for b in (s.c, s.a, s.b):
+                    seen.setdefault(id(b), b)
         return list(seen.values())
 
 

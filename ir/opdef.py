@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from onnxjit.ir.types import ValueType
 
 #: Highest ai.onnx opset version whose semantics the table implements.
-MAX_OPSET = 25
+MAX_OPSET = 28
 
 
 class LowerContext(Protocol):

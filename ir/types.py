@@ -113,7 +113,14 @@ _INTS = (DType.UINT8, DType.INT8, DType.UINT16, DType.INT16, DType.INT32, DType.
          DType.UINT32, DType.UINT64)
 
 #: Element types the code generator implements today; others raise UnsupportedError.
-COMPUTE_DTYPES = frozenset({DType.FLOAT, DType.DOUBLE, DType.INT32, DType.INT64, DType.BOOL})
+COMPUTE_DTYPES = frozenset({DType.FLOAT, DType.DOUBLE, DType.BOOL, DType.INT8, DType.INT16,
+                            DType.INT32, DType.INT64, DType.UINT8, DType.UINT16, DType.UINT32,
+                            DType.UINT64})
+
+
+def supported_dtypes_text() -> str:
+    """The compute dtypes as text for error messages: "bool, f32, f64, i16, ..."."""
+    return ", ".join(sorted(d.short for d in COMPUTE_DTYPES))
 
 
 # --------------------------------------------------------------------------- symbolic dims

@@ -20,10 +20,10 @@ import numpy as np
 from onnxjit.errors import CompileError, UnsupportedError
 from onnxjit.ir.graph import Model, Node, Value
 from onnxjit.ir.loop_builder import Builder
-from onnxjit.ir.loops import Buffer, Kernel, Program, Stmt, Store, walk
+from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, Stmt, Store, walk
 from onnxjit.ir.opdef import resolve
 from onnxjit.ir.ops_fused import lower_elementwise_nodes
-from onnxjit.ir.types import COMPUTE_DTYPES, DType, TensorType
+from onnxjit.ir.types import COMPUTE_DTYPES, DType, TensorType, supported_dtypes_text
 from onnxjit.passes import PassContext, PassResult
 
 name = "lower-to-loops"
@@ -113,8 +113,8 @@ class Lowering:
             else:
                 raise UnsupportedError(f"op '{node.op}' has no lowering yet", where=node)
         self._current = None
-        written = {s.buf.root() for k in self.kernels for s in walk(k.body)
-                   if isinstance(s, Store)}
+        written = {s.buf.root() if isinstance(s, Store) else s.c.root()
+                   for k in self.kernels for s in walk(k.body) if isinstance(s, (Store, Matmul))}
         for v, b in out_bufs:
             if b not in written:
                 self._copy(self.buf(v), b)
@@ -131,7 +131,7 @@ def _static(v: Value, node: Node | None) -> tuple[DType, tuple[int, ...]]:
                            f"shape {t}", where=node)
     if t.dtype not in COMPUTE_DTYPES:
         raise UnsupportedError(f"dtype {t.dtype.short} of {v.describe()} is not supported "
-                               f"(supported: f32, f64, i32, i64, bool)", where=node)
+                               f"(supported: {supported_dtypes_text()})", where=node)
     return t.dtype, tuple(t.shape)  # type: ignore[arg-type]
 
 
