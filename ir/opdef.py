@@ -84,9 +84,11 @@ def op(name: str, versions: tuple[int, ...], **kwargs: Any) -> OpDef:
 def _load_tables() -> None:
     # The op families register themselves on import; importing here keeps one entry point.
     from onnxjit.ir import (  # noqa: F401
+        ops_cast,
         ops_elementwise,
         ops_fused,
         ops_linalg,
+        ops_logic,
         ops_reduce,
         ops_shape,
     )

@@ -1,0 +1,76 @@
+"""The host target: LLVM initialisation, target machines for this CPU, and the target's identity.
+
+Code is generated for the CPU this process runs on (`get_host_cpu_name`, `get_host_cpu_features`),
+so the disk cache key must name the triple, the CPU, its features and the LLVM/llvmlite versions:
+`target_id()` is that name. `llvm.initialize()` raises on LLVM 22, so only the native target and
+asm printer are initialised, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import llvmlite
+import llvmlite.binding as llvm
+
+_init_lock = threading.Lock()
+_initialised = False
+
+
+def init() -> None:
+    """Initialise LLVM's native target once per process."""
+    global _initialised
+    if _initialised:
+        return
+    with _init_lock:
+        if not _initialised:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            _initialised = True
+
+
+@functools.lru_cache(maxsize=None)
+def host() -> tuple[str, str, str]:
+    """(triple, cpu name, feature string) of this machine."""
+    init()
+    triple = llvm.get_process_triple()
+    cpu = llvm.get_host_cpu_name()
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # some hosts cannot report features; the CPU name implies them
+        features = ""
+    return triple, cpu, features
+
+
+def create_target_machine(opt_level: int = 3) -> llvm.TargetMachine:
+    """A fresh target machine for the host (an execution engine takes ownership of one)."""
+    triple, cpu, features = host()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=min(opt_level, 3),
+                                        reloc="pic", codemodel="jitdefault")
+
+
+@functools.lru_cache(maxsize=None)
+def data_layout() -> str:
+    return str(create_target_machine().target_data)
+
+
+@functools.lru_cache(maxsize=None)
+def vector_bytes() -> int:
+    """Width of the widest vector registers the host's features enable (16, 32 or 64)."""
+    features = host()[2].split(",")
+    if "+avx512f" in features:
+        return 64
+    if "+avx" in features:
+        return 32
+    return 16
+
+
+@functools.lru_cache(maxsize=None)
+def target_id() -> str:
+    """Everything about the host and the toolchain that changes the object code we emit."""
+    triple, cpu, features = host()
+    major, minor, patch = llvm.llvm_version_info
+    return (f"{triple}|{cpu}|{features}|llvm{major}.{minor}.{patch}"
+            f"|llvmlite{llvmlite.__version__}")
