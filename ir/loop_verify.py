@@ -1,0 +1,206 @@
+"""Verifier of the loop IR: the invariants code generation relies on.
+
+`verify_program(program)` raises `CompileError` naming the kernel and statement at fault. It runs
+after every loop-level pass (the driver's hook), so it is one linear walk.
+
+Algorithm:
+1) buffers: unique names, a known kind, concrete non-negative shapes; inputs and outputs have
+   dense, distinct slots (inputs 0..n-1, outputs n..n+m-1); consts carry an array of their dtype
+   and size; views have a base, fit inside it and are not bases of a cycle; temps have an
+   aligned offset once plan-memory has run (-1 before);
+2) kernels in order, each statement in program order with the set of variables assigned so
+   far (a variable assigned inside a loop stays defined after it: the loop IR has no block
+   scoping, code generation gives every Var one stack slot): operands are defined Vars or
+   Consts; every Op has its arity and its result dtype (`loops.result_dtype`); loads and stores
+   move the buffer's dtype at an i64 index (constant indexes are bounds-checked); nothing
+   stores into an input or const buffer; loop bounds are i64 with a positive step; a Check's
+   condition is a bool; a Matmul's windows have consistent dtypes and, for constant offsets,
+   fit inside their buffers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from onnxjit.errors import CompileError
+from onnxjit.ir.loops import (
+    SCALAR_OPS,
+    Buffer,
+    Check,
+    Const,
+    Kernel,
+    Load,
+    Loop,
+    Matmul,
+    Op,
+    Operand,
+    Program,
+    Stmt,
+    Store,
+    Var,
+    result_dtype,
+)
+from onnxjit.ir.types import DType
+
+KINDS = ("input", "output", "const", "temp", "view")
+
+
+def verify_program(program: Program) -> None:
+    """Raise CompileError if `program` breaks the loop IR's invariants."""
+    if not isinstance(program, Program):
+        raise CompileError(f"expected a loop-IR Program, got {type(program).__name__}")
+    known = _check_buffers(program.buffers)
+    names: set[str] = set()
+    for k in program.kernels:
+        if k.name in names:
+            raise CompileError(f"kernel @{k.name} is defined twice")
+        names.add(k.name)
+        _KernelChecker(k, known).body(k.body)
+
+
+def _check_buffers(buffers: Sequence[Buffer]) -> set[int]:
+    names: set[str] = set()
+    for b in buffers:
+        if b.name in names:
+            raise CompileError(f"buffer %{b.name} is defined twice")
+        names.add(b.name)
+        if b.kind not in KINDS:
+            raise CompileError(f"buffer %{b.name} has unknown kind '{b.kind}'")
+        if not all(isinstance(d, int) and d >= 0 for d in b.shape):
+            raise CompileError(f"buffer %{b.name} has a non-concrete shape {b.shape}")
+        if b.kind == "const":
+            if b.data is None or b.data.size != b.numel or b.data.dtype != b.dtype.numpy:
+                raise CompileError(f"const buffer %{b.name} must hold a {b.dtype.short} array "
+                                   f"of {b.numel} elements")
+        if (b.kind == "view") != (b.base is not None):
+            raise CompileError(f"buffer %{b.name}: only views have a base")
+        if b.kind == "temp" and b.offset >= 0 and b.offset % 64:
+            raise CompileError(f"temp buffer %{b.name} has a misaligned offset {b.offset}")
+    ids = {id(b) for b in buffers}
+    for b in buffers:
+        if b.base is None:
+            continue
+        seen = {id(b)}
+        r = b
+        while r.base is not None:
+            r = r.base
+            if id(r) in seen or id(r) not in ids:
+                raise CompileError(f"view %{b.name} has a base outside the program or a cycle")
+            seen.add(id(r))
+        if b.nbytes > r.nbytes:
+            raise CompileError(f"view %{b.name} ({b.nbytes} bytes) is larger than its root "
+                               f"%{r.name} ({r.nbytes} bytes)")
+    for kind, first in (("input", 0), ("output", sum(b.kind == "input" for b in buffers))):
+        slots = sorted(b.slot for b in buffers if b.kind == kind)
+        if slots != list(range(first, first + len(slots))):
+            raise CompileError(f"{kind} buffers have slots {slots}; expected "
+                               f"{list(range(first, first + len(slots)))}")
+    consts = sorted(b.slot for b in buffers if b.kind == "const")
+    if consts != list(range(len(consts))):
+        raise CompileError(f"const buffers have slots {consts}; expected 0..{len(consts) - 1}")
+    return ids
+
+
+class _KernelChecker:
+    def __init__(self, kernel: Kernel, buffers: set[int]):
+        self.kernel = kernel
+        self.buffers = buffers
+        self.defined: set[Var] = set()
+
+    def fail(self, stmt: Stmt, message: str) -> CompileError:
+        return CompileError(f"kernel @{self.kernel.name}: {type(stmt).__name__}: {message}")
+
+    def operand(self, stmt: Stmt, x: Operand) -> DType:
+        if isinstance(x, Const):
+            return x.dtype
+        if not isinstance(x, Var):
+            raise self.fail(stmt, f"operand {x!r} is neither a Var nor a Const")
+        if x not in self.defined:
+            raise self.fail(stmt, f"variable {x!r} is read before it is assigned")
+        return x.dtype
+
+    def index(self, stmt: Stmt, buf: Buffer, idx: Operand) -> None:
+        if id(buf) not in self.buffers:
+            raise self.fail(stmt, f"buffer %{buf.name} is not in the program")
+        if self.operand(stmt, idx) != DType.INT64:
+            raise self.fail(stmt, f"index into %{buf.name} must be i64")
+        if isinstance(idx, Const) and not 0 <= int(idx.value) < buf.numel:
+            raise self.fail(stmt, f"constant index {idx.value} is out of range for "
+                                  f"%{buf.name} ({buf.numel} elements)")
+
+    def assign(self, stmt: Stmt, dst: Var, dtype: DType) -> None:
+        if not isinstance(dst, Var):
+            raise self.fail(stmt, f"destination {dst!r} is not a Var")
+        if dst.dtype != dtype:
+            raise self.fail(stmt, f"{dst!r} is {dst.dtype.short} but gets a {dtype.short}")
+        self.defined.add(dst)
+
+    def body(self, body: Sequence[Stmt]) -> None:
+        for s in body:
+            self.stmt(s)
+
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Op):
+            if s.op not in SCALAR_OPS:
+                raise self.fail(s, f"unknown scalar op '{s.op}'")
+            arity = SCALAR_OPS[s.op][0]
+            if len(s.args) != arity:
+                raise self.fail(s, f"'{s.op}' takes {arity} operands, got {len(s.args)}")
+            dts = [self.operand(s, a) for a in s.args]
+            if s.op == "select":
+                if dts[0] != DType.BOOL or dts[1] != dts[2]:
+                    raise self.fail(s, f"select needs (bool, T, T), got {dts}")
+            elif arity == 2 and dts[0] != dts[1] and s.op != "pow":
+                raise self.fail(s, f"'{s.op}' operands differ in dtype: {dts}")
+            self.assign(s, s.dst, result_dtype(s.op, s.args, s.dst.dtype))
+        elif isinstance(s, Load):
+            self.index(s, s.buf, s.index)
+            self.assign(s, s.dst, s.buf.dtype)
+        elif isinstance(s, Store):
+            self.index(s, s.buf, s.index)
+            if s.buf.root().kind in ("input", "const"):
+                raise self.fail(s, f"store into read-only buffer %{s.buf.name}")
+            if self.operand(s, s.value) != s.buf.dtype:
+                raise self.fail(s, f"stores a {s.value.dtype.short} into %{s.buf.name} "
+                                   f"({s.buf.dtype.short})")
+        elif isinstance(s, Loop):
+            for x in (s.start, s.stop):
+                if self.operand(s, x) != DType.INT64:
+                    raise self.fail(s, "loop bounds must be i64")
+            if not isinstance(s.step, int) or s.step <= 0:
+                raise self.fail(s, f"loop step must be a positive int, got {s.step!r}")
+            self.assign(s, s.var, DType.INT64)
+            self.body(s.body)
+        elif isinstance(s, Check):
+            if self.operand(s, s.cond) != DType.BOOL:
+                raise self.fail(s, "condition must be a bool")
+        elif isinstance(s, Matmul):
+            self.matmul(s)
+        else:
+            raise self.fail(s, "unknown statement")
+
+    def matmul(self, s: Matmul) -> None:
+        for buf, off in ((s.a, s.a_off), (s.b, s.b_off), (s.c, s.c_off)):
+            if id(buf) not in self.buffers:
+                raise self.fail(s, f"buffer %{buf.name} is not in the program")
+            if self.operand(s, off) != DType.INT64:
+                raise self.fail(s, f"offset into %{buf.name} must be i64")
+        if not (s.a.dtype == s.b.dtype == s.c.dtype):
+            raise self.fail(s, f"operands differ in dtype: {s.a.dtype.short}, "
+                               f"{s.b.dtype.short}, {s.c.dtype.short}")
+        if s.c.root().kind in ("input", "const"):
+            raise self.fail(s, f"writes read-only buffer %{s.c.name}")
+        a_rows, a_cols = (s.k, s.m) if s.a_trans else (s.m, s.k)
+        b_rows, b_cols = (s.n, s.k) if s.b_trans else (s.k, s.n)
+        for buf, off, ld, rows, cols in ((s.a, s.a_off, s.lda, a_rows, a_cols),
+                                         (s.b, s.b_off, s.ldb, b_rows, b_cols),
+                                         (s.c, s.c_off, s.ldc, s.m, s.n)):
+            if min(rows, cols) < 0 or (rows and cols and ld < cols):
+                raise self.fail(s, f"window {rows}x{cols} with leading dim {ld} in "
+                                   f"%{buf.name} is malformed")
+            if isinstance(off, Const) and rows and cols:
+                last = int(off.value) + (rows - 1) * ld + cols - 1
+                if int(off.value) < 0 or last >= buf.numel:
+                    raise self.fail(s, f"window [{off.value}, {last}] is out of range for "
+                                       f"%{buf.name} ({buf.numel} elements)")
+
