@@ -81,21 +81,36 @@ def op(name: str, versions: tuple[int, ...], **kwargs: Any) -> OpDef:
     return register_op(OpDef(name, versions, **kwargs))
 
 
+_loaded = False
+
+
 def _load_tables() -> None:
     # The op families register themselves on import; importing here keeps one entry point.
+    # A flag, not "OPS is empty": importing one family directly (the fuse pass imports
+    # ops_fused) must not stop the others from loading.
+    global _loaded
     from onnxjit.ir import (  # noqa: F401
+        ops_activation,
         ops_cast,
         ops_elementwise,
         ops_fused,
+        ops_generate,
         ops_linalg,
         ops_logic,
+        ops_math,
+        ops_movement,
         ops_reduce,
         ops_shape,
+        ops_slice,
+        ops_softmax,
+        ops_trig,
     )
+
+    _loaded = True
 
 
 def lookup(domain: str, op: str) -> OpDef | None:
-    if not OPS:
+    if not _loaded:
         _load_tables()
     return OPS.get((domain if domain != "ai.onnx" else "", op))
 

@@ -39,19 +39,29 @@ def run_via_loop_ir(model: Any, inputs: Sequence[np.ndarray],
     return run_program(program, arrays)
 
 
+def as_array(x: Any) -> np.ndarray:
+    """A backend test datum as an array (some cases hold TensorProtos, e.g. float8 casts)."""
+    if hasattr(x, "SerializeToString") and hasattr(x, "data_type"):
+        from onnx import numpy_helper
+
+        return numpy_helper.to_array(x)
+    return np.asarray(x)
+
+
 def run_case(case: Any) -> str | None:
     """Run an ONNX backend node test case through the loop IR; None when it passes."""
     from onnxjit.errors import OnnxJitError
 
     try:
         for inputs, expected in case.data_sets:
-            got = run_via_loop_ir(case.model, [np.asarray(x) for x in inputs])
+            got = run_via_loop_ir(case.model, [as_array(x) for x in inputs])
             if len(got) != len(expected):
                 return f"{len(got)} outputs, expected {len(expected)}"
             for k, (g, e) in enumerate(zip(got, expected)):
-                e = np.asarray(e)
+                e = as_array(e)
                 if g.dtype != e.dtype or g.shape != e.shape:
-                    return f"output {k}: {g.dtype}{list(g.shape)}, expected {e.dtype}{list(e.shape)}"
+                    return (f"output {k}: {g.dtype}{list(g.shape)}, "
+                            f"expected {e.dtype}{list(e.shape)}")
                 np.testing.assert_allclose(g, e, rtol=case.rtol, atol=case.atol)
     except AssertionError as e:
         return "mismatch: " + " ".join(str(e).split())[:200]
