@@ -201,7 +201,10 @@ class Sym:
         if self.op == "mul":
             return "*".join(parts)
         if self.op == "floordiv":
-            return f"{parts[0]} // {parts[1]}"
+            d = self.args[1]
+            # `N // 2*M` would read back as `(N // 2)*M`: a product divisor needs parentheses.
+            div = f"({d})" if isinstance(d, Sym) and d.op == "mul" else parts[1]
+            return f"{parts[0]} // {div}"
         return f"max({', '.join(str(a) for a in self.args)})"
 
     def __repr__(self) -> str:

@@ -1,0 +1,167 @@
+"""The text form of the loop IR: `print_program(program) -> str` (parsed by `ir.loop_parser`).
+
+    program @main {
+      buffer %x: f32[2,8] input slot=0
+      buffer %w: f32[8,6] const slot=0 = blob0
+      buffer %t: f32[2,6] temp offset=0
+      buffer %v: f32[12] view base=%t
+      kernel @fused {
+        for %i0: i64 = 0 to 12 step 4 parallel {
+          %0: f32 = load %x[%i0]
+          %1: f32 = add %0, 0.5:f32
+          store %t[%i0], %1
+        }
+        check %ok: bool, "index out of range"
+        matmul %t[0, ld=6] += %x[%o, ld=8]^T * %w[0, ld=8] {m = 2, n = 6, k = 8, alpha = 1.0}
+      }
+    }
+    resources { blob0 = "<base64>" }
+
+Algorithm: buffers are named once for the program, variables once per kernel (a `Namer` that
+starts from the buffers' names, so no variable looks like a buffer), from their hints in print
+order. A variable's first appearance in a kernel's text carries its dtype (`%acc: f32`), later
+ones do not, so a reassigned accumulator reads `%acc = add %acc, %3`. Constant operands print
+bare when i64 ints or bools, else `value:dtype` with the value written exactly (`text_consts`):
+`0.5:f32`, `-0.0:f64`, `nan:f32`, `3:i32`. A buffer's data prints inline when small, else as a
+blob in the trailing resources section.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxjit.ir.loops import (
+    Buffer,
+    Check,
+    Const,
+    Kernel,
+    Load,
+    Loop,
+    Matmul,
+    Op,
+    Operand,
+    Program,
+    Stmt,
+    Store,
+    Var,
+)
+from onnxjit.ir.printer import const_text
+from onnxjit.ir.text_consts import Blobs, format_float
+from onnxjit.ir.text_lexer import Namer, name_text, quote
+from onnxjit.ir.types import DType, TensorType
+
+#: Words that follow `=` or start a statement; op names spelled like them are quoted.
+STMT_WORDS = frozenset({"load", "store", "check", "matmul", "for", "kernel", "buffer"})
+
+
+def print_program(program: Program) -> str:
+    """The text of a loop-IR program; deterministic, and `parse_program` reads it back."""
+    p = _Printer()
+    return p.program(program)
+
+
+def const_operand(c: Const) -> str:
+    v, d = c.value, c.dtype
+    if isinstance(v, (bool, np.bool_)):
+        text = "true" if v else "false"
+        return text if d == DType.BOOL else f"{text}:{d.short}"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v)) if d == DType.INT64 else f"{int(v)}:{d.short}"
+    return f"{format_float(float(v))}:{d.short}"
+
+
+class _Printer:
+    def __init__(self) -> None:
+        self.blobs = Blobs()
+        self.buffers = Namer()
+        self.vars = Namer()
+        self.seen: set[Var] = set()
+
+    def program(self, p: Program) -> str:
+        lines = [f"program @{name_text(p.name)} {{"]
+        for b in p.buffers:
+            self.buffers(b, b.name)
+        lines += ["  " + self.buffer(b) for b in p.buffers]
+        for k in p.kernels:
+            lines += self.kernel(k)
+        lines.append("}")
+        return "\n".join(lines) + "\n" + self.blobs.section()
+
+    def buffer(self, b: Buffer) -> str:
+        shape = "[" + ",".join(str(d) for d in b.shape) + "]"
+        text = f"buffer {self.buffers(b, b.name)}: {b.dtype.short}{shape} {name_text(b.kind)}"
+        if b.slot != -1:
+            text += f" slot={b.slot}"
+        if b.offset != -1:
+            text += f" offset={b.offset}"
+        if b.base is not None:
+            text += f" base={self.buffers(b.base, b.base.name)}"
+        if b.data is not None:
+            declared = TensorType(b.dtype, tuple(b.shape))
+            text += f" = {const_text(b.data, declared, self.blobs)}"
+        return text
+
+    def kernel(self, k: Kernel) -> list[str]:
+        self.vars = self.buffers.fork()
+        self.seen = set()
+        lines = [f"  kernel @{name_text(k.name)} {{"]
+        self.body(k.body, "    ", lines)
+        lines.append("  }")
+        return lines
+
+    def body(self, body: list[Stmt], indent: str, lines: list[str]) -> None:
+        for s in body:
+            if isinstance(s, Loop):
+                head = f"for {self.var(s.var)} = {self.operand(s.start)} to " \
+                       f"{self.operand(s.stop)}"
+                if s.step != 1:
+                    head += f" step {s.step}"
+                if s.parallel:
+                    head += " parallel"
+                lines.append(f"{indent}{head} {{")
+                self.body(s.body, indent + "  ", lines)
+                lines.append(indent + "}")
+            else:
+                lines.append(indent + self.stmt(s))
+
+    def stmt(self, s: Stmt) -> str:
+        if isinstance(s, Op):
+            op = quote(s.op) if s.op in STMT_WORDS or name_text(s.op) != s.op else s.op
+            dst = self.var(s.dst)
+            args = ", ".join(self.operand(a) for a in s.args)
+            return f"{dst} = {op} {args}".rstrip()
+        if isinstance(s, Load):
+            return f"{self.var(s.dst)} = load {self.buf(s.buf)}[{self.operand(s.index)}]"
+        if isinstance(s, Store):
+            return f"store {self.buf(s.buf)}[{self.operand(s.index)}], {self.operand(s.value)}"
+        if isinstance(s, Check):
+            return f"check {self.operand(s.cond)}, {quote(s.message)}"
+        if isinstance(s, Matmul):
+            c = self.window(s.c, s.c_off, s.ldc, False)
+            a = self.window(s.a, s.a_off, s.lda, s.a_trans)
+            b = self.window(s.b, s.b_off, s.ldb, s.b_trans)
+            alpha = format_float(s.alpha) if isinstance(s.alpha, float) else str(s.alpha)
+            eq = "+=" if s.accumulate else "="
+            return f"matmul {c} {eq} {a} * {b} {{m = {s.m}, n = {s.n}, k = {s.k}, " \
+                   f"alpha = {alpha}}}"
+        raise ValueError(f"cannot print loop-IR statement {s!r}")
+
+    def window(self, buf: Buffer, off: Operand, ld: int, trans: bool) -> str:
+        return f"{self.buf(buf)}[{self.operand(off)}, ld={ld}]" + ("^T" if trans else "")
+
+    def buf(self, b: Buffer) -> str:
+        return self.buffers(b, b.name)
+
+    def var(self, v: Var) -> str:
+        text = self.vars(v, v.hint)
+        if v in self.seen:
+            return text
+        self.seen.add(v)
+        return f"{text}: {v.dtype.short}"
+
+    def operand(self, o: Operand) -> str:
+        if isinstance(o, Var):
+            return self.var(o)
+        if isinstance(o, Const):
+            return const_operand(o)
+        raise ValueError(f"cannot print operand {o!r}")
