@@ -15,7 +15,8 @@ the worst measured errors are in the comments):
   log(1+f) = f - f^2/2 + f^3 P(f), plus e*ln2 in two parts; x < 0 or NaN -> NaN, 0 -> -inf,
   inf -> inf. 1.1 ulp.
 - tanh: x + x^3 P(x^2) for |x| < 0.625, else sign(x) * (1 - 2/(e^(2|x|) + 1)). ~2 ulp.
-- sigmoid: 1 / (1 + e^-x).
+- sigmoid: with e = e^-|x| and r = 1 / (1 + e): r for x >= 0, e * r for x < 0 (so results in
+  the subnormal range for x < -87 are not flushed to 0 by e^-x overflowing).
 - erf: x P(x^2) for |x| <= 1; else sign(x) * (1 - e^(-x^2) R(1/|x|)) (R fits erfc(x) e^(x^2)),
   and exactly 1 beyond 3.92, where erf rounds to 1 in float32. 2.5 ulp, 1.5e-7 absolute.
 Polynomials use `llvm.fmuladd` (fused where the CPU has FMA, two instructions elsewhere).
@@ -162,7 +163,9 @@ class MathLib:
         return b.select(b.fcmp_ordered("<", a, c32(0.625)), small, big)
 
     def sigmoid(self, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
-        return b.fdiv(c32(1.0), b.fadd(c32(1.0), self.exp(b, b.fneg(x))))
+        e = self.exp(b, b.fneg(self.unary(b, "fabs", x)))
+        r = b.fdiv(c32(1.0), b.fadd(c32(1.0), e))
+        return b.select(b.fcmp_ordered(">=", x, c32(0.0)), r, b.fmul(e, r))
 
     def erf(self, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
         a = self.unary(b, "fabs", x)

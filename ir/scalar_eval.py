@@ -63,7 +63,8 @@ def _pow_int(a: np.ndarray, e: np.ndarray) -> np.ndarray:
     a, e = np.broadcast_arrays(a, e)
     result = np.ones(a.shape, dtype=a.dtype)
     base = a.copy()
-    n = np.where(e < 0, 0, e).astype(np.int64)
+    # Unsigned exponents >= 2**63 must stay positive: square on an unsigned copy.
+    n = np.where(e < 0, 0, e).astype(np.uint64)
     while np.any(n > 0):
         odd = (n & 1) == 1
         result = np.where(odd, result * base, result)
@@ -157,8 +158,11 @@ def _eval(op: str, a: list[np.ndarray], dtype: DType | None) -> np.ndarray:
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # 1/(1+exp(-x)) overflows harmlessly to 0 for very negative x (errstate is off).
-    return 1.0 / (1.0 + np.exp(-x))
+    # As codegen computes it: e = exp(-|x|) never overflows, r = 1/(1+e) is sigmoid(|x|), and
+    # sigmoid(x) = e*r for negative x, which keeps subnormal results instead of flushing to 0.
+    e = np.exp(-np.abs(x))
+    r = np.asarray(1.0, x.dtype) / (np.asarray(1.0, x.dtype) + e)
+    return np.where(x < 0, e * r, r)
 
 
 _FLOAT_MATH = {

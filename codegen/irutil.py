@@ -1,0 +1,86 @@
+"""Small LLVM IR building helpers shared by the translator and the Matmul emitter.
+
+`for_range` emits a counted loop whose induction variable is a phi (the form LLVM's loop passes
+expect: a header testing `i < stop`, `i + step` with `nsw` in the latch, so scalar evolution
+computes the trip count and the vectorizer can widen the body). Element access is a GEP on the
+element type with an i64 flat index, `inbounds` (every index the loop IR produces is inside its
+buffer), aligned to the element size (numpy arrays and the arena guarantee it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llvmlite import ir
+
+I64 = ir.IntType(64)
+
+
+def i64c(v: int) -> ir.Constant:
+    return ir.Constant(I64, int(v))
+
+
+def for_range(b: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int, step: int,
+              body: Callable[[ir.Value], None], name: str = "i") -> None:
+    """for (i = start; i < stop; i += step) body(i); `step` is a positive constant. The builder
+    is left at the loop's exit block."""
+
+    def carry_body(i: ir.Value, _: list[ir.Value]) -> list[ir.Value]:
+        body(i)
+        return []
+
+    for_range_carry(b, start, stop, step, [], carry_body, name)
+
+
+def for_range_carry(b: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int, step: int,
+                    inits: Sequence[ir.Value],
+                    body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
+                    name: str = "i") -> list[ir.Value]:
+    """A counted loop carrying values in phis (accumulators): `body(i, values)` returns the
+    next values; returns the values after the last iteration (`inits` if there is none)."""
+    assert step > 0, step
+    start = i64c(start) if isinstance(start, int) else start
+    stop = i64c(stop) if isinstance(stop, int) else stop
+    pre = b.block
+    fn = pre.function
+    header = fn.append_basic_block(f"{name}.head")
+    loop = fn.append_basic_block(f"{name}.body")
+    done = fn.append_basic_block(f"{name}.end")
+    b.branch(header)
+    b.position_at_end(header)
+    i = b.phi(I64, name=name)
+    i.add_incoming(start, pre)
+    carried = []
+    for v in inits:
+        p = b.phi(v.type)
+        p.add_incoming(v, pre)
+        carried.append(p)
+    b.cbranch(b.icmp_signed("<", i, stop), loop, done)
+    b.position_at_end(loop)
+    nxt_vals = body(i, list(carried))
+    nxt = b.add(i, i64c(step), flags=["nsw"])
+    latch = b.block
+    i.add_incoming(nxt, latch)
+    for p, v in zip(carried, nxt_vals):
+        p.add_incoming(v, latch)
+    b.branch(header)
+    b.position_at_end(done)
+    return carried
+
+
+def elem_ptr(b: ir.IRBuilder, base: ir.Value, index: ir.Value, ty: ir.Type) -> ir.Value:
+    return b.gep(base, [index], inbounds=True, source_etype=ty)
+
+
+def load_elem(b: ir.IRBuilder, base: ir.Value, index: ir.Value, ty: ir.Type, align: int
+              ) -> ir.Value:
+    return b.load(elem_ptr(b, base, index, ty), typ=ty, align=align)
+
+
+def store_elem(b: ir.IRBuilder, value: ir.Value, base: ir.Value, index: ir.Value, ty: ir.Type,
+               align: int) -> None:
+    b.store(value, elem_ptr(b, base, index, ty), align=align)
+
+
+def imin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)

@@ -1,0 +1,151 @@
+"""From a loop-IR Program to object code, and from object code to callable addresses.
+
+`compile_program`: 1) build the LLVM module (`llvmgen.build_module`) with placeholder symbol
+names, then name the symbols `onnxjit_<program>_<hash>` where the hash is of the module text, so
+several programs load into one process without clashes and the same program always gets the same
+names (dumps are deterministic); 2) parse and verify it; 3) optimise with the new pass manager's
+O<opt_level> pipeline for the host CPU (loop and SLP vectorization on, no fast-math: the IR only
+carries fast-math flags where a Matmul reduction allows reassociation); 4) emit object code for a
+target machine built from the host's CPU name and features. `dump(name, text)` receives
+"llvm.ll", "llvm-opt.ll" and "asm.s" in that order.
+
+`load_object` only links: an MCJIT engine over an empty module gets the object file added and
+finalised, so a warm disk cache never re-runs LLVM's optimiser or code generator. The C library
+symbols generated code may call (libm's `exp`, `log`, `tanh`, `erf`, `pow`, `powf`, `fmod`,
+`fmodf`, and `memset`/`memcpy` that LLVM forms from loops) are registered with LLVM once, from
+the addresses the process's own C library gives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import hashlib
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from onnxjit.codegen import target
+from onnxjit.codegen.llvmgen import build_module, n_io
+from onnxjit.errors import CompileError
+from onnxjit.ir.loops import Program
+
+_PLACEHOLDER = "onnxjit_PROGRAMID"
+_LIBC_SYMBOLS = ("exp", "log", "tanh", "erf", "pow", "powf", "fmod", "fmodf", "expf", "logf",
+                 "tanhf", "erff", "memset", "memcpy", "memmove")
+_symbols_done = False
+#: LLVM's global context is not thread-safe: one compile or link at a time per process
+_llvm_lock = threading.RLock()
+
+
+@dataclass
+class CompiledObject:
+    """Object code of one Program and the names of its two entry points."""
+
+    object_code: bytes
+    entry: str
+    entry_py: str
+    n_io: int
+    n_consts: int
+
+
+class NativeLibrary:
+    """Linked code of one CompiledObject; keeps the execution engine (and the code) alive."""
+
+    def __init__(self, engine: llvm.ExecutionEngine, obj: CompiledObject):
+        self.engine = engine
+        self.object = obj
+        self.entry_addr = engine.get_function_address(obj.entry)
+        self.entry_py_addr = engine.get_function_address(obj.entry_py)
+        if not self.entry_addr or not self.entry_py_addr:
+            raise CompileError(f"object code does not define {obj.entry} / {obj.entry_py}")
+
+
+def _symbol_name(program: Program) -> str:
+    return "onnxjit_" + (re.sub(r"[^A-Za-z0-9_]", "_", program.name) or "main")
+
+
+def compile_program(program: Program, opt_level: int = 3,
+                    dump: Callable[[str, str], None] | None = None) -> CompiledObject:
+    """Compile a Program to object code for this host (see the module docstring)."""
+    with _llvm_lock:
+        return _compile(program, opt_level, dump)
+
+
+def _compile(program: Program, opt_level: int,
+             dump: Callable[[str, str], None] | None) -> CompiledObject:
+    target.init()
+    triple, _, _ = target.host()
+    module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout())
+    text = str(module)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    prefix = f"{_symbol_name(program)}_{digest}"
+    text = text.replace(_PLACEHOLDER, prefix)
+    entry, entry_py = entry.replace(_PLACEHOLDER, prefix), entry_py.replace(_PLACEHOLDER, prefix)
+    if dump is not None:
+        dump("llvm.ll", text)
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as e:
+        raise CompileError(f"codegen produced invalid LLVM IR: {e}") from e
+    tm = target.create_target_machine(opt_level)
+    optimize(mod, tm, opt_level)
+    if dump is not None:
+        dump("llvm-opt.ll", str(mod))
+        dump("asm.s", tm.emit_assembly(mod))
+    obj = tm.emit_object(mod)
+    return CompiledObject(bytes(obj), entry, entry_py, n_io(program), len(program.consts))
+
+
+def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:
+    """Run the new pass manager's O<opt_level> pipeline with vectorization on."""
+    pto = llvm.PipelineTuningOptions(speed_level=max(0, min(opt_level, 3)))
+    if opt_level >= 2:
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pto.loop_interleaving = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pm = pb.getModulePassManager()
+    pm.run(mod, pb)
+
+
+def _register_libc_symbols() -> None:
+    global _symbols_done
+    if _symbols_done:
+        return
+    with _llvm_lock:
+        if _symbols_done:
+            return
+        libs = [ctypes.CDLL(None)]
+        for name in ("m", "c"):
+            path = ctypes.util.find_library(name)
+            if path:
+                libs.append(ctypes.CDLL(path))
+        for sym in _LIBC_SYMBOLS:
+            for lib in libs:
+                try:
+                    addr = ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value
+                except AttributeError:
+                    continue
+                if addr:
+                    llvm.add_symbol(sym, addr)
+                    break
+        _symbols_done = True
+
+
+def load_object(obj: CompiledObject) -> NativeLibrary:
+    """Link object code into this process (no recompilation) and resolve its entry points."""
+    target.init()
+    _register_libc_symbols()
+    triple, _, _ = target.host()
+    with _llvm_lock:
+        empty = llvm.parse_assembly(f'target triple = "{triple}"\n')
+        engine = llvm.create_mcjit_compiler(empty, target.create_target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj.object_code))
+        engine.finalize_object()
+        return NativeLibrary(engine, obj)

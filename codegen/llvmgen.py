@@ -1,0 +1,287 @@
+"""Translate a loop-IR `Program` into one LLVM module (llvmlite IR).
+
+Algorithm:
+1) Every `Kernel` becomes an internal function `<prefix>.k<N>.<name>` whose arguments are the
+   root buffers it touches (views resolve to their root; same start address), each `ptr noalias
+   captures(none)`: distinct buffers never overlap within a kernel (plan-memory guarantees it for
+   temps; inputs are only read), which is what lets the vectorizer widen loops without runtime
+   alias checks. A kernel with `Check`s returns i32 (0 or 1 + the check's index in
+   `Program.messages()` order), otherwise void. Kernels stay separate (`noinline`) functions.
+2) Statements are translated by a `match` on their type: each `Var` gets one alloca in the
+   kernel's entry block (mem2reg promotes them); a `Loop` is an i64 counted loop (see
+   `irutil.for_range`); `Load`/`Store` GEP the element type with the flat index (bool is an i8
+   in memory and an i1 in registers); `Op` goes to `ScalarEmitter`; `Matmul` to `matmul.py`.
+   `parallel` loops run serially for now (a thread pool that calls a kernel's outer parallel
+   loop in chunks is a later step; the flag is kept in the loop IR for it).
+3) `<prefix>_entry(io, consts, arena)` computes every root buffer's pointer (io[slot] for inputs
+   and outputs, consts[slot], arena + offset for temps) and calls the kernels in order,
+   returning the first nonzero status. `<prefix>_entry_py(a0, ..., consts, arena)` reads each
+   numpy array's data pointer and flags straight from the PyObject, returns -1 unless every
+   array is C-contiguous and aligned (outputs also writeable), and calls the entry.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from onnxjit.codegen.irutil import for_range, i64c, load_elem, store_elem
+from onnxjit.codegen.matmul import emit_matmul
+from onnxjit.codegen.scalar import (
+    I1,
+    I8,
+    I32,
+    ScalarEmitter,
+    compute_type,
+    constant,
+    from_storage,
+    storage_type,
+    to_storage,
+)
+from onnxjit.errors import CompileError
+from onnxjit.ir.loops import (
+    Buffer,
+    Check,
+    Const,
+    Kernel,
+    Load,
+    Loop,
+    Matmul,
+    Op,
+    Operand,
+    Program,
+    Stmt,
+    Store,
+    Var,
+    walk,
+)
+from onnxjit.ir.types import DType
+
+PTR = ir.PointerType()
+I64 = ir.IntType(64)
+
+#: Byte offsets of `data` and `flags` in numpy's PyArrayObject_fields on 64-bit CPython:
+#: ob_refcnt@0, ob_type@8, data@16, nd@24, dimensions@32, strides@40, base@48, descr@56, flags@64.
+DATA_OFFSET = 16
+FLAGS_OFFSET = 64
+NPY_C_CONTIGUOUS, NPY_ALIGNED, NPY_WRITEABLE = 0x1, 0x100, 0x400
+
+
+class KernelTranslator:
+    """Translates one kernel into one LLVM function."""
+
+    def __init__(self, module: ir.Module, scalar: ScalarEmitter, kernel: Kernel, name: str,
+                 check_index: dict[int, int]):
+        self.scalar = scalar
+        self.kernel = kernel
+        self.check_index = check_index
+        self.roots: list[Buffer] = []
+        for buf in kernel.buffers():
+            r = buf.root()
+            if all(r is not x for x in self.roots):
+                self.roots.append(r)
+        self.has_checks = any(isinstance(s, Check) for s in walk(kernel.body))
+        ret = I32 if self.has_checks else ir.VoidType()
+        self.fn = ir.Function(module, ir.FunctionType(ret, [PTR] * len(self.roots)), name)
+        self.fn.linkage = "internal"
+        for attr in ("nounwind", "noinline"):
+            self.fn.attributes.add(attr)
+        self.ptrs: dict[int, ir.Value] = {}
+        for arg, r in zip(self.fn.args, self.roots):
+            arg.name = _ident(r.name)
+            arg.add_attribute("noalias")
+            arg.add_attribute("captures(none)")
+            self.ptrs[id(r)] = arg
+        self.alloca_block = self.fn.append_basic_block("entry")
+        self.b = ir.IRBuilder(self.fn.append_basic_block("body"))
+        self.slots: dict[Var, ir.Value] = {}
+
+    def translate(self) -> ir.Function:
+        self.stmts(self.kernel.body)
+        if self.has_checks:
+            self.b.ret(ir.Constant(I32, 0))
+        else:
+            self.b.ret_void()
+        ir.IRBuilder(self.alloca_block).branch(self.fn.blocks[1])
+        return self.fn
+
+    # values ------------------------------------------------------------------------------------
+    def slot(self, v: Var) -> ir.Value:
+        s = self.slots.get(v)
+        if s is None:
+            ab = ir.IRBuilder(self.alloca_block)
+            s = self.slots[v] = ab.alloca(compute_type(v.dtype), name=_ident(v.hint or "v"))
+            s.type = PTR  # llvmlite would print a typed `float*`; LLVM 22 IR is opaque `ptr`
+        return s
+
+    def operand(self, x: Operand) -> ir.Value:
+        if isinstance(x, Const):
+            return constant(x.value, x.dtype)
+        return self.b.load(self.slot(x), typ=compute_type(x.dtype))
+
+    def index(self, x: Operand) -> ir.Value:
+        """An operand as an i64 element index."""
+        return self.scalar.cast(self.b, self.operand(x), x.dtype, DType.INT64)
+
+    def assign(self, v: Var, value: ir.Value) -> None:
+        self.b.store(value, self.slot(v))
+
+    def pointer(self, buf: Buffer) -> ir.Value:
+        return self.ptrs[id(buf.root())]
+
+    # statements --------------------------------------------------------------------------------
+    def stmts(self, body: list[Stmt]) -> None:
+        for s in body:
+            self.stmt(s)
+
+    def stmt(self, s: Stmt) -> None:
+        b = self.b
+        match s:
+            case Op(dst=dst, op=op, args=args):
+                vals = [self.operand(a) for a in args]
+                res = self.scalar.op(b, op, vals, [a.dtype for a in args], dst.dtype)
+                if res.type != compute_type(dst.dtype):
+                    raise CompileError(f"op '{op}' produced {res.type}, expected "
+                                       f"{dst.dtype.short}", where=f"kernel {self.kernel.name}")
+                self.assign(dst, res)
+            case Load(dst=dst, buf=buf, index=index):
+                ty = storage_type(buf.dtype)
+                v = load_elem(b, self.pointer(buf), self.index(index), ty, buf.dtype.itemsize)
+                v = from_storage(b, v, buf.dtype)
+                self.assign(dst, self.scalar.cast(b, v, buf.dtype, dst.dtype))
+            case Store(buf=buf, index=index, value=value):
+                v = self.scalar.cast(b, self.operand(value), value.dtype, buf.dtype)
+                store_elem(b, to_storage(b, v, buf.dtype), self.pointer(buf),
+                           self.index(index), storage_type(buf.dtype), buf.dtype.itemsize)
+            case Loop(var=var, start=start, stop=stop, step=step, body=body):
+                if step <= 0:
+                    raise CompileError(f"loop step {step} is not positive",
+                                       where=f"kernel {self.kernel.name}")
+                lo, hi = self.operand(start), self.operand(stop)
+
+                def loop_body(i: ir.Value, var: Var = var, body: list[Stmt] = body) -> None:
+                    self.assign(var, i)
+                    self.stmts(body)
+
+                for_range(b, lo, hi, step, loop_body, name=_ident(var.hint or "i"))
+            case Check(cond=cond, message=_):
+                ok = self.operand(cond)
+                if ok.type != I1:
+                    ok = self.scalar.cast(b, ok, cond.dtype, DType.BOOL)
+                fail = self.fn.append_basic_block("check.fail")
+                cont = self.fn.append_basic_block("check.ok")
+                b.cbranch(ok, cont, fail)
+                b.position_at_end(fail)
+                b.ret(ir.Constant(I32, 1 + self.check_index[id(s)]))
+                b.position_at_end(cont)
+            case Matmul():
+                ptrs = (self.pointer(s.c), self.pointer(s.a), self.pointer(s.b))
+                offs = tuple(self.index(o) for o in (s.c_off, s.a_off, s.b_off))
+                emit_matmul(b, s, ptrs, offs, where=f"kernel {self.kernel.name}")
+            case _:
+                raise CompileError(f"unknown statement {type(s).__name__}",
+                                   where=f"kernel {self.kernel.name}")
+
+
+def _ident(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_." else "_" for c in name) or "v"
+
+
+def build_module(program: Program, prefix: str, triple: str, data_layout: str
+                 ) -> tuple[ir.Module, str, str]:
+    """The LLVM module of `program`; returns (module, entry name, entry_py name)."""
+    module = ir.Module(name=prefix)
+    module.triple = triple
+    module.data_layout = data_layout
+    scalar = ScalarEmitter(module)
+    check_index: dict[int, int] = {}
+    for k in program.kernels:
+        for s in walk(k.body):
+            if isinstance(s, Check):
+                check_index[id(s)] = len(check_index)
+    kernels = []
+    for n, k in enumerate(program.kernels):
+        kt = KernelTranslator(module, scalar, k, f"{prefix}.k{n}.{_ident(k.name)}", check_index)
+        kt.translate()
+        kernels.append(kt)
+    entry = _entry(module, program, kernels, f"{prefix}_entry")
+    entry_py = _entry_py(module, program, entry, f"{prefix}_entry_py")
+    return module, entry.name, entry_py.name
+
+
+def n_io(program: Program) -> int:
+    """Number of io slots: inputs then outputs."""
+    slots = [b.slot for b in program.inputs + program.outputs]
+    return max(len(slots), max(slots, default=-1) + 1)
+
+
+def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator],
+           name: str) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR]), name)
+    fn.attributes.add("nounwind")
+    io, consts, arena = fn.args
+    io.name, consts.name, arena.name = "io", "consts", "arena"
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ptrs: dict[int, ir.Value] = {}
+
+    def root_ptr(r: Buffer) -> ir.Value:
+        p = ptrs.get(id(r))
+        if p is None:
+            if r.kind in ("input", "output"):
+                p = load_elem(b, io, i64c(r.slot), PTR, 8)
+            elif r.kind == "const":
+                p = load_elem(b, consts, i64c(r.slot), PTR, 8)
+            elif r.kind == "temp":
+                if r.offset < 0:
+                    raise CompileError(f"temp buffer {r.name} has no arena offset "
+                                       "(run plan-memory)")
+                p = load_elem_ptr(b, arena, r.offset)
+            else:
+                raise CompileError(f"buffer {r.name} of kind '{r.kind}' has no storage")
+            ptrs[id(r)] = p
+        return p
+
+    for kt in kernels:
+        rc = b.call(kt.fn, [root_ptr(r) for r in kt.roots])
+        if kt.has_checks:
+            fail = fn.append_basic_block("fail")
+            cont = fn.append_basic_block("ok")
+            b.cbranch(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), fail, cont)
+            b.position_at_end(fail)
+            b.ret(rc)
+            b.position_at_end(cont)
+    b.ret(ir.Constant(I32, 0))
+    return fn
+
+
+def load_elem_ptr(b: ir.IRBuilder, base: ir.Value, byte_offset: int) -> ir.Value:
+    """base + byte_offset as a pointer."""
+    return b.gep(base, [i64c(byte_offset)], inbounds=True, source_etype=I8)
+
+
+def _entry_py(module: ir.Module, program: Program, entry: ir.Function, name: str
+              ) -> ir.Function:
+    count = n_io(program)
+    n_in = len(program.inputs)
+    fn = ir.Function(module, ir.FunctionType(I32, [PTR] * count + [PTR, PTR]), name)
+    fn.attributes.add("nounwind")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    io = b.alloca(PTR, size=i64c(max(1, count)), name="io")
+    io.type = PTR
+    ok: ir.Value = ir.Constant(I1, 1)
+    for k in range(count):
+        obj = fn.args[k]
+        data = b.load(load_elem_ptr(b, obj, DATA_OFFSET), typ=PTR, align=8)
+        flags = b.load(load_elem_ptr(b, obj, FLAGS_OFFSET), typ=I32, align=4)
+        need = NPY_C_CONTIGUOUS | NPY_ALIGNED | (NPY_WRITEABLE if k >= n_in else 0)
+        good = b.icmp_unsigned("==", b.and_(flags, ir.Constant(I32, need)),
+                               ir.Constant(I32, need))
+        ok = b.and_(ok, good)
+        store_elem(b, data, io, i64c(k), PTR, 8)
+    bad = fn.append_basic_block("bad")
+    run = fn.append_basic_block("run")
+    b.cbranch(ok, run, bad)
+    b.position_at_end(bad)
+    b.ret(ir.Constant(I32, -1))
+    b.position_at_end(run)
+    b.ret(b.call(entry, [io, fn.args[count], fn.args[count + 1]]))
+    return fn

@@ -1,0 +1,314 @@
+"""Scalar operations of the loop IR as LLVM IR, with exactly `onnxjit.ir.scalar_eval`'s semantics.
+
+`ScalarEmitter.op(b, name, args, arg_dtypes, dst_dtype)` emits one `SCALAR_OPS` operation on
+LLVM values in *compute* form (bool is `i1`, the other types their natural LLVM type) and returns
+the result. The translation is table-driven: a dict per operand class (float, signed int,
+unsigned int, bool) maps the simple binary ops to an IRBuilder method; the ops whose numpy
+semantics need guards are spelled out:
+
+- int div/rem never trap: the divisor is replaced by 1 where it is 0 (or, signed, where the
+  dividend is INT_MIN and the divisor -1, or for rem any -1), then the result is 0 where the
+  divisor was 0 (INT_MIN / -1 = INT_MIN falls out of dividing by 1; x % -1 = 0 = x % 1);
+- float min/max propagate NaN like numpy's scalar loop: `a < b || isnan(a) ? a : b` (a select,
+  so it vectorizes; `llvm.minnum` would drop NaNs);
+- int pow is repeated squaring unrolled over the exponent's bits (branch-free, wraps), with
+  scalar_eval's rule for negative exponents; float pow calls libm `powf`/`pow`;
+- casts: float->int saturate with NaN -> 0 (`llvm.fptosi.sat`/`llvm.fptoui.sat`), ->bool is
+  `x != 0` (`fcmp une`, so NaN -> true), unsigned sources zero-extend / convert unsigned;
+- f32 exp/log/tanh/sigmoid/erf go through `MathLib` (vectorizable polynomials), never
+  `llvm.exp.f32` (scalarized into libm calls per lane); sqrt/floor/ceil/fabs are intrinsics.
+Fast-math flags are never set: ONNX needs IEEE semantics (NaN and inf tests exist).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llvmlite import ir
+
+from onnxjit.codegen.mathlib import MathLib, intrinsic
+from onnxjit.errors import UnsupportedError
+from onnxjit.ir.types import DType
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+
+_FLOAT_TYPES = {DType.FLOAT: F32, DType.DOUBLE: F64}
+
+
+def compute_type(dt: DType) -> ir.Type:
+    """The LLVM type a value of `dt` has in registers (bool -> i1)."""
+    if dt == DType.BOOL:
+        return I1
+    if dt in _FLOAT_TYPES:
+        return _FLOAT_TYPES[dt]
+    if dt.is_int:
+        return ir.IntType(dt.itemsize * 8)
+    raise UnsupportedError(f"element type {dt.short} is not supported by code generation")
+
+
+def storage_type(dt: DType) -> ir.Type:
+    """The LLVM type of one element in memory (bool is numpy's one byte)."""
+    return I8 if dt == DType.BOOL else compute_type(dt)
+
+
+def constant(value: int | float | bool, dt: DType) -> ir.Constant:
+    """A compute-form constant; unsigned values above the signed range are wrapped so the IR
+    text always holds a value LLVM accepts for the width."""
+    ty = compute_type(dt)
+    if dt == DType.BOOL:
+        return ir.Constant(I1, 1 if value else 0)
+    if dt.is_float:
+        return ir.Constant(ty, float(value))
+    bits = dt.itemsize * 8
+    v = int(value) & ((1 << bits) - 1)
+    if v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return ir.Constant(ty, v)
+
+
+def _kind(dt: DType) -> str:
+    if dt == DType.BOOL:
+        return "b"
+    if dt.is_float:
+        return "f"
+    if dt.is_signed:
+        return "s"
+    if dt.is_int:
+        return "u"
+    raise UnsupportedError(f"element type {dt.short} is not supported by code generation")
+
+
+B = ir.IRBuilder
+_BINARY: dict[str, dict[str, Callable]] = {
+    "f": {"add": B.fadd, "sub": B.fsub, "mul": B.fmul},
+    "s": {"add": B.add, "sub": B.sub, "mul": B.mul, "and": B.and_, "or": B.or_, "xor": B.xor},
+    "u": {"add": B.add, "sub": B.sub, "mul": B.mul, "and": B.and_, "or": B.or_, "xor": B.xor},
+    # numpy's bool arithmetic: + is or, - is xor, * is and; min/max are and/or
+    "b": {"add": B.or_, "sub": B.xor, "mul": B.and_, "and": B.and_, "or": B.or_, "xor": B.xor,
+          "min": B.and_, "max": B.or_},
+}
+_FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<=", True),
+         "gt": (">", True), "ge": (">=", True)}
+_ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_FLOAT_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "abs": "fabs"}
+_MATH = ("exp", "log", "tanh", "sigmoid", "erf")
+
+
+class ScalarEmitter:
+    """Emits scalar ops into a module (declaring intrinsics and math functions on first use)."""
+
+    def __init__(self, module: ir.Module):
+        self.module = module
+        self.math = MathLib(module)
+
+    def intrinsic(self, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
+        return intrinsic(self.module, name, ret, args)
+
+    # ------------------------------------------------------------------------------------------
+    def op(self, b: ir.IRBuilder, name: str, args: Sequence[ir.Value],
+           dtypes: Sequence[DType], dst: DType) -> ir.Value:
+        """`name`(args) where args[i] has dtype dtypes[i]; `dst` is the result dtype."""
+        if name == "cast":
+            return self.cast(b, args[0], dtypes[0], dst)
+        if name == "copy":
+            return args[0]
+        if name == "select":
+            cond = args[0]
+            if dtypes[0] != DType.BOOL:
+                cond = self.cast(b, cond, dtypes[0], DType.BOOL)
+            return b.select(cond, args[1], self.cast(b, args[2], dtypes[2], dtypes[1]))
+        dt = dtypes[0]
+        k = _kind(dt)
+        if len(args) == 2 and dtypes[1] != dt:  # scalar_eval converts the second operand
+            args = [args[0], self.cast(b, args[1], dtypes[1], dt)]
+        table = _BINARY[k]
+        if name in table:
+            return table[name](b, args[0], args[1])
+        if name in _FCMP or name == "isnan":
+            return self._compare(b, name, args, k)
+        if name in _MATH or name in ("sqrt", "floor", "ceil"):
+            return self._unary_math(b, name, args, dt, k)
+        fn = getattr(self, f"_op_{name}", None)
+        if fn is None:
+            raise UnsupportedError(f"scalar op '{name}' is not supported on {dt.short}")
+        return fn(b, args, dt, k)
+
+    def _compare(self, b: ir.IRBuilder, name: str, args: Sequence[ir.Value], k: str
+                 ) -> ir.Value:
+        if name == "isnan":
+            if k != "f":
+                return ir.Constant(I1, 0)
+            return b.fcmp_unordered("uno", args[0], args[0])
+        if k == "f":
+            pred, ordered = _FCMP[name]
+            if ordered:
+                return b.fcmp_ordered(pred, args[0], args[1])
+            return b.fcmp_unordered(pred, args[0], args[1])
+        if k == "s":
+            return b.icmp_signed(_ICMP[name], args[0], args[1])
+        return b.icmp_unsigned(_ICMP[name], args[0], args[1])
+
+    # arithmetic with guards --------------------------------------------------------------------
+    def _op_div(self, b: ir.IRBuilder, a: Sequence[ir.Value], dt: DType, k: str) -> ir.Value:
+        x, y = a
+        if k == "f":
+            return b.fdiv(x, y)
+        if k == "b":
+            raise UnsupportedError("scalar op 'div' is not supported on bool")
+        ty = x.type
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        yzero = b.icmp_unsigned("==", y, zero)
+        bad = yzero
+        if k == "s":
+            int_min = ir.Constant(ty, -(1 << (ty.width - 1)))
+            overflow = b.and_(b.icmp_signed("==", x, int_min),
+                              b.icmp_signed("==", y, ir.Constant(ty, -1)))
+            bad = b.or_(bad, overflow)
+        safe = b.select(bad, one, y)
+        q = b.sdiv(x, safe) if k == "s" else b.udiv(x, safe)
+        return b.select(yzero, zero, q)
+
+    def _op_rem(self, b: ir.IRBuilder, a: Sequence[ir.Value], dt: DType, k: str) -> ir.Value:
+        x, y = a
+        if k == "f":
+            return b.frem(x, y)  # LLVM frem is C fmod, like np.fmod
+        if k == "b":
+            raise UnsupportedError("scalar op 'rem' is not supported on bool")
+        ty = x.type
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        yzero = b.icmp_unsigned("==", y, zero)
+        bad = yzero
+        if k == "s":  # x % -1 == 0 == x % 1, and INT_MIN % -1 would trap
+            bad = b.or_(bad, b.icmp_signed("==", y, ir.Constant(ty, -1)))
+        safe = b.select(bad, one, y)
+        r = b.srem(x, safe) if k == "s" else b.urem(x, safe)
+        return b.select(yzero, zero, r)
+
+    def _op_min(self, b: ir.IRBuilder, a: Sequence[ir.Value], dt: DType, k: str) -> ir.Value:
+        return self._minmax(b, a, k, "<")
+
+    def _op_max(self, b: ir.IRBuilder, a: Sequence[ir.Value], dt: DType, k: str) -> ir.Value:
+        return self._minmax(b, a, k, ">")
+
+    def _minmax(self, b: ir.IRBuilder, a: Sequence[ir.Value], k: str, pred: str) -> ir.Value:
+        x, y = a
+        if k == "f":
+            take_x = b.or_(b.fcmp_ordered(pred, x, y), b.fcmp_unordered("uno", x, x))
+        elif k == "s":
+            take_x = b.icmp_signed(pred, x, y)
+        else:
+            take_x = b.icmp_unsigned(pred, x, y)
+        return b.select(take_x, x, y)
+
+    def _op_pow(self, b: ir.IRBuilder, a: Sequence[ir.Value], dt: DType, k: str) -> ir.Value:
+        x, e = a
+        if k == "f":
+            name = "powf" if x.type == F32 else "pow"
+            return b.call(self.intrinsic(name, x.type, [x.type, x.type]), [x, e])
+        if k == "b":
+            raise UnsupportedError("scalar op 'pow' is not supported on bool")
+        ty = x.type
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        neg = b.icmp_signed("<", e, zero) if k == "s" else ir.Constant(I1, 0)
+        n = b.select(neg, zero, e) if k == "s" else e
+        result: ir.Value = one
+        base: ir.Value = x
+        # The exponent has at most `width` significant bits: unrolled square-and-multiply.
+        bits = ty.width - 1 if k == "s" else ty.width
+        for step in range(bits):
+            odd = b.trunc(n, I1)
+            result = b.select(odd, b.mul(result, base), result)
+            if step + 1 < bits:
+                base = b.mul(base, base)
+                n = b.lshr(n, one)
+        if k == "u":
+            return result
+        # negative exponent: truncated 1/x**-e -> 1 for x=1, +-1 for x=-1, else 0
+        minus_one = ir.Constant(ty, -1)
+        e_odd = b.trunc(e, I1)
+        inv_m1 = b.select(e_odd, minus_one, one)
+        inv = b.select(b.icmp_signed("==", x, one), one,
+                       b.select(b.icmp_signed("==", x, minus_one), inv_m1, zero))
+        return b.select(neg, inv, result)
+
+    def _op_neg(self, b: ir.IRBuilder, a: Sequence[ir.Value], dt: DType, k: str) -> ir.Value:
+        if k == "f":
+            return b.fneg(a[0])
+        if k == "b":
+            return a[0]
+        return b.sub(ir.Constant(a[0].type, 0), a[0])
+
+    def _op_abs(self, b: ir.IRBuilder, a: Sequence[ir.Value], dt: DType, k: str) -> ir.Value:
+        x = a[0]
+        if k == "f":
+            return self._float_unary(b, "fabs", x)
+        if k == "s":
+            return b.select(b.icmp_signed("<", x, ir.Constant(x.type, 0)),
+                            b.sub(ir.Constant(x.type, 0), x), x)
+        return x
+
+    def _op_not(self, b: ir.IRBuilder, a: Sequence[ir.Value], dt: DType, k: str) -> ir.Value:
+        if k == "f":
+            raise UnsupportedError(f"scalar op 'not' is not supported on {dt.short}")
+        return b.xor(a[0], ir.Constant(a[0].type, -1 if k != "b" else 1))
+
+    def _float_unary(self, b: ir.IRBuilder, name: str, x: ir.Value) -> ir.Value:
+        suffix = "f32" if x.type == F32 else "f64"
+        return b.call(self.intrinsic(f"llvm.{name}.{suffix}", x.type, [x.type]), [x])
+
+    def _unary_math(self, b: ir.IRBuilder, name: str, a: Sequence[ir.Value], dt: DType,
+                    k: str) -> ir.Value:
+        if k != "f":
+            if name in ("floor", "ceil"):
+                return a[0]  # integers are already whole
+            raise UnsupportedError(f"scalar op '{name}' is not supported on {dt.short}")
+        if name in _MATH:
+            return self.math.call(b, name, a[0])
+        return self._float_unary(b, _FLOAT_UNARY[name], a[0])
+
+    # casts -------------------------------------------------------------------------------------
+    def cast(self, b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+        """Convert a compute-form value from `src` to `dst` (numpy astype, float->int
+        saturating with NaN -> 0)."""
+        if src == dst:
+            return x
+        ks, kd = _kind(src), _kind(dst)
+        ty = compute_type(dst)
+        if kd == "b":
+            if ks == "f":
+                return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+            return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+        if ks == "b":
+            return b.uitofp(x, ty) if kd == "f" else b.zext(x, ty)
+        if ks == "f" and kd == "f":
+            if ty == x.type:
+                return x
+            return b.fpext(x, ty) if ty == F64 else b.fptrunc(x, ty)
+        if ks == "f":
+            sat = "llvm.fptosi.sat" if kd == "s" else "llvm.fptoui.sat"
+            fsuf = "f32" if x.type == F32 else "f64"
+            fn = self.intrinsic(f"{sat}.i{ty.width}.{fsuf}", ty, [x.type])
+            return b.call(fn, [x])
+        if kd == "f":
+            return b.sitofp(x, ty) if ks == "s" else b.uitofp(x, ty)
+        # int -> int: wrap like numpy astype; the source's signedness decides the extension
+        if ty.width == x.type.width:
+            return x
+        if ty.width < x.type.width:
+            return b.trunc(x, ty)
+        return b.sext(x, ty) if ks == "s" else b.zext(x, ty)
+
+
+def to_storage(b: ir.IRBuilder, x: ir.Value, dt: DType) -> ir.Value:
+    """A compute-form value as stored in memory (bool i1 -> i8 0/1)."""
+    return b.zext(x, I8) if dt == DType.BOOL else x
+
+
+def from_storage(b: ir.IRBuilder, x: ir.Value, dt: DType) -> ir.Value:
+    """A loaded element in compute form (any nonzero byte is true, as numpy reads it)."""
+    return b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) if dt == DType.BOOL else x
