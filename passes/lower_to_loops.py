@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.errors import CompileError, UnsupportedError
+from onnxjit.errors import UnsupportedError
 from onnxjit.ir.graph import Model, Node, Value
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, Stmt, Store, walk
@@ -127,8 +127,10 @@ def _static(v: Value, node: Node | None) -> tuple[DType, tuple[int, ...]]:
         raise UnsupportedError(f"{v.describe()} has type {t}; only tensors are compiled "
                                "today", where=node)
     if not t.is_static:
-        raise CompileError(f"lower-to-loops needs static shapes, but {v.describe()} has "
-                           f"shape {t}", where=node)
+        # Shapes that depend on run-time data (not yet computed in a shape phase) end here.
+        raise UnsupportedError(f"{v.describe()} has shape {t}, which depends on data known "
+                               "only at run time; data-dependent shapes are not supported yet",
+                               where=node)
     if t.dtype not in COMPUTE_DTYPES:
         raise UnsupportedError(f"dtype {t.dtype.short} of {v.describe()} is not supported "
                                f"(supported: {supported_dtypes_text()})", where=node)
