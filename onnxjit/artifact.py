@@ -83,9 +83,14 @@ class Artifact:
 
     def run(self, args: tuple | list) -> tuple:
         """Run on validated input arrays (dtypes and shapes of `signature`)."""
-        outs = [np.empty(s, d) for s, d in self.out_specs]
+        empty = np.empty
+        outs = [empty(s, d) for s, d in self.out_specs]
         if self.use_py_entry:
-            rc = self._fn_py(*args, *outs, self.consts_ptr, self._arena())
+            try:  # the hot path: no arena, or this thread's arena already exists
+                arena = self._tls.ptr if self.arena_size else None
+            except AttributeError:
+                arena = self._arena()
+            rc = self._fn_py(*args, *outs, self.consts_ptr, arena)
             if rc == 0:
                 return tuple(outs)
             if rc == -1:
