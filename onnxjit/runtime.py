@@ -21,7 +21,7 @@ import numpy as np
 from onnxjit import cache as cache_mod
 from onnxjit.artifact import Artifact, pyobject_layout_ok
 from onnxjit.driver import Dumper, import_model, lower_signature, print_ir
-from onnxjit.errors import InputError, OnnxJitError
+from onnxjit.errors import InputError, OnnxJitError, UnsupportedError
 from onnxjit.ir.graph import Model
 from onnxjit.ir.types import DType, Sym, TensorType
 from onnxjit.options import CompileOptions
@@ -49,8 +49,9 @@ def _declared(model: Model) -> list[Declared]:
     for v in model.graph.inputs:
         t = v.type
         if not isinstance(t, TensorType):
-            out.append((v.name, DType.FLOAT, None))  # refused at lowering with a clear error
-            continue
+            raise UnsupportedError(f"graph input '{v.name}' has type {t}; only tensor inputs "
+                                   "are supported so far (sequences, maps and optionals are "
+                                   "not)")
         dims = None if t.shape is None else tuple(
             d if isinstance(d, int) else (d.args[0] if isinstance(d, Sym) and d.op == "var"
                                           else None) for d in t.shape)
