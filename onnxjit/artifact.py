@@ -21,6 +21,11 @@ import numpy as np
 
 from onnxjit.errors import InputError
 
+#: Byte offsets of `data` and `flags` in numpy's PyArrayObject_fields on 64-bit CPython
+#: (ob_refcnt, ob_type, data, nd, dimensions, strides, base, descr, flags); checked at start-up.
+DATA_OFFSET = 16
+FLAGS_OFFSET = 64
+
 
 def pyobject_layout_ok(data_offset: int, flags_offset: int) -> bool:
     """True when numpy arrays keep their data pointer and flags at the offsets the generated

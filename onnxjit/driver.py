@@ -147,7 +147,7 @@ def compile_model(source: Any, **options: Any):
     or finds its metadata in the disk cache)."""
     import os
 
-    from onnxjit.importer import model_hash
+    from onnxjit.model_source import model_hash
     from onnxjit.runtime import CompiledModel
 
     opts = CompileOptions.from_user(options)

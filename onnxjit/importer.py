@@ -18,46 +18,19 @@ data in `onnxjit.external_data`. Only these modules and `onnxjit.proto` touch pr
 
 from __future__ import annotations
 
-import hashlib
 import os
-from pathlib import Path
 from typing import Any
 
 from google.protobuf.message import DecodeError
 
 from onnxjit.errors import ModelError, UnsupportedError
-from onnxjit.external_data import ExternalReader, external_info, fingerprint
+from onnxjit.external_data import ExternalReader, external_info
 from onnxjit.importer_graph import GraphImporter, import_type
 from onnxjit.ir.graph import Function, Model
+from onnxjit.model_source import model_hash, read_model_bytes
 from onnxjit.proto import onnx_pb2 as P
 
 __all__ = ["load_model", "model_hash", "read_model_bytes", "parse_model", "import_type"]
-
-
-def read_model_bytes(src: Any, base_dir: str | os.PathLike | None = None
-                     ) -> tuple[bytes, Path | None]:
-    """(serialized model, folder for its external data) of a path, bytes, or ModelProto."""
-    if isinstance(src, (bytes, bytearray, memoryview)):
-        return bytes(src), None if base_dir is None else Path(base_dir)
-    if isinstance(src, (str, os.PathLike)):
-        path = Path(src)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise ModelError(f"model file '{path}' does not exist") from None
-        except IsADirectoryError:
-            raise ModelError(f"model path '{path}' is a folder, not a file") from None
-        except OSError as e:
-            raise ModelError(f"cannot read model file '{path}': {e.strerror}") from None
-        if not data:
-            raise ModelError(f"model file '{path}' is empty")
-        folder = Path(base_dir) if base_dir is not None else path.resolve().parent
-        return data, folder
-    serialize = getattr(src, "SerializeToString", None)
-    if callable(serialize):
-        return serialize(), None if base_dir is None else Path(base_dir)
-    raise ModelError(f"cannot load a model from a {type(src).__name__}: expected a path, bytes, "
-                     "or a ModelProto (an object with SerializeToString)")
 
 
 def parse_model(data: bytes, name: str = "the model") -> P.ModelProto:
@@ -139,27 +112,6 @@ def _import_function(f: P.FunctionProto, model_opsets: dict[str, int], reader: E
         name=f.name, domain=f.domain, inputs=list(f.input), outputs=list(f.output),
         attributes=list(f.attribute) + [a.name for a in f.attribute_proto],
         attribute_defaults=defaults, body=body, opset_imports=own, overload=f.overload)
-
-
-def model_hash(src: Any, base_dir: str | os.PathLike | None = None) -> tuple[bytes, str]:
-    """(serialized model bytes, sha256 hex) for cache keys, without importing the model.
-
-    The digest covers the model bytes. When they may reference external data (the bytes contain
-    `location`, a cheap test), the model is parsed and each external file's location, size,
-    mtime and inode are hashed in too (not its contents: weights files can be gigabytes), so
-    editing a data file changes the key. Locations that are refused or missing contribute a
-    marker; importing reports them properly.
-    """
-    data, folder = read_model_bytes(src, base_dir)
-    h = hashlib.sha256(data)
-    if folder is not None and b"location" in data:
-        try:
-            proto = parse_model(data)
-        except ModelError:
-            return data, h.hexdigest()
-        for loc in sorted(set(_external_locations(proto))):
-            h.update(b"\0external\0" + fingerprint(folder, loc).encode())
-    return data, h.hexdigest()
 
 
 def _external_locations(proto: P.ModelProto) -> list[str]:

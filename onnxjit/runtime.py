@@ -20,7 +20,6 @@ import numpy as np
 
 from onnxjit import cache as cache_mod
 from onnxjit.artifact import Artifact, pyobject_layout_ok
-from onnxjit.driver import Dumper, import_model, lower_signature, print_ir
 from onnxjit.errors import InputError, OnnxJitError, UnsupportedError
 from onnxjit.ir.graph import Model
 from onnxjit.ir.types import DType, Sym, TensorType
@@ -38,7 +37,7 @@ _LAYOUT: bool | None = None
 def _layout_ok() -> bool:
     global _LAYOUT
     if _LAYOUT is None:
-        from onnxjit.codegen import DATA_OFFSET, FLAGS_OFFSET
+        from onnxjit.artifact import DATA_OFFSET, FLAGS_OFFSET
 
         _LAYOUT = pyobject_layout_ok(DATA_OFFSET, FLAGS_OFFSET)
     return _LAYOUT
@@ -106,6 +105,8 @@ class CompiledModel:
     def _graph(self) -> Model:
         with self._lock:
             if self._model is None:
+                from onnxjit.driver import Dumper, import_model
+
                 dumper = Dumper(self.options.dump_ir / "graph" if self.options.dump_ir else None)
                 src: Any = self._data
                 self._model = import_model(src, self._with_base(), dumper)
@@ -180,11 +181,11 @@ class CompiledModel:
     # compiling ----------------------------------------------------------------------------------
     def _artifact_key(self, sig: tuple) -> str:
         from onnxjit import __version__
-        from onnxjit.codegen import target_id
+        from onnxjit.hostinfo import host_id
 
         return cache_mod.make_key("artifact", self._hash, str(self._base_dir),
                                   signature_id(sig), self.options.code_key(), __version__,
-                                  str(cache_mod.FORMAT), target_id())
+                                  str(cache_mod.FORMAT), host_id())
 
     def _artifact(self, sig: tuple) -> Artifact:
         key = self._artifact_key(sig)
@@ -216,6 +217,8 @@ class CompiledModel:
         folder = None
         if self.options.dump_ir is not None:
             folder = self.options.dump_ir / signature_id(sig)
+        from onnxjit.driver import Dumper, lower_signature
+
         dumper = Dumper(folder)
         _, program = lower_signature(model, sig, self._with_base(), dumper)
         obj = compile_program(program, opt_level=self.options.opt_level,
@@ -278,6 +281,8 @@ class CompiledModel:
         if self._last is None:
             raise OnnxJitError("no signature compiled yet: call the model first")
         sig = self._last.signature
+        from onnxjit.driver import lower_signature, print_ir
+
         final, program = lower_signature(self._graph(), sig, self._with_base())
         if stage == "graph":
             return print_ir(final)[1]

@@ -1,0 +1,57 @@
+"""The identity of this host and toolchain for cache keys, without importing LLVM.
+
+A warm start (every artifact found in the disk cache) must not pay for loading LLVM, so the
+cache key cannot ask llvmlite for the CPU name and features. Algorithm: hash what determines
+the code LLVM emits and can run here: the machine architecture, the CPU model name and its
+feature flags as the kernel reports them (`/proc/cpuinfo`, the same CPUID bits LLVM's host
+detection reads), and the exact llvmlite build (the path, size and mtime of its shared library,
+found with `importlib.util.find_spec`, which does not import it). Off Linux, or when
+`/proc/cpuinfo` is unreadable, the CPU part is `platform.processor()`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import platform
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read(1 << 16)
+    except OSError:
+        return platform.processor()
+    keep = []
+    for line in text.splitlines():
+        key = line.split(":", 1)[0].strip()
+        if key in ("vendor_id", "cpu family", "model", "model name", "flags"):
+            keep.append(line.strip())
+        elif not line.strip() and keep:
+            break  # the first processor's block is enough: cores are alike
+    return "\n".join(keep)
+
+
+def _llvmlite_build() -> str:
+    spec = importlib.util.find_spec("llvmlite")
+    if spec is None or spec.origin is None:
+        return "no-llvmlite"
+    folder = os.path.join(os.path.dirname(spec.origin), "binding")
+    parts = [folder]
+    try:
+        for name in sorted(os.listdir(folder)):
+            if name.endswith((".so", ".dylib", ".dll")):
+                st = os.stat(os.path.join(folder, name))
+                parts.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    except OSError:
+        pass
+    return "|".join(parts)
+
+
+@functools.lru_cache(maxsize=None)
+def host_id() -> str:
+    """A short hash naming this CPU and LLVM build (part of every artifact's cache key)."""
+    text = f"{platform.machine()}\n{_cpu()}\n{_llvmlite_build()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
