@@ -89,23 +89,16 @@ def _load_tables() -> None:
     # A flag, not "OPS is empty": importing one family directly (the fuse pass imports
     # ops_fused) must not stop the others from loading.
     global _loaded
-    from onnxjit.ir import (  # noqa: F401
-        ops_activation,
-        ops_cast,
-        ops_elementwise,
-        ops_fused,
-        ops_generate,
-        ops_linalg,
-        ops_logic,
-        ops_math,
-        ops_movement,
-        ops_reduce,
-        ops_shape,
-        ops_slice,
-        ops_softmax,
-        ops_trig,
-    )
+    # Every module named ops_*.py in this package is a family; discovering them (sorted, so
+    # registration order is deterministic) lets a new family land without editing this file.
+    import importlib
+    import pkgutil
 
+    import onnxjit.ir as package
+
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("ops_"):
+            importlib.import_module(f"onnxjit.ir.{info.name}")
     _loaded = True
 
 

@@ -69,6 +69,14 @@ class Lowering:
             return
         self.of[out] = self._new(out.name or "v", dtype, shape, "view", base=src)
 
+    def scratch(self, hint: str, dtype: DType, shape: tuple[int, ...]) -> Buffer:
+        """A temporary buffer no graph value owns (an im2col panel, a partial sum...).
+
+        It lives in the arena like any temp; plan-memory reuses its bytes once the last
+        kernel that touches it has run.
+        """
+        return self._new(hint, dtype, tuple(int(d) for d in shape), "temp")
+
     # helpers ----------------------------------------------------------------------------------
     def _unique(self, hint: str) -> str:
         hint = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "b"
