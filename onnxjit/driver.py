@@ -120,10 +120,11 @@ def import_model(source: Any, options: CompileOptions, dumper: Dumper | None = N
     return run_passes(model, GRAPH_PIPELINE, PassContext(options), PassHook(options, dumper))
 
 
-def lower_signature(model: Model, signature: tuple, options: CompileOptions,
-                    dumper: Dumper | None = None) -> tuple[Model, Program]:
+def bind_signature(model: Model, signature: tuple, options: CompileOptions,
+                   dumper: Dumper | None = None) -> Model:
     """Bind the input shapes of `signature` ((DType, shape) per input) in a copy of the graph and
-    run the signature pipeline down to the loop IR. Returns (final graph, program)."""
+    run the graph part of the signature pipeline (shapes are then static unless they depend on
+    data: see `onnxjit.staged`)."""
     if options.specialize != "shape":
         raise UnsupportedError("specialize='rank' (dynamic dims in generated code) is not "
                                "implemented yet; use specialize='shape'")
@@ -134,12 +135,28 @@ def lower_signature(model: Model, signature: tuple, options: CompileOptions,
         if v.const is not None:  # an input with a default value is an input here
             v.const = None
     dumper.ir("bind-shapes", m)
-    ctx = PassContext(options)
-    hook = PassHook(options, dumper)
+    return specialize(m, options, dumper)
+
+
+def specialize(m: Model, options: CompileOptions, dumper: Dumper | None = None) -> Model:
+    """Run the graph part of the signature pipeline on a graph whose inputs are bound."""
+    dumper = dumper or Dumper(None)
     graph_part = SIGNATURE_PIPELINE[:SIGNATURE_PIPELINE.index("lower-to-loops")]
-    m = run_passes(m, graph_part, ctx, hook)
-    program = run_passes(m, SIGNATURE_PIPELINE[len(graph_part):], ctx, hook)
-    return m, program
+    return run_passes(m, graph_part, PassContext(options), PassHook(options, dumper))
+
+
+def lower_bound(m: Model, options: CompileOptions, dumper: Dumper | None = None) -> Program:
+    """Lower a specialised graph (all shapes static) to the loop IR."""
+    dumper = dumper or Dumper(None)
+    rest = SIGNATURE_PIPELINE[SIGNATURE_PIPELINE.index("lower-to-loops"):]
+    return run_passes(m, rest, PassContext(options), PassHook(options, dumper))
+
+
+def lower_signature(model: Model, signature: tuple, options: CompileOptions,
+                    dumper: Dumper | None = None) -> tuple[Model, Program]:
+    """`bind_signature` then `lower_bound`. Returns (final graph, program)."""
+    m = bind_signature(model, signature, options, dumper)
+    return m, lower_bound(m, options, dumper)
 
 
 def compile_model(source: Any, **options: Any):

@@ -187,7 +187,7 @@ class CompiledModel:
                                   signature_id(sig), self.options.code_key(), __version__,
                                   str(cache_mod.FORMAT), host_id())
 
-    def _artifact(self, sig: tuple) -> Artifact:
+    def _artifact(self, sig: tuple) -> Any:
         key = self._artifact_key(sig)
         with _MEMORY_LOCK:
             art = _MEMORY.get(key)
@@ -209,18 +209,30 @@ class CompiledModel:
                     _MEMORY.popitem(last=False)
             return art
 
-    def _compile(self, sig: tuple, key: str) -> Artifact:
-        from onnxjit.codegen import compile_program, load_object
-
+    def _compile(self, sig: tuple, key: str) -> Any:
         t0 = time.perf_counter()
         model = self._graph()
-        folder = None
-        if self.options.dump_ir is not None:
-            folder = self.options.dump_ir / signature_id(sig)
-        from onnxjit.driver import Dumper, lower_signature
+        from onnxjit.driver import Dumper, bind_signature
+        from onnxjit.staged import Stage, Staged, first_dynamic
 
-        dumper = Dumper(folder)
-        _, program = lower_signature(model, sig, self._with_base(), dumper)
+        dumper = Dumper(self._dump_folder(signature_id(sig)))
+        bound = bind_signature(model, sig, self._with_base(), dumper)
+        if first_dynamic(bound) is not None:
+            self._disk.put(key, cache_mod.Entry({"staged": True}))
+            return Staged(sig, Stage(self, bound, key))
+        art = self._native(sig, key, bound, dumper)
+        art.compile_seconds = time.perf_counter() - t0
+        return art
+
+    def _dump_folder(self, name: str) -> Path | None:
+        return None if self.options.dump_ir is None else self.options.dump_ir / name
+
+    def _native(self, sig: tuple, key: str, bound: Model, dumper: Any) -> Artifact:
+        """Lower a specialised graph, generate and load its code, and store it in the cache."""
+        from onnxjit.codegen import compile_program, load_object
+        from onnxjit.driver import lower_bound
+
+        program = lower_bound(bound, self._with_base(), dumper)
         obj = compile_program(program, opt_level=self.options.opt_level,
                               dump=lambda name, text: dumper.write(name, text))
         lib = load_object(obj)
@@ -234,8 +246,35 @@ class CompiledModel:
             use_py_entry=_layout_ok(),
             program=program,
         )
-        art.compile_seconds = time.perf_counter() - t0
         self._store(key, art, obj)
+        return art
+
+    # stages of a signature with data-dependent shapes (onnxjit.staged) ---------------------
+    def _stage_passes(self, model: Model, key: str) -> Model:
+        from onnxjit.driver import Dumper, specialize
+
+        return specialize(model, self._with_base(), Dumper(self._dump_folder(key[:16])))
+
+    def _stage_artifact(self, stage_key: str, model: Model) -> Artifact:
+        """The native artifact of a stage's static prefix: memory, then disk, then compile."""
+        from onnxjit.driver import Dumper
+
+        sig = tuple((v.dtype, tuple(v.shape)) for v in model.graph.inputs)
+        key = cache_mod.make_key("stage", stage_key)
+        with _MEMORY_LOCK:
+            art = _MEMORY.get(key)
+        if art is not None:
+            cache_mod.STATS.memory_hits += 1
+            return art
+        entry = self._disk.get(key)
+        art = self._from_entry(sig, entry) if entry is not None else None
+        if art is None:
+            cache_mod.STATS.misses += 1
+            art = self._native(sig, key, model, Dumper(self._dump_folder(key[:16])))
+        else:
+            cache_mod.STATS.disk_hits += 1
+        with _MEMORY_LOCK:
+            _MEMORY[key] = art
         return art
 
     def _store(self, key: str, art: Artifact, obj: Any) -> None:
@@ -250,6 +289,12 @@ class CompiledModel:
     def _from_entry(self, sig: tuple, entry: cache_mod.Entry) -> Artifact | None:
         from onnxjit.codegen import CompiledObject, load_object
 
+        if entry.meta.get("staged"):  # the structure of the stages comes from the model
+            from onnxjit.driver import bind_signature
+            from onnxjit.staged import Stage, Staged
+
+            bound = bind_signature(self._graph(), sig, self._with_base())
+            return Staged(sig, Stage(self, bound, self._artifact_key(sig)))
         try:
             m = entry.meta
             obj = CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], m["n_io"],

@@ -1,0 +1,96 @@
+"""The run-time shape phase: graphs whose shapes depend on input values run in stages."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+
+import onnxjit
+from onnxjit.runtime import CompiledModel
+
+
+def _model(nodes, inputs, outputs, opset=18):
+    g = oh.make_graph(nodes, "g", inputs, outputs)
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)], ir_version=10)
+
+
+def _reduce_with_runtime_axes():
+    # Sum over runtime axes, then an elementwise op on the result: the axes' values decide the
+    # shape of everything after the reduction.
+    return _model(
+        [oh.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=1),
+         oh.make_node("Exp", ["s"], ["y"])],
+        [oh.make_tensor_value_info("x", TP.FLOAT, [3, 4, 5]),
+         oh.make_tensor_value_info("axes", TP.INT64, [None])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [None, None, None])])
+
+
+def test_runtime_axes_bind_into_a_specialised_stage(tmp_path):
+    fn = onnxjit.compile(_reduce_with_runtime_axes(), cache_dir=tmp_path)
+    x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32) * 0.3
+    for axes in ([1], [2], [-1], [1]):
+        (y,) = fn(x, np.array(axes, np.int64))
+        np.testing.assert_allclose(y, np.exp(x.sum(axis=tuple(axes), keepdims=True)), rtol=1e-5)
+    # Three distinct axes values -> three children of the root stage, reused on repeat; each
+    # child is the whole graph compiled natively with its axes as a constant.
+    staged = next(iter(fn._fast.values()))
+    assert staged.source == "staged"
+    assert len(staged.root.children) == 3
+    for child in staged.root.children.values():
+        assert child.host is None and len(child.prefix) >= 1 and not child.rest
+    (y,) = fn(x, np.array([0, 2], np.int64))  # another signature (axes of length 2)
+    np.testing.assert_allclose(y, np.exp(x.sum(axis=(0, 2), keepdims=True)), rtol=1e-5)
+
+
+def test_staged_signature_from_disk_cache_in_a_new_model(tmp_path):
+    model = _reduce_with_runtime_axes()
+    x = np.ones((3, 4, 5), np.float32)
+    a = np.array([0], np.int64)
+    (y1,) = onnxjit.compile(model, cache_dir=tmp_path)(x, a)
+    before = CompiledModel.cache_info()
+    (y2,) = onnxjit.compile(model, cache_dir=tmp_path)(x, a)
+    after = CompiledModel.cache_info()
+    np.testing.assert_array_equal(y1, y2)
+    assert after["misses"] == before["misses"]  # nothing recompiled
+
+
+def test_reshape_to_a_computed_shape():
+    # The target shape is computed from a runtime tensor's values (not its shape).
+    model = _model(
+        [oh.make_node("Mul", ["dims", "two"], ["target"]),
+         oh.make_node("Reshape", ["x", "target"], ["r"]),
+         oh.make_node("Neg", ["r"], ["y"])],
+        [oh.make_tensor_value_info("x", TP.FLOAT, [6, 4]),
+         oh.make_tensor_value_info("dims", TP.INT64, [2])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [None, None])])
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(2, np.int64), "two"))
+    fn = onnxjit.compile(model, cache_dir=False)
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    (y,) = fn(x, np.array([1, 6], np.int64))
+    np.testing.assert_array_equal(y, -x.reshape(2, 12))
+    (y,) = fn(x, np.array([6, 1], np.int64))
+    np.testing.assert_array_equal(y, -x.reshape(12, 2))
+
+
+def test_float_range_is_evaluated_on_the_host():
+    # Range over float scalars: not bindable by value (not integer), so the Range node runs on
+    # the host and the rest is compiled for the length it produced.
+    model = _model(
+        [oh.make_node("Range", ["start", "limit", "delta"], ["r"]),
+         oh.make_node("Mul", ["r", "r"], ["y"])],
+        [oh.make_tensor_value_info(n, TP.FLOAT, []) for n in ("start", "limit", "delta")],
+        [oh.make_tensor_value_info("y", TP.FLOAT, [None])])
+    fn = onnxjit.compile(model, cache_dir=False)
+    for start, limit, delta in ((0.0, 5.0, 1.0), (1.0, 2.0, 0.25), (3.0, 0.0, -0.5)):
+        args = [np.array(v, np.float32) for v in (start, limit, delta)]
+        (y,) = fn(*args)
+        r = np.arange(start, limit, delta, dtype=np.float32)
+        np.testing.assert_allclose(y, r * r)
+
+
+def test_input_errors_still_raised_inside_stages():
+    fn = onnxjit.compile(_reduce_with_runtime_axes(), cache_dir=False)
+    x = np.ones((3, 4, 5), np.float32)
+    with pytest.raises(onnxjit.OnnxJitError, match="axis|axes|range"):
+        fn(x, np.array([7], np.int64))
