@@ -4,7 +4,9 @@ Lookups of a signature go: this object's own dict (the fast path: a tuple of (dt
 argument) -> the process-wide memory cache -> the disk cache -> compile. Compiling imports the
 model lazily: a process whose artifacts all come from the disk cache never parses the model or
 runs a pass, and never invokes LLVM (object code is only linked). One lock serialises
-compilation; calls of already-compiled signatures never take it.
+compilation; calls of already-compiled signatures never take it. Artifacts whose code dispatches
+parallel loops need the process's worker pool: its object code is one more disk-cache entry
+(`_ensure_pool`), so a warm start links it instead of compiling it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,34 @@ def _layout_ok() -> bool:
 
         _LAYOUT = pyobject_layout_ok(DATA_OFFSET, FLAGS_OFFSET)
     return _LAYOUT
+
+
+def _ensure_pool(disk: cache_mod.DiskCache, uses_pool: bool, num_threads: int) -> None:
+    """Install the worker pool in this process (from the disk cache when it is there) before
+    an artifact that dispatches to it is built."""
+    from onnxjit.codegen import pool
+
+    if not uses_pool or num_threads <= 1 or pool.installed():
+        return
+    from onnxjit import __version__
+    from onnxjit.codegen import CompiledObject
+    from onnxjit.hostinfo import host_id
+
+    key = cache_mod.make_key("pool", str(pool.POOL_VERSION), __version__,
+                             str(cache_mod.FORMAT), host_id())
+    entry = disk.get(key)
+    if entry is not None:
+        try:
+            m = entry.meta
+            pool.install(CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], 0, 0,
+                                        False))
+            return
+        except Exception:  # a foreign or broken entry: rebuild it
+            cache_mod.STATS.disk_errors += 1
+    obj = pool.compile_pool()
+    disk.put(key, cache_mod.Entry({"entry": obj.entry, "entry_py": obj.entry_py},
+                                  {"object": obj.object_code}))
+    pool.install(obj)
 
 
 def _declared(model: Model) -> list[Declared]:
@@ -236,6 +266,7 @@ class CompiledModel:
         obj = compile_program(program, opt_level=self.options.opt_level,
                               dump=lambda name, text: dumper.write(name, text))
         lib = load_object(obj)
+        _ensure_pool(self._disk, obj.uses_pool, self.options.num_threads)
         art = Artifact(
             signature=sig,
             out_specs=[(tuple(b.shape), b.dtype.numpy) for b in program.outputs],
@@ -245,6 +276,7 @@ class CompiledModel:
             library=lib,
             use_py_entry=_layout_ok(),
             program=program,
+            num_threads=self.options.num_threads,
         )
         self._store(key, art, obj)
         return art
@@ -279,7 +311,8 @@ class CompiledModel:
 
     def _store(self, key: str, art: Artifact, obj: Any) -> None:
         meta = {"entry": obj.entry, "entry_py": obj.entry_py, "n_io": obj.n_io,
-                "n_consts": obj.n_consts, "arena_size": art.arena_size,
+                "n_consts": obj.n_consts, "uses_pool": obj.uses_pool,
+                "arena_size": art.arena_size,
                 "messages": art.messages,
                 "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs]}
         entry = cache_mod.Entry(meta, {"object": obj.object_code},
@@ -298,12 +331,13 @@ class CompiledModel:
         try:
             m = entry.meta
             obj = CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], m["n_io"],
-                                 m["n_consts"])
+                                 m["n_consts"], bool(m.get("uses_pool", True)))
             consts = [entry.arrays[f"const{i}"] for i in range(m["n_consts"])]
             lib = load_object(obj)
+            _ensure_pool(self._disk, obj.uses_pool, self.options.num_threads)
             return Artifact(sig, [(tuple(s), np.dtype(d)) for s, d in m["outputs"]], consts,
                             m["arena_size"], list(m["messages"]), lib, _layout_ok(),
-                            source="disk")
+                            source="disk", num_threads=self.options.num_threads)
         except (KeyError, TypeError, ValueError, OnnxJitError):
             cache_mod.STATS.disk_errors += 1
             return None
@@ -326,11 +360,17 @@ class CompiledModel:
         if self._last is None:
             raise OnnxJitError("no signature compiled yet: call the model first")
         sig = self._last.signature
-        from onnxjit.driver import lower_signature, print_ir
+        from onnxjit.driver import bind_signature, lower_bound, print_ir
+        from onnxjit.staged import first_dynamic
 
-        final, program = lower_signature(self._graph(), sig, self._with_base())
+        final = bind_signature(self._graph(), sig, self._with_base())
         if stage == "graph":
             return print_ir(final)[1]
+        if first_dynamic(final) is not None:
+            raise OnnxJitError(f"the last signature ({describe(self.input_names, sig)}) runs "
+                               "in stages because shapes depend on input values; its "
+                               "graph IR is available, and `dump_ir` writes every stage")
+        program = lower_bound(final, self._with_base())
         if stage == "loops":
             return print_ir(program)[1]
         from onnxjit.codegen import compile_program

@@ -25,7 +25,8 @@ SCRIPT = textwrap.dedent("""
             raise AssertionError("compiler invoked on a warm cache")
         onnxjit.codegen.compile_program = boom
         onnxjit.importer.load_model = boom
-        onnxjit.driver.lower_signature = boom
+        onnxjit.driver.bind_signature = boom
+        onnxjit.driver.lower_bound = boom
     fn = onnxjit.compile(sys.argv[1], cache_dir=sys.argv[2])
     x = np.ones((32, 784), np.float32)
     y, = fn(x)
