@@ -23,7 +23,21 @@ __version__ = "0.1.0"
 __all__ = [
     "CompileError", "InputError", "InputTypeError", "ModelError", "OnnxJitError",
     "UnsupportedError", "compile", "__version__",
+    "parse", "parse_graph", "parse_function", "parse_node", "to_text",
 ]
+
+# The ONNX textual syntax (onnxjit.onnxtext), bound on first use so `import onnxjit` stays cheap.
+_TEXT_API = ("parse", "parse_graph", "parse_function", "parse_node", "to_text")
+
+
+def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
+    if name in _TEXT_API:
+        from onnxjit import onnxtext
+
+        value = getattr(onnxtext, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'onnxjit' has no attribute '{name}'")
 
 
 def compile(model, **options):  # noqa: A001 - the public name DESIGN §1 asks for

@@ -1,12 +1,14 @@
-"""The `onnxjit` command line: demo, run, dump, info, bench.
+"""The `onnxjit` command line: demo, run, dump, info, convert, bench.
 
     onnxjit demo                      compile the bundled MLP, check it against numpy, time it
     onnxjit run MODEL [-i name=x.npy] [--shape name=1x3x224x224] [-o out.npz]
     onnxjit dump MODEL DIR [--shape ...]   IR after every pass, LLVM IR and assembly into DIR
     onnxjit info MODEL                inputs, outputs, opsets, op counts, unsupported ops
+    onnxjit convert IN OUT            .onnx <-> .onnxtxt (ONNX textual syntax); '-' is stdin/out
     onnxjit bench [--quick] [--json F] [--baseline F]   benchmarks against onnxruntime
 
-Errors onnxjit raises on purpose are printed as one line (exit 2); anything else is a bug and
+MODEL is a `.onnx` file, a `.onnxtxt` file (the ONNX textual syntax), or `-` for model text on
+stdin. Errors onnxjit raises on purpose are printed as one line (exit 2); anything else is a bug and
 keeps its traceback.
 """
 
@@ -95,8 +97,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _model_arg(model: str):  # noqa: ANN202 - a path or a parsed ModelProto
+    """A MODEL argument as `compile`/`load_model` take it: `-` reads model text from stdin."""
+    if model == "-":
+        return onnxjit.parse(sys.stdin.read())
+    return model
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    fn = onnxjit.compile(args.model, cache_dir=args.cache_dir or None)
+    fn = onnxjit.compile(_model_arg(args.model), cache_dir=args.cache_dir or None)
     feeds = _feeds(fn, args.input, _shapes(args.shape))
     t0 = time.perf_counter()
     outs = fn(**feeds)
@@ -111,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
-    fn = onnxjit.compile(args.model, dump_ir=args.dir, cache_dir=False)
+    fn = onnxjit.compile(_model_arg(args.model), dump_ir=args.dir, cache_dir=False)
     fn(**_feeds(fn, args.input, _shapes(args.shape)))
     files = sorted(p.relative_to(args.dir) for p in Path(args.dir).rglob("*") if p.is_file())
     for f in files:
@@ -125,7 +134,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     from onnxjit.importer import load_model
     from onnxjit.ir.opdef import lookup
 
-    m = load_model(args.model)
+    m = load_model(_model_arg(args.model))
     g = m.graph
     print(f"ir_version {m.ir_version}, opsets {m.opset_imports}, producer "
           f"{m.producer_name} {m.producer_version}")
@@ -139,6 +148,28 @@ def cmd_info(args: argparse.Namespace) -> int:
         n = next(n for n in g.walk() if n.qualified_op == op_name)
         mark = "" if lookup(n.domain, n.op) else "   <- not supported"
         print(f"    {op_name:24s} {k:5d}{mark}")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Binary protobuf <-> text: the output's suffix (or `-`, text on stdout) picks the form."""
+    from onnxjit.importer import parse_model
+    from onnxjit.model_source import read_model_bytes
+
+    src = _model_arg(args.input)
+    data, _ = read_model_bytes(src)
+    proto = parse_model(data, f"model file '{args.input}'")
+    if args.output == "-":
+        sys.stdout.write(onnxjit.to_text(proto))
+        return 0
+    out = Path(args.output)
+    if out.suffix == ".onnxtxt":
+        out.write_text(onnxjit.to_text(proto), encoding="utf-8", errors="surrogateescape")
+    elif out.suffix == ".onnx":
+        out.write_bytes(proto.SerializeToString())
+    else:
+        raise OnnxJitError(f"cannot tell the output format of '{out}': use a .onnx or "
+                           ".onnxtxt suffix, or '-' for text on stdout")
     return 0
 
 
@@ -165,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             s.add_argument("--cache-dir", default=None)
     s = sub.add_parser("info")
     s.add_argument("model")
+    c = sub.add_parser("convert", help="convert between .onnx and .onnxtxt (text syntax)")
+    c.add_argument("input", help=".onnx, .onnxtxt, or - (text on stdin)")
+    c.add_argument("output", help=".onnx, .onnxtxt, or - (text on stdout)")
     b = sub.add_parser("bench", help="benchmarks against onnxruntime (ratios)")
     b.add_argument("--quick", action="store_true", help="a short smoke run")
     b.add_argument("--json", default=None, help="write results as JSON")
@@ -174,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("-k", default=None, help="only benchmarks whose name contains this")
     args = p.parse_args(argv)
     handler = {"demo": cmd_demo, "run": cmd_run, "dump": cmd_dump, "info": cmd_info,
-               "bench": cmd_bench}[args.cmd]
+               "convert": cmd_convert, "bench": cmd_bench}[args.cmd]
     try:
         return handler(args)
     except OnnxJitError as e:

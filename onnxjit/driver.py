@@ -164,13 +164,19 @@ def compile_model(source: Any, **options: Any):
     or finds its metadata in the disk cache)."""
     import os
 
-    from onnxjit.model_source import model_hash
+    from onnxjit.model_source import is_model_text, model_hash
     from onnxjit.runtime import CompiledModel
 
     opts = CompileOptions.from_user(options)
     data, digest = model_hash(source, opts.base_dir)
     base_dir = opts.base_dir
-    if base_dir is None and isinstance(source, (str, os.PathLike)):
+    text = isinstance(source, str) and is_model_text(source)
+    if base_dir is None and isinstance(source, (str, os.PathLike)) and not text:
         base_dir = Path(source).resolve().parent  # external data lives beside the model file
-    name = str(source) if isinstance(source, (str, os.PathLike)) else f"<{type(source).__name__}>"
+    if text:
+        name = "<model text>"
+    elif isinstance(source, (str, os.PathLike)):
+        name = str(source)
+    else:
+        name = f"<{type(source).__name__}>"
     return CompiledModel(data, digest, opts, base_dir, name)

@@ -27,7 +27,7 @@ from onnxjit.errors import ModelError, UnsupportedError
 from onnxjit.external_data import ExternalReader, external_info
 from onnxjit.importer_graph import GraphImporter, import_type
 from onnxjit.ir.graph import Function, Model
-from onnxjit.model_source import model_hash, read_model_bytes
+from onnxjit.model_source import is_model_text, model_hash, read_model_bytes
 from onnxjit.proto import onnx_pb2 as P
 
 __all__ = ["load_model", "model_hash", "read_model_bytes", "parse_model", "import_type"]
@@ -51,12 +51,16 @@ def parse_model(data: bytes, name: str = "the model") -> P.ModelProto:
 def load_model(src: Any, base_dir: str | os.PathLike | None = None) -> Model:
     """Import an ONNX model into the graph IR.
 
-    `src` is a path, bytes, or an object with `SerializeToString()` (e.g. `onnx.ModelProto`).
+    `src` is a path (`.onnx`, or `.onnxtxt` for the textual syntax), bytes, an object with
+    `SerializeToString()` (e.g. `onnx.ModelProto`, or what `onnxjit.parse` returns), or a str
+    holding ONNX model text.
     External data is read relative to `base_dir`, which defaults to the model file's folder;
     models given as bytes/objects may use external data only when `base_dir` is given.
     """
     data, folder = read_model_bytes(src, base_dir)
     name = f"model file '{src}'" if isinstance(src, (str, os.PathLike)) else "the model"
+    if isinstance(src, str) and is_model_text(src):
+        name = "the model text"
     return import_proto(parse_model(data, name), folder)
 
 
