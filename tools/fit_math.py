@@ -2,12 +2,15 @@
 
     python tools/fit_math.py
 
-Each approximation is a least-squares fit in float64 on Chebyshev-distributed points of the
-reduced range, with weights that make the fit minimise *relative* error of the final result
-(close to minimax for these smooth functions). The script then evaluates the float32 code path
-exactly as `codegen/mathlib.py` emits it (numpy float32 arithmetic, Horner order, same range
-reduction) on a dense sample and prints the worst error in ulps against `math` in float64.
-Paste the printed tuples into mathlib.py when changing a degree or a range.
+Algorithm: 1) each polynomial is a weighted linear least-squares problem in float64 on
+Chebyshev-distributed points of its reduced range; Lawson's iteration reweights the points by
+their error until the fit is (close to) minimax in the weighted error, the weight being chosen
+so the error measured is the *relative* error of the final float32 result. 2) The coefficients
+are rounded to float32. 3) The float32 code path is replayed exactly as `codegen/mathlib.py`
+emits it (float32 numpy arithmetic, fused multiply-adds emulated in float64 then rounded once,
+the same Horner order, range reduction, scaling and selects) on a dense sample of every binade
+of the input range, and the worst error in ulps of the float32-rounded reference is printed
+against `math` in float64. Paste the printed tuples into mathlib.py when changing a form.
 """
 
 from __future__ import annotations
@@ -17,60 +20,96 @@ import math
 import numpy as np
 
 F = np.float32
+LOG2E = F(1.4426950408889634)
+LN2 = F(0.6931471805599453)
+LN2_HI, LN2_LO = F(0.693359375), F(-2.12194440e-4)
+MAGIC = F(12582912.0)  # 1.5 * 2^23: adding it rounds a float of magnitude < 2^22 to an integer
+EXP_LO, EXP_HI = F(-104.0), F(89.0)
+TANH_ONE = F(9.1)  # tanh(x) rounds to 1.0f beyond 9.011
+ERF_ONE = F(3.92)  # erf(x) rounds to 1.0f beyond 3.9192
+erf64 = np.vectorize(math.erf, otypes=[np.float64])
+erfc64 = np.vectorize(math.erfc, otypes=[np.float64])
 
 
+# fitting ----------------------------------------------------------------------------------------
 def cheb(lo: float, hi: float, n: int = 4000) -> np.ndarray:
     k = np.arange(n)
     return (lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / n)
 
 
-def fit(x: np.ndarray, target: np.ndarray, basis: np.ndarray, degree: int,
-        weight: np.ndarray) -> list[float]:
-    """Coefficients c[0..degree] (constant first) of sum c_i basis^i ~ target."""
-    a = np.stack([basis ** i for i in range(degree + 1)], axis=1) * weight[:, None]
-    c, *_ = np.linalg.lstsq(a, target * weight, rcond=None)
-    return [float(F(v)) for v in c]
+def minimax(basis: np.ndarray, degree: int, target: np.ndarray, weight: np.ndarray,
+            iters: int = 300) -> list[float]:
+    """Coefficients c[0..degree] of sum c_i basis^i ~ target minimising max |weight * error|
+    (Lawson's iteratively reweighted least squares), rounded to float32."""
+    a = np.stack([basis ** i for i in range(degree + 1)], axis=1)
+    lw = np.full(len(target), 1.0 / len(target))
+    best: tuple[float, np.ndarray] | None = None
+    for _ in range(iters):
+        s = np.sqrt(lw) * weight
+        c, *_ = np.linalg.lstsq(a * s[:, None], target * s, rcond=None)
+        err = np.abs(a @ c - target) * weight
+        if best is None or err.max() < best[0]:
+            best = (float(err.max()), c)
+        lw = lw * err
+        lw /= lw.sum()
+    assert best is not None
+    return [float(F(v)) for v in best[1]]
+
+
+# float32 replay of the emitted code ------------------------------------------------------------
+def fma(a: np.ndarray, b: np.ndarray | float, c: np.ndarray | float) -> np.ndarray:
+    """float32 fused multiply-add: the float64 product of two floats is exact."""
+    prod = np.asarray(a, np.float64) * np.asarray(b, np.float64)
+    return (prod + np.asarray(c, np.float64)).astype(F)
 
 
 def horner(c: list[float], t: np.ndarray) -> np.ndarray:
     acc = np.full_like(t, F(c[-1]))
     for v in reversed(c[:-1]):
-        acc = acc * t + F(v)
+        acc = fma(acc, t, F(v))
     return acc
 
 
-def ulp_err(got: np.ndarray, ref: np.ndarray) -> float:
-    ref32 = ref.astype(F)
-    ulp = np.spacing(np.abs(ref32)).astype(np.float64)
-    ulp = np.where(ulp == 0, np.spacing(F(0)), ulp)
-    return float(np.max(np.abs(got.astype(np.float64) - ref) / ulp))
-
-
-# exp: x = n*ln2 + r, |r| <= ln2/2; e^r = 1 + r + r^2 P(r)
-LN2_HI, LN2_LO = F(0.693359375), F(-2.12194440e-4)
-
-
-def fit_exp(deg: int = 5) -> list[float]:
-    r = cheb(-0.35, 0.35)
-    e = np.exp(r)
-    # fit P on (e - 1 - r) / r^2, weighted so the error of e^r is relative
-    return fit(r, (e - 1 - r) / r ** 2, r, deg, r ** 2 / e)
+def round_n(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n as float, the bits of x*log2e + MAGIC) with n = round(x*log2e)."""
+    t = fma(x, LOG2E, MAGIC)
+    return t - MAGIC, t.view(np.int32)
 
 
 def exp32(x: np.ndarray, p: list[float]) -> np.ndarray:
+    x = np.minimum(np.maximum(x.astype(F), EXP_LO), EXP_HI)
+    n, _ = round_n(x)
+    r = fma(-n, LN2_HI, x)
+    r = fma(-n, LN2_LO, r)
+    y = horner([1.0, 1.0] + p, r)
+    # ldexp (vscalefps) or y * 2^(n/2) * 2^(n - n/2): both round once
+    return np.ldexp(y, n.astype(np.int32)).astype(F)
+
+
+def expm1_32(w: np.ndarray, p: list[float]) -> np.ndarray:
+    """e^w - 1 for w in [-87, 0]: one-constant reduction, 2^n built in the exponent field."""
+    n, tbits = round_n(w)
+    r = fma(-n, LN2, w)
+    em1 = fma(r * r, horner(p, r), r)
+    s = ((tbits << 23) + np.int32(0x3F800000)).view(F)
+    return fma(s, em1, s - F(1))
+
+
+def tanh32(x: np.ndarray, p: list[float]) -> np.ndarray:
+    a = np.minimum(np.abs(x.astype(F)), TANH_ONE)
+    m = expm1_32(a * F(-2), p)
+    return np.copysign(m / (F(-2) - m), x)
+
+
+def sigmoid32(x: np.ndarray, p: list[float]) -> np.ndarray:
     x = x.astype(F)
-    n = np.floor(x * F(1.4426950408889634) + F(0.5)).astype(F)
-    r = (x - n * LN2_HI) - n * LN2_LO
-    y = F(1) + r + r * r * horner(p, r)
-    return (y.astype(np.float64) * np.exp2(n.astype(np.float64))).astype(F)
+    e = exp32(-np.abs(x), p)
+    return np.where(x >= 0, F(1), e) / (F(1) + e)
 
 
-# log: x = m * 2^e, m in [sqrt(.5), sqrt(2)), f = m - 1; log(1+f) = f - f^2/2 + f^3 P(f)
-def fit_log(deg: int = 8) -> list[float]:
-    f = cheb(math.sqrt(0.5) - 1, math.sqrt(2) - 1)
-    f = f[np.abs(f) > 1e-4]
-    target = (np.log1p(f) - f + f * f / 2) / f ** 3
-    return fit(f, target, f, deg, np.abs(f ** 3 / np.log1p(f)))
+def erf32(x: np.ndarray, h: list[float], p: list[float]) -> np.ndarray:
+    a = np.minimum(np.abs(x.astype(F)), ERF_ONE)
+    return np.copysign(expm1_32(a * horner(h, a), p), x)
 
 
 def log32(x: np.ndarray, p: list[float]) -> np.ndarray:
@@ -79,58 +118,78 @@ def log32(x: np.ndarray, p: list[float]) -> np.ndarray:
     m = np.where(small, m * 2, m).astype(F)
     e = np.where(small, e - 1, e).astype(F)
     f = m - F(1)
-    y = f - F(0.5) * f * f + f * f * f * horner(p, f)
-    return (y + e * LN2_LO) + e * LN2_HI
+    f2 = f * f
+    y = fma(f2 * f, horner(p, f), fma(F(-0.5), f2, f))
+    return fma(e, LN2_HI, fma(e, LN2_LO, y))
 
 
-# tanh, |x| < 0.625: x + x^3 P(x^2)
-def fit_tanh(deg: int = 5) -> list[float]:
-    x = cheb(1e-3, 0.625)
-    return fit(x, (np.tanh(x) - x) / x ** 3, x * x, deg, x ** 3 / np.tanh(x))
+# the fits ---------------------------------------------------------------------------------------
+def fit_exp(deg: int = 6) -> list[float]:
+    """e^r - 1 = r + r^2 P(r), |r| <= ln2/2, minimax relative to e^r - 1 (the stricter of the
+    two uses: exp evaluates 1 + r + r^2 P(r) with the same P); returns P."""
+    r = cheb(-0.3466, 0.3466)
+    r = r[np.abs(r) > 1e-6]
+    em1 = np.expm1(r)
+    return minimax(r, deg - 2, (em1 - r) / r ** 2, np.abs(r ** 2 / em1))
 
 
-# erf, |x| <= 1: x P(x^2)
-def fit_erf_small(deg: int = 6) -> list[float]:
-    x = cheb(1e-4, 1.0)
-    erf = np.vectorize(math.erf)(x)
-    return fit(x, erf / x, x * x, deg, x / erf)
+def fit_log(deg: int = 8) -> list[float]:
+    """log(1+f) = f - f^2/2 + f^3 P(f), f in [sqrt(1/2) - 1, sqrt(2) - 1)."""
+    f = cheb(math.sqrt(0.5) - 1, math.sqrt(2) - 1)
+    f = f[np.abs(f) > 1e-4]
+    target = (np.log1p(f) - f + f * f / 2) / f ** 3
+    return minimax(f, deg, target, np.abs(f ** 3 / np.log1p(f)))
 
 
-# erf, 1 <= x <= 4: 1 - exp(-x^2) R(u), u = 1/x
-ERF_BIG_LIMIT = 3.92  # erf(x) rounds to 1.0f beyond this
+def fit_erf(deg: int = 7) -> list[float]:
+    """log(erfc(a)) = a H(a) on [0, ERF_ONE]; an error dH costs erf a relative error of
+    a dH erfc(a) / erf(a), which is the weight."""
+    a = cheb(1e-6, float(ERF_ONE))
+    return minimax(a, deg, np.log(erfc64(a)) / a, a * erfc64(a) / erf64(a))
 
 
-def fit_erfc(deg: int = 10) -> list[float]:
-    x = cheb(1.0, 4.0)
-    r = np.vectorize(math.erfc)(x) * np.exp(x * x)
-    return fit(x, r, 1 / x, deg, 1 / r)
+# measurement ------------------------------------------------------------------------------------
+def ulp_err(got: np.ndarray, ref: np.ndarray) -> float:
+    """Worst |got - ref| in units of the spacing (np.spacing) of ref rounded to float32;
+    where ref rounds to +-inf, got must be that inf."""
+    ref32 = ref.astype(F)
+    inf = np.isinf(ref32)
+    if (got[inf] != ref32[inf]).any():
+        return math.inf
+    got, ref, ref32 = got[~inf], ref[~inf], ref32[~inf]
+    ulp = np.spacing(np.abs(ref32)).astype(np.float64)
+    err = np.abs(got.astype(np.float64) - ref) / ulp
+    return float(np.max(err))
 
 
-def erf32(x: np.ndarray, ps: list[float], pb: list[float]) -> np.ndarray:
-    x = x.astype(F)
-    a = np.abs(x)
-    small = x * horner(ps, x * x)
-    u = F(1) / a
-    big = F(1) - np.exp(-(a * a).astype(np.float64)).astype(F) * horner(pb, u)
-    big = np.where(a > F(ERF_BIG_LIMIT), F(1), big)
-    return np.where(a <= F(1), small, np.copysign(big, x))
+def sample(lo: float, hi: float, n: int = 1_000_001) -> np.ndarray:
+    """Dense linear points on [lo, hi] plus random floats of every binade in range."""
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 0x7F800000, 4 * n, dtype=np.int64).astype(np.uint32).view(F)
+    bits = np.concatenate([bits, -bits])
+    return np.concatenate([np.linspace(lo, hi, n).astype(F), bits[(bits >= lo) & (bits <= hi)]])
 
 
 def main() -> None:
-    pe, pl, pt = fit_exp(), fit_log(), fit_tanh()
-    ps, pb = fit_erf_small(), fit_erfc()
-    x = np.linspace(-87, 88, 2_000_001).astype(F)
-    print("EXP_P =", tuple(pe), "max ulp", ulp_err(exp32(x, pe), np.exp(x.astype(np.float64))))
-    x = np.exp(np.linspace(-80, 80, 2_000_001)).astype(F)
-    print("LOG_P =", tuple(pl), "max ulp", ulp_err(log32(x, pl), np.log(x.astype(np.float64))))
-    x = np.linspace(-0.625, 0.625, 1_000_001).astype(F)
-    print("TANH_P =", tuple(pt), "max ulp",
-          ulp_err(x + x * x * x * horner(pt, x * x), np.tanh(x.astype(np.float64))))
-    x = np.linspace(-4.5, 4.5, 1_000_001).astype(F)
-    ref = np.vectorize(math.erf)(x.astype(np.float64))
-    print("ERF_SMALL_P =", tuple(ps))
-    print("ERFC_P =", tuple(pb), "erf max ulp", ulp_err(erf32(x, ps, pb), ref),
-          "max abs", float(np.max(np.abs(erf32(x, ps, pb) - ref))))
+    pe, pl, ph = fit_exp(), fit_log(), fit_erf()
+    with np.errstate(all="ignore"):
+        x = sample(-104, 89)
+        print("EXP_P =", tuple(pe))
+        print("  exp max ulp", ulp_err(exp32(x, pe), np.exp(x.astype(np.float64))))
+        x = sample(-120, 120)
+        ref = 1 / (1 + np.exp(-x.astype(np.float64)))
+        print("  sigmoid max ulp", ulp_err(sigmoid32(x, pe), ref))
+        x = sample(-87, 0)
+        print("  expm1 max ulp", ulp_err(expm1_32(x, pe), np.expm1(x.astype(np.float64))))
+        x = sample(-12, 12)
+        print("  tanh max ulp", ulp_err(tanh32(x, pe), np.tanh(x.astype(np.float64))))
+        print("ERF_H =", tuple(ph))
+        x = sample(-5, 5)
+        print("  erf max ulp", ulp_err(erf32(x, ph, pe), erf64(x.astype(np.float64))))
+        print("LOG_P =", tuple(pl))
+        x = sample(0, 3.4e38)
+        x = x[x > 0]
+        print("  log max ulp", ulp_err(log32(x, pl), np.log(x.astype(np.float64))))
 
 
 if __name__ == "__main__":
