@@ -7,6 +7,11 @@ feature flags as the kernel reports them (`/proc/cpuinfo`, the same CPUID bits L
 detection reads), and the exact llvmlite build (the path, size and mtime of its shared library,
 found with `importlib.util.find_spec`, which does not import it). Off Linux, or when
 `/proc/cpuinfo` is unreadable, the CPU part is `platform.processor()`.
+
+`compiler_id()` names the compiler itself: the name, size and mtime of every source file of the
+packages that decide what code is generated (onnxjit, ir, passes, codegen), so a changed
+compiler never reuses a stale entry even when its version string did not change (a few hundred
+`stat` calls, no reads).
 """
 
 from __future__ import annotations
@@ -55,3 +60,24 @@ def host_id() -> str:
     """A short hash naming this CPU and LLVM build (part of every artifact's cache key)."""
     text = f"{platform.machine()}\n{_cpu()}\n{_llvmlite_build()}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_id() -> str:
+    """A short hash of the compiler's own sources (part of every artifact's cache key)."""
+    parts = []
+    for package in ("onnxjit", "onnxjit.ir", "onnxjit.passes", "onnxjit.codegen"):
+        spec = importlib.util.find_spec(package)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            try:
+                names = sorted(os.listdir(folder))
+            except OSError:
+                continue
+            for name in names:
+                if name.endswith(".py"):
+                    try:
+                        st = os.stat(os.path.join(folder, name))
+                    except OSError:
+                        continue
+                    parts.append(f"{package}/{name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
