@@ -12,6 +12,9 @@ versions differ):
   output element from one element of each input (loop-IR statements emitted through `b`). Ops
   with a scalar rule are fusible; the same rule drives lowering and folding (one source of truth).
 - `lower(ctx, node)`: emit loop-IR kernels for a node whose shapes are all concrete.
+- `value_inputs`: indexes of inputs whose VALUES the lowering needs at compile time (pads,
+  sizes, scales, depth...). A node with such an input not constant after binding runs through
+  the run-time shape phase (`onnxjit.staged`), which binds the value it receives.
 
 Lookup is by (domain, op); `resolve` checks the node's version against what the table knows.
 """
@@ -59,6 +62,7 @@ class OpDef:
     scalar: Callable[[Builder, Node, list[Operand]], Operand] | None = None
     lower: Callable[[LowerContext, Node], None] | None = None
     doc: str = ""
+    value_inputs: tuple[int, ...] = ()
 
     @property
     def fusible(self) -> bool:

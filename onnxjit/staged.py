@@ -55,7 +55,13 @@ def first_dynamic(model: Model) -> int | None:
         d = resolve(n)
         if d.lower is None and d.scalar is None and d.evaluate is not None:
             return i
+        if any(v is not None and v.const is None for v in _value_inputs(n, d)):
+            return i
     return None
+
+
+def _value_inputs(node: Node, d: Any) -> list[Value | None]:
+    return [node.input(k) for k in d.value_inputs]
 
 
 class Stage:
@@ -74,8 +80,12 @@ class Stage:
         self.bind: list[Value] = []
         self.host: Node | None = None
         if cut == 0 and g.nodes:
+            from onnxjit.ir.opdef import resolve
+
             first = g.nodes[0]
-            self.bind = [v for v in g.inputs if v in first.inputs and _bindable_type(v)]
+            wanted = _value_inputs(first, resolve(first))
+            self.bind = [v for v in g.inputs if v in first.inputs
+                         and _bindable_type(v, any_dtype=v in wanted)]
             if not self.bind:
                 self.host = first
         self.prefix = g.nodes[:cut]
@@ -158,9 +168,13 @@ def env_copy(a: np.ndarray) -> np.ndarray:
     return c
 
 
-def _bindable_type(v: Value) -> bool:
+def _bindable_type(v: Value, any_dtype: bool = False) -> bool:
+    """Small integer tensors (shape-like operands) are bound by value; so are small tensors of
+    any numeric type that an op declares as value inputs (Resize scales...)."""
     t = v.type
-    if not isinstance(t, TensorType) or not t.is_static or t.dtype.numpy.kind not in "iu":
+    if not isinstance(t, TensorType) or not t.is_static:
+        return False
+    if t.dtype.numpy.kind not in ("iufb" if any_dtype else "iu"):
         return False
     return int(np.prod(t.shape, dtype=np.int64)) <= BIND_LIMIT
 
