@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from onnxjit.ir.graph import Node, Value
     from onnxjit.ir.loop_builder import Builder
     from onnxjit.ir.loops import Buffer, Operand, Stmt
-    from onnxjit.ir.types import ValueType
+    from onnxjit.ir.types import DType, ValueType
 
 #: Highest ai.onnx opset version whose semantics the table implements.
 MAX_OPSET = 28
@@ -50,6 +50,9 @@ class LowerContext(Protocol):
 
     def view(self, out: Value, src: Buffer) -> None:
         """Make `out` share `src`'s storage (reshape-like ops); copies when it must."""
+
+    def scratch(self, hint: str, dtype: DType, shape: tuple[int, ...]) -> Buffer:
+        """A temporary buffer no graph value owns (im2col panels, partial results)."""
 
 
 @dataclass

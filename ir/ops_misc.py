@@ -202,6 +202,7 @@ def _topk_lower(ctx: LowerContext, node: Node) -> None:
 
 
 op("TopK", (1, 10, 11, 24), infer=_topk_infer, evaluate=_topk_evaluate, lower=_topk_lower,
+   value_inputs=(1,),
    doc="the k largest (or smallest) elements along axis and their indices, sorted")
 
 # --------------------------------------------------------------------------- Det
