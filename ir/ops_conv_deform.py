@@ -161,7 +161,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     if kk == 0:
         return
     chunk = max(1, min(n, PANEL_BYTES // max(1, c * taps * p * dt.itemsize)))
-    col = ctx.scratch("col", dt, (chunk * c * taps, p))  # type: ignore[attr-defined]
+    col = ctx.scratch("col", dt, (chunk * c * taps, p))
     for n0 in range(0, n, chunk):
         nimg = min(chunk, n - n0)
         b = Builder()

@@ -81,7 +81,7 @@ def integer_conv(ctx: LowerContext, node: Node, ins: tuple, y: Buffer) -> None:
         ctx.kernel("convinteger_zero", b.body)
         return
     # The weights minus their zero point, as i32 (per tensor or per output channel).
-    wq = ctx.scratch("wq", i32, (gm.m, gm.kk))  # type: ignore[attr-defined]
+    wq = ctx.scratch("wq", i32, (gm.m, gm.kk))
     with b.loop(0, gm.m, parallel=True, hint="m") as m:
         zp: Operand = const(0, i32)
         if wzp is not None:
@@ -170,7 +170,7 @@ def _qlc_lower(ctx: LowerContext, node: Node) -> None:
     y = ctx.buf(node.outputs[0])
     if y.numel == 0:
         return
-    acc = ctx.scratch("acc", DType.INT32, y.shape)  # type: ignore[attr-defined]
+    acc = ctx.scratch("acc", DType.INT32, y.shape)
     integer_conv(ctx, node, (node.inputs[0], node.inputs[3], node.input(2), node.input(5)), acc)
     xs, ws, ys, yz = (ctx.buf(node.inputs[i]) for i in (1, 4, 6, 7))
     bias = ctx.buf(node.inputs[8]) if node.input(8) is not None else None

@@ -144,7 +144,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
         return
     per_image = g * rows * pin * y.dtype.itemsize
     chunk = max(1, min(n, PANEL_BYTES // max(1, per_image)))
-    col = ctx.scratch("col", y.dtype, (chunk * g * rows, pin))  # type: ignore[attr-defined]
+    col = ctx.scratch("col", y.dtype, (chunk * g * rows, pin))
     for n0 in range(0, n, chunk):
         nimg = min(chunk, n - n0)
         b = Builder()
