@@ -84,3 +84,14 @@ def store_elem(b: ir.IRBuilder, value: ir.Value, base: ir.Value, index: ir.Value
 
 def imin(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+class Callee:
+    """An indirect callee for llvmlite's `call`: a `ptr` value plus the function type to call
+    it with (llvmlite only calls values whose type names a function type)."""
+
+    def __init__(self, value: ir.Value, fnty: ir.FunctionType):
+        self.value, self.function_type, self.type = value, fnty, ir.PointerType()
+
+    def get_reference(self) -> str:
+        return self.value.get_reference()

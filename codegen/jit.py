@@ -12,8 +12,8 @@ target machine built from the host's CPU name and features. `dump(name, text)` r
 `load_object` only links: an MCJIT engine over an empty module gets the object file added and
 finalised, so a warm disk cache never re-runs LLVM's optimiser or code generator. The C library
 symbols generated code may call (libm's `exp`, `log`, `tanh`, `erf`, `pow`, `powf`, `fmod`,
-`fmodf`, and `memset`/`memcpy` that LLVM forms from loops) are registered with LLVM once, from
-the addresses the process's own C library gives.
+`fmodf`, `memset`/`memcpy` that LLVM forms from loops, and the pthread functions of the worker
+pool) are registered with LLVM once, from the addresses the process's own C library gives.
 """
 
 from __future__ import annotations
@@ -29,13 +29,17 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 from onnxjit.codegen import target
-from onnxjit.codegen.llvmgen import build_module, n_io
+from onnxjit.codegen.llvmgen import build_module, n_io, uses_pool
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Program
 
 _PLACEHOLDER = "onnxjit_PROGRAMID"
 _LIBC_SYMBOLS = ("exp", "log", "tanh", "erf", "pow", "powf", "fmod", "fmodf", "expf", "logf",
-                 "tanhf", "erff", "memset", "memcpy", "memmove")
+                 "tanhf", "erff", "memset", "memcpy", "memmove",
+                 # the worker pool (pool_ir.py); in libc since glibc 2.34, else libpthread
+                 "pthread_create", "pthread_mutex_lock", "pthread_mutex_unlock",
+                 "pthread_mutex_trylock", "pthread_cond_wait", "pthread_cond_broadcast",
+                 "sched_yield")
 _symbols_done = False
 #: LLVM's global context is not thread-safe: one compile or link at a time per process
 _llvm_lock = threading.RLock()
@@ -43,13 +47,15 @@ _llvm_lock = threading.RLock()
 
 @dataclass
 class CompiledObject:
-    """Object code of one Program and the names of its two entry points."""
+    """Object code of one Program and the names of its two entry points. `uses_pool`: the
+    code dispatches parallel loops to the worker pool (see `pool_slots`)."""
 
     object_code: bytes
     entry: str
     entry_py: str
     n_io: int
     n_consts: int
+    uses_pool: bool = True
 
 
 class NativeLibrary:
@@ -98,7 +104,18 @@ def _compile(program: Program, opt_level: int,
         dump("llvm-opt.ll", str(mod))
         dump("asm.s", tm.emit_assembly(mod))
     obj = tm.emit_object(mod)
-    return CompiledObject(bytes(obj), entry, entry_py, n_io(program), len(program.consts))
+    return CompiledObject(bytes(obj), entry, entry_py, n_io(program), len(program.consts),
+                          uses_pool(program))
+
+
+def pool_slots(obj: CompiledObject, num_threads: int) -> list[int]:
+    """The values of the slots the runtime appends to the consts table: `parallel_for`'s
+    address (0 when the code never dispatches: the pool is then not even built) and the
+    thread count."""
+    from onnxjit.codegen.pool import parallel_for_address
+
+    addr = parallel_for_address() if obj.uses_pool and num_threads > 1 else 0
+    return [addr, max(1, num_threads)]
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:
@@ -122,7 +139,7 @@ def _register_libc_symbols() -> None:
         if _symbols_done:
             return
         libs = [ctypes.CDLL(None)]
-        for name in ("m", "c"):
+        for name in ("m", "c", "pthread"):
             path = ctypes.util.find_library(name)
             if path:
                 libs.append(ctypes.CDLL(path))

@@ -11,13 +11,18 @@ Algorithm:
    kernel's entry block (mem2reg promotes them); a `Loop` is an i64 counted loop (see
    `irutil.for_range`); `Load`/`Store` GEP the element type with the flat index (bool is an i8
    in memory and an i1 in registers); `Op` goes to `ScalarEmitter`; `Matmul` to `matmul.py`.
-   `parallel` loops run serially for now (a thread pool that calls a kernel's outer parallel
-   loop in chunks is a later step; the flag is kept in the loop IR for it).
+   A top-level `parallel` loop worth it (and a large top-level Matmul, split over its rows)
+   is outlined into a task run by the process's worker pool (`parallel.py`, `pool.py`); the
+   kernel then takes two more arguments, the pool's `parallel_for` and the thread count.
+   Other parallel loops run serially.
 3) `<prefix>_entry(io, consts, arena)` computes every root buffer's pointer (io[slot] for inputs
    and outputs, consts[slot], arena + offset for temps) and calls the kernels in order,
-   returning the first nonzero status. `<prefix>_entry_py(a0, ..., consts, arena)` reads each
-   numpy array's data pointer and flags straight from the PyObject, returns -1 unless every
-   array is C-contiguous and aligned (outputs also writeable), and calls the entry.
+   returning the first nonzero status. The runtime appends two slots to the consts table,
+   `parallel_for`'s address and the thread count (`jit.pool_slots`): object code cached on disk
+   holds no address, and `Program.consts` slots keep their numbers.
+   `<prefix>_entry_py(a0, ..., consts, arena)` reads each numpy array's data pointer and flags
+   straight from the PyObject, returns -1 unless every array is C-contiguous and aligned
+   (outputs also writeable), and calls the entry.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from llvmlite import ir
 
 from onnxjit.codegen.irutil import for_range, i64c, load_elem, store_elem
 from onnxjit.codegen.matmul import emit_matmul
+from onnxjit.codegen.parallel import emit_parallel, plan_kernel
 from onnxjit.codegen.scalar import (
     I1,
     I8,
@@ -70,7 +76,9 @@ class KernelTranslator:
     """Translates one kernel into one LLVM function."""
 
     def __init__(self, module: ir.Module, scalar: ScalarEmitter, kernel: Kernel, name: str,
-                 check_index: dict[int, int]):
+                 check_index: dict[int, int], params: list[Var] | None = None):
+        """`params`: scalar variables passed after the root pointers (an outlined loop's
+        bounds and captured values); kernels with them never dispatch to the pool."""
         self.scalar = scalar
         self.kernel = kernel
         self.check_index = check_index
@@ -81,22 +89,44 @@ class KernelTranslator:
                 self.roots.append(r)
         self.has_checks = any(isinstance(s, Check) for s in walk(kernel.body))
         ret = I32 if self.has_checks else ir.VoidType()
-        self.fn = ir.Function(module, ir.FunctionType(ret, [PTR] * len(self.roots)), name)
+        self.params = params or []
+        self.plan = plan_kernel(kernel) if params is None else {}
+        args = [PTR] * len(self.roots) + [compute_type(v.dtype) for v in self.params]
+        if self.plan:
+            args += [PTR, I64]
+        self.fn = ir.Function(module, ir.FunctionType(ret, args), name)
         self.fn.linkage = "internal"
         for attr in ("nounwind", "noinline"):
             self.fn.attributes.add(attr)
         self.ptrs: dict[int, ir.Value] = {}
         for arg, r in zip(self.fn.args, self.roots):
             arg.name = _ident(r.name)
-            arg.add_attribute("noalias")
-            arg.add_attribute("captures(none)")
+            if not self.plan:  # a dispatching kernel hands its pointers to other threads
+                arg.add_attribute("noalias")
+                arg.add_attribute("captures(none)")
             self.ptrs[id(r)] = arg
         self.alloca_block = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.slots: dict[Var, ir.Value] = {}
+        extra = self.fn.args[len(self.roots):]
+        for v, arg in zip(self.params, extra):
+            arg.name = _ident(v.hint or "p")
+            self.assign(v, arg)
+        self.pool_args: tuple[ir.Value, ...] = tuple(extra[len(self.params):])
+        self.n_outlined = 0
+        if self.plan:
+            self.pool_args[0].name, self.pool_args[1].name = "parallel_for", "nthreads"
 
     def translate(self) -> ir.Function:
-        self.stmts(self.kernel.body)
+        for s in self.kernel.body:
+            planned = self.plan.get(id(s))
+            if planned is None:
+                self.stmt(s)
+            else:
+                loop, captured, after = planned
+                emit_parallel(self, loop, captured, self.n_outlined)
+                self.n_outlined += 1
+                self.stmts(after)
         if self.has_checks:
             self.b.ret(ir.Constant(I32, 0))
         else:
@@ -203,9 +233,14 @@ def build_module(program: Program, prefix: str, triple: str, data_layout: str
         kt = KernelTranslator(module, scalar, k, f"{prefix}.k{n}.{_ident(k.name)}", check_index)
         kt.translate()
         kernels.append(kt)
-    entry = _entry(module, program, kernels, f"{prefix}_entry")
+    entry = _entry(module, program, kernels, f"{prefix}_entry", len(program.consts))
     entry_py = _entry_py(module, program, entry, f"{prefix}_entry_py")
     return module, entry.name, entry_py.name
+
+
+def uses_pool(program: Program) -> bool:
+    """True when some kernel of `program` dispatches to the worker pool."""
+    return any(plan_kernel(k) for k in program.kernels)
 
 
 def n_io(program: Program) -> int:
@@ -215,7 +250,7 @@ def n_io(program: Program) -> int:
 
 
 def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator],
-           name: str) -> ir.Function:
+           name: str, n_consts: int) -> ir.Function:
     fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR]), name)
     fn.attributes.add("nounwind")
     io, consts, arena = fn.args
@@ -240,8 +275,12 @@ def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator],
             ptrs[id(r)] = p
         return p
 
+    pool: list[ir.Value] = []
+    if any(kt.plan for kt in kernels):
+        nthreads = load_elem(b, consts, i64c(n_consts + 1), PTR, 8)
+        pool = [load_elem(b, consts, i64c(n_consts), PTR, 8), b.ptrtoint(nthreads, I64)]
     for kt in kernels:
-        rc = b.call(kt.fn, [root_ptr(r) for r in kt.roots])
+        rc = b.call(kt.fn, [root_ptr(r) for r in kt.roots] + (pool if kt.plan else []))
         if kt.has_checks:
             fail = fn.append_basic_block("fail")
             cont = fn.append_basic_block("ok")

@@ -4,15 +4,17 @@ The call path is the part of onnxjit that runs on every inference, so it does as
 can: allocate the outputs, then one ctypes call into `<name>_entry_py`, which reads each array's
 data pointer and flags straight from the numpy object (offsets checked once at start-up by
 `pyobject_layout_ok`). Constants are passed through a pointer table built once; temps live in an
-arena kept per thread (so concurrent calls never share scratch memory). No `ndarray.ctypes` or
-`__array_interface__` on this path. If the entry reports a non-contiguous, misaligned or
-read-only array (-1), the call is retried with contiguous copies; a failed `Check` (k > 0)
-raises `InputError` with its message.
+arena kept per thread (so concurrent calls never share scratch memory). The pointer table ends
+with two slots for parallel loops (`codegen.pool_slots`): the worker pool's `parallel_for` and
+`num_threads` (0: all cores). No `ndarray.ctypes` or `__array_interface__` on this path. If
+the entry reports a non-contiguous, misaligned or read-only array (-1), the call is retried with
+contiguous copies; a failed `Check` (k > 0) raises `InputError` with its message.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -58,12 +60,16 @@ class Artifact:
     program: Any = None
     compile_seconds: float = 0.0
     source: str = "compiled"  # "compiled" | "disk" | "memory"
+    num_threads: int = 0  # threads for parallel loops; 0: all cores
 
     def __post_init__(self) -> None:
         n_io = len(self.signature) + len(self.out_specs)
         self._n_in = len(self.signature)
-        self._consts_table = (ctypes.c_void_p * max(1, len(self.consts)))(
-            *[a.ctypes.data for a in self.consts])
+        from onnxjit.codegen import pool_slots
+
+        threads = self.num_threads or os.cpu_count() or 1
+        table = [a.ctypes.data for a in self.consts] + pool_slots(self.library.object, threads)
+        self._consts_table = (ctypes.c_void_p * len(table))(*table)
         self.consts_ptr = ctypes.addressof(self._consts_table)
         if self.use_py_entry:
             proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.py_object] * n_io),

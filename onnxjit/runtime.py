@@ -5,8 +5,8 @@ argument) -> the process-wide memory cache -> the disk cache -> compile. Compili
 model lazily: a process whose artifacts all come from the disk cache never parses the model or
 runs a pass, and never invokes LLVM (object code is only linked). One lock serialises
 compilation; calls of already-compiled signatures never take it. Artifacts whose code dispatches
-parallel loops need the process's worker pool: its object code is one more disk-cache entry
-(`_ensure_pool`), so a warm start links it instead of compiling it.
+parallel loops need the process's worker pool (`_ensure_pool`): its object code (a few KB) is
+stored in each such artifact's disk-cache entry, so a warm start links it instead of compiling.
 """
 
 from __future__ import annotations
@@ -45,32 +45,23 @@ def _layout_ok() -> bool:
     return _LAYOUT
 
 
-def _ensure_pool(disk: cache_mod.DiskCache, uses_pool: bool, num_threads: int) -> None:
-    """Install the worker pool in this process (from the disk cache when it is there) before
-    an artifact that dispatches to it is built."""
+def _ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
+                 ) -> bytes | None:
+    """Install the worker pool in this process before an artifact that dispatches to it is
+    built: from `stored` (the pool's object code kept in that artifact's cache entry) when
+    given, else compiled. Returns the pool's object code to keep in the artifact's entry."""
+    if not uses_pool or num_threads <= 1:
+        return None
     from onnxjit.codegen import pool
 
-    if not uses_pool or num_threads <= 1 or pool.installed():
-        return
-    from onnxjit import __version__
-    from onnxjit.codegen import CompiledObject
-    from onnxjit.hostinfo import host_id
-
-    key = cache_mod.make_key("pool", str(pool.POOL_VERSION), __version__,
-                             str(cache_mod.FORMAT), host_id())
-    entry = disk.get(key)
-    if entry is not None:
+    if not pool.installed() and stored is not None:
         try:
-            m = entry.meta
-            pool.install(CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], 0, 0,
-                                        False))
-            return
-        except Exception:  # a foreign or broken entry: rebuild it
+            pool.install(pool.pool_object(stored))
+        except Exception:  # code this process cannot link: compile it instead
             cache_mod.STATS.disk_errors += 1
-    obj = pool.compile_pool()
-    disk.put(key, cache_mod.Entry({"entry": obj.entry, "entry_py": obj.entry_py},
-                                  {"object": obj.object_code}))
-    pool.install(obj)
+    if not pool.installed():
+        pool.install(pool.compile_pool())
+    return pool.installed_code()
 
 
 def _declared(model: Model) -> list[Declared]:
@@ -211,11 +202,11 @@ class CompiledModel:
     # compiling ----------------------------------------------------------------------------------
     def _artifact_key(self, sig: tuple) -> str:
         from onnxjit import __version__
-        from onnxjit.hostinfo import host_id
+        from onnxjit.hostinfo import compiler_id, host_id
 
         return cache_mod.make_key("artifact", self._hash, str(self._base_dir),
                                   signature_id(sig), self.options.code_key(), __version__,
-                                  str(cache_mod.FORMAT), host_id())
+                                  str(cache_mod.FORMAT), host_id(), compiler_id())
 
     def _artifact(self, sig: tuple) -> Any:
         key = self._artifact_key(sig)
@@ -266,7 +257,7 @@ class CompiledModel:
         obj = compile_program(program, opt_level=self.options.opt_level,
                               dump=lambda name, text: dumper.write(name, text))
         lib = load_object(obj)
-        _ensure_pool(self._disk, obj.uses_pool, self.options.num_threads)
+        pool_code = _ensure_pool(obj.uses_pool, self.options.num_threads)
         art = Artifact(
             signature=sig,
             out_specs=[(tuple(b.shape), b.dtype.numpy) for b in program.outputs],
@@ -278,7 +269,7 @@ class CompiledModel:
             program=program,
             num_threads=self.options.num_threads,
         )
-        self._store(key, art, obj)
+        self._store(key, art, obj, pool_code)
         return art
 
     # stages of a signature with data-dependent shapes (onnxjit.staged) ---------------------
@@ -309,14 +300,16 @@ class CompiledModel:
             _MEMORY[key] = art
         return art
 
-    def _store(self, key: str, art: Artifact, obj: Any) -> None:
+    def _store(self, key: str, art: Artifact, obj: Any, pool_code: bytes | None) -> None:
         meta = {"entry": obj.entry, "entry_py": obj.entry_py, "n_io": obj.n_io,
                 "n_consts": obj.n_consts, "uses_pool": obj.uses_pool,
                 "arena_size": art.arena_size,
                 "messages": art.messages,
                 "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs]}
-        entry = cache_mod.Entry(meta, {"object": obj.object_code},
-                                {f"const{i}": a for i, a in enumerate(art.consts)})
+        blobs = {"object": obj.object_code}
+        if pool_code is not None:
+            blobs["pool"] = pool_code
+        entry = cache_mod.Entry(meta, blobs, {f"const{i}": a for i, a in enumerate(art.consts)})
         self._disk.put(key, entry)
 
     def _from_entry(self, sig: tuple, entry: cache_mod.Entry) -> Artifact | None:
@@ -334,7 +327,7 @@ class CompiledModel:
                                  m["n_consts"], bool(m.get("uses_pool", True)))
             consts = [entry.arrays[f"const{i}"] for i in range(m["n_consts"])]
             lib = load_object(obj)
-            _ensure_pool(self._disk, obj.uses_pool, self.options.num_threads)
+            _ensure_pool(obj.uses_pool, self.options.num_threads, entry.blobs.get("pool"))
             return Artifact(sig, [(tuple(s), np.dtype(d)) for s, d in m["outputs"]], consts,
                             m["arena_size"], list(m["messages"]), lib, _layout_ok(),
                             source="disk", num_threads=self.options.num_threads)

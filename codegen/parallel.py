@@ -1,0 +1,288 @@
+"""Parallel loops: outlining a kernel's top-level `parallel` Loop into a task for the pool.
+
+Algorithm (per kernel, planned before its function is built so its signature is known):
+1) `plan_kernel` picks the top-level statements to run on the pool: a `parallel` Loop whose
+   estimated work (trip count x `body_cost`) can reach `SERIAL_OPS` and which reads no variable
+   it writes from outside the loop (`_vars`); and a large top-level `Matmul`
+   (m*n*k >= MATMUL_SPLIT_WORK), which `split_matmul` rewrites as a parallel loop over blocks
+   of MB rows of C (plus a serial Matmul for the leftover rows). A kernel with a plan takes two
+   extra arguments: the pool's `parallel_for` pointer and the thread count.
+2) `emit_parallel` outlines one loop into two internal functions:
+   - the body `<kernel>.parN(ptr noalias root..., i64 lo, i64 hi, captured...)`, translated
+     like a kernel (its own `noalias` root pointers, so its loops vectorize as before) running
+     `for var in [lo, hi) step step`, returning the first failed check's status (or void);
+   - the task `<kernel>.parN.task(ctx, begin, end)` that unpacks the context and calls the body
+     on iterations [begin, end) (lo = start + begin*step), storing a nonzero status into the
+     context's status slot with a compare-and-swap (the first failure wins).
+   The kernel fills a stack context {root pointers, captured values, start, status}, calls
+   `parallel_for(task, ctx, trip, grain, nthreads)` (with one thread: the task directly, so
+   the pool is never built) and returns the status if one was set. The dispatching kernel's
+   own pointer arguments lose `noalias`/`captures(none)`: other threads use them.
+   `grain` = ceil(CHUNK_OPS / body_cost) iterations: the pool runs serially when
+   n < 2 * grain, so loops it cannot split into two chunks of work pay one indirect call.
+Variables written inside the loop are private to each chunk (allocas in the body function);
+variables only read there are captured by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from llvmlite import ir
+
+from onnxjit.codegen.irutil import Callee, i64c
+from onnxjit.codegen.scalar import I32, compute_type
+from onnxjit.ir.loops import (
+    Check,
+    Const,
+    Kernel,
+    Load,
+    Loop,
+    Matmul,
+    Op,
+    Operand,
+    Stmt,
+    Store,
+    Var,
+    i64,
+    walk,
+)
+from onnxjit.ir.types import DType
+
+PTR = ir.PointerType()
+I64 = ir.IntType(64)
+#: below this much estimated work (scalar ops) a loop runs serially: waking a sleeping worker
+#: costs some 10-50 us (futex wake-up, more in a VM or on a busy machine), about what 1M scalar
+#: ops of vectorized code take; measured on the chain model, smaller loops gained nothing
+SERIAL_OPS = 1 << 20
+#: minimum work per chunk handed to a thread
+CHUNK_OPS = SERIAL_OPS // 4
+#: a top-level Matmul is split over its rows from this many multiply-adds
+MATMUL_SPLIT_WORK = 1 << 20
+#: rough cost of the scalar ops expanded to polynomials or guarded sequences
+_OP_COST = {"exp": 8, "log": 8, "tanh": 10, "erf": 10, "sigmoid": 8, "pow": 20, "div": 4,
+            "rem": 4}
+#: trip count assumed for a loop whose bounds are variables (in our lowerings: blocks of a
+#: tiled loop, some tens of iterations)
+_UNKNOWN_TRIP = 64
+
+
+def trip_count(loop: Loop) -> int | None:
+    """The loop's trip count when its bounds are constants."""
+    if isinstance(loop.start, Const) and isinstance(loop.stop, Const):
+        return max(0, -(-(int(loop.stop.value) - int(loop.start.value)) // loop.step))
+    return None
+
+
+def body_cost(body: list[Stmt]) -> int:
+    """Estimated scalar operations of one execution of `body`."""
+    total = 0
+    for s in body:
+        if isinstance(s, Loop):
+            t = trip_count(s)
+            total += (_UNKNOWN_TRIP if t is None else t) * (body_cost(s.body) + 1)
+        elif isinstance(s, Matmul):
+            total += s.m * s.n * s.k
+        elif isinstance(s, Op):
+            total += _OP_COST.get(s.op, 1)
+        else:
+            total += 1
+    return max(1, total)
+
+
+def _reads(s: Stmt) -> Iterator[Operand]:
+    match s:
+        case Op(args=args):
+            yield from args
+        case Load(index=index):
+            yield index
+        case Store(index=index, value=value):
+            yield index
+            yield value
+        case Check(cond=cond):
+            yield cond
+        case Loop(start=start, stop=stop):
+            yield start
+            yield stop
+        case Matmul():
+            yield from (s.c_off, s.a_off, s.b_off)
+
+
+def _writes(s: Stmt) -> Iterator[Var]:
+    match s:
+        case Op(dst=dst) | Load(dst=dst):
+            yield dst
+        case Loop(var=var):
+            yield var
+
+
+def _vars(kernel_body: list[Stmt], loop: Loop) -> list[Var] | None:
+    """Variables the loop's body reads but does not write (captured by value), or None when a
+    variable the loop writes is used elsewhere in the kernel (its value would not survive)."""
+    inner = list(walk(loop.body))
+    written = {id(v) for s in inner for v in _writes(s)} | {id(loop.var)}
+    captured: dict[int, Var] = {}
+    for s in inner:
+        for x in _reads(s):
+            if isinstance(x, Var) and id(x) not in written:
+                captured.setdefault(id(x), x)
+    inside = {id(s) for s in inner} | {id(loop)}
+    for s in walk(kernel_body):
+        if id(s) in inside:
+            continue
+        used = list(_writes(s)) + [x for x in _reads(s) if isinstance(x, Var)]
+        if any(id(v) in written for v in used):
+            return None
+    return list(captured.values())
+
+
+def split_matmul(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
+    """`s` as a parallel loop over blocks of MB rows of C, plus statements computing the
+    leftover rows (or None when it is too small to split)."""
+    work = s.m * s.n * s.k
+    if work < MATMUL_SPLIT_WORK:
+        return None
+    mb = max(-(-(4 * CHUNK_OPS) // max(1, s.n * s.k)), -(-s.m // 32))
+    mb = -(-mb // 4) * 4
+    nblk = s.m // mb
+    if nblk < 2:
+        return None
+    t = Var(DType.INT64, "blk")
+    body: list[Stmt] = []
+
+    def offsets(row: Operand, out: list[Stmt]) -> tuple[Operand, Operand]:
+        c_row, c_off, a_row, a_off = (Var(DType.INT64, h) for h in ("crow", "coff", "arow",
+                                                                     "aoff"))
+        out += [Op(c_row, "mul", (row, i64(s.ldc))), Op(c_off, "add", (c_row, s.c_off)),
+                Op(a_row, "mul", (row, i64(1 if s.a_trans else s.lda))),
+                Op(a_off, "add", (a_row, s.a_off))]
+        return c_off, a_off
+
+    row = Var(DType.INT64, "row")
+    body.append(Op(row, "mul", (t, i64(mb))))
+    c_off, a_off = offsets(row, body)
+    body.append(_window(s, c_off, a_off, mb))
+    loop = Loop(t, i64(0), i64(nblk), 1, body, parallel=True)
+    rest = s.m - nblk * mb
+    tail: list[Stmt] = []
+    if rest:
+        c_off, a_off = offsets(i64(nblk * mb), tail)
+        tail.append(_window(s, c_off, a_off, rest))
+    return loop, tail
+
+
+def _window(s: Matmul, c_off: Operand, a_off: Operand, m: int) -> Matmul:
+    return Matmul(s.c, c_off, s.ldc, s.a, a_off, s.lda, s.b, s.b_off, s.ldb, m, s.n, s.k,
+                  s.a_trans, s.b_trans, s.alpha, s.accumulate)
+
+
+def plan_kernel(kernel: Kernel) -> dict[int, tuple[Loop, list[Var], list[Stmt]]]:
+    """Top-level statements (by id) to run on the pool: (parallel loop, captured vars, serial
+    statements to run after it)."""
+    plan: dict[int, tuple[Loop, list[Var], list[Stmt]]] = {}
+    for s in kernel.body:
+        if isinstance(s, Loop) and s.parallel:
+            t = trip_count(s)
+            if t is not None and (t < 2 or t * body_cost(s.body) < SERIAL_OPS):
+                continue
+            captured = _vars(kernel.body, s)
+            if captured is not None:
+                plan[id(s)] = (s, captured, [])
+        elif isinstance(s, Matmul):
+            split = split_matmul(s)
+            if split is not None:
+                loop, tail = split
+                captured = [x for x in (s.c_off, s.a_off, s.b_off) if isinstance(x, Var)]
+                plan[id(s)] = (loop, list({id(v): v for v in captured}.values()), tail)
+    return plan
+
+
+def emit_parallel(kt, loop: Loop, captured: list[Var], index: int) -> None:
+    """Emit `loop` (a top-level statement of the kernel `kt` translates) as a pool dispatch."""
+    b = kt.b
+    lo, hi = Var(DType.INT64, "lo"), Var(DType.INT64, "hi")
+    serial = Loop(loop.var, lo, hi, loop.step, loop.body, parallel=False)
+    name = f"{kt.fn.name}.par{index}"
+    body_kt = type(kt)(kt.fn.module, kt.scalar, Kernel(kt.kernel.name, [serial]), name,
+                       kt.check_index, params=[lo, hi, *captured])
+    body_fn = body_kt.translate()
+    roots = body_kt.roots
+    fields = [PTR] * len(roots) + [compute_type(v.dtype) for v in captured] + [I64, I32]
+    ctx_ty = ir.LiteralStructType(fields)
+    task = _task(kt.fn.module, f"{name}.task", body_fn, ctx_ty, len(roots), len(captured),
+                 loop.step, body_kt.has_checks)
+
+    ctx = ir.IRBuilder(kt.alloca_block).alloca(ctx_ty, name="par.ctx")
+    ctx.type = PTR
+
+    def field(k: int) -> ir.Value:
+        return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True,
+                     source_etype=ctx_ty)
+
+    for k, r in enumerate(roots):
+        b.store(kt.pointer(r), field(k))
+    for k, v in enumerate(captured):
+        b.store(kt.operand(v), field(len(roots) + k))
+    start, stop = kt.operand(loop.start), kt.operand(loop.stop)
+    b.store(start, field(len(fields) - 2))
+    b.store(ir.Constant(I32, 0), field(len(fields) - 1))
+    span = b.sub(stop, start)
+    trip = b.sdiv(b.add(span, i64c(loop.step - 1)), i64c(loop.step))
+    trip = b.select(b.icmp_signed(">", span, i64c(0)), trip, i64c(0))
+    grain = max(1, -(-CHUNK_OPS // body_cost(loop.body)))
+    pfor, nthreads = kt.pool_args
+    fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, I64])
+    pooled = kt.fn.append_basic_block("par.pool")
+    direct = kt.fn.append_basic_block("par.direct")
+    joined = kt.fn.append_basic_block("par.join")
+    # one thread: no pool at all (the runtime does not even build it)
+    b.cbranch(b.icmp_signed(">", nthreads, i64c(1)), pooled, direct)
+    b.position_at_end(pooled)
+    b.call(Callee(pfor, fnty), [task, ctx, trip, i64c(grain), nthreads])
+    b.branch(joined)
+    b.position_at_end(direct)
+    b.call(task, [ctx, i64c(0), trip])
+    b.branch(joined)
+    b.position_at_end(joined)
+    if body_kt.has_checks:
+        status = b.load(field(len(fields) - 1), typ=I32)
+        fail = kt.fn.append_basic_block("par.fail")
+        cont = kt.fn.append_basic_block("par.ok")
+        b.cbranch(b.icmp_signed("!=", status, ir.Constant(I32, 0)), fail, cont)
+        b.position_at_end(fail)
+        b.ret(status)
+        b.position_at_end(cont)
+
+
+def _task(module: ir.Module, name: str, body_fn: ir.Function, ctx_ty: ir.LiteralStructType,
+          n_roots: int, n_captured: int, step: int, has_checks: bool) -> ir.Function:
+    """void task(ctx, begin, end): body(roots..., start + begin*step, start + end*step, ...)."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    ctx, begin, end = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def load(k: int) -> ir.Value:
+        p = b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True,
+                  source_etype=ctx_ty)
+        return b.load(p, typ=ctx_ty.elements[k])
+
+    roots = [load(k) for k in range(n_roots)]
+    captured = [load(n_roots + k) for k in range(n_captured)]
+    start = load(n_roots + n_captured)
+    lo = b.add(start, b.mul(begin, i64c(step)))
+    hi = b.add(start, b.mul(end, i64c(step)))
+    rc = b.call(body_fn, [*roots, lo, hi, *captured])
+    if has_checks:
+        fail = fn.append_basic_block("fail")
+        done = fn.append_basic_block("done")
+        b.cbranch(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), fail, done)
+        b.position_at_end(fail)
+        status = b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, n_roots + n_captured + 1)],
+                       inbounds=True, source_etype=ctx_ty)
+        b.cmpxchg(status, ir.Constant(I32, 0), rc, "seq_cst", "seq_cst")
+        b.branch(done)
+        b.position_at_end(done)
+    b.ret_void()
+    return fn

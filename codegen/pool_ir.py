@@ -1,0 +1,311 @@
+"""The persistent worker pool that runs generated code's parallel loops: its LLVM module.
+
+Compiled object code is cached on disk and linked into other processes, so it cannot embed the
+pool's address: the pool is a separate module built and linked once per process, and generated
+programs receive `onnxjit_parallel_for` (and the thread count) through two extra slots at the
+end of their consts pointer table (see `llvmgen`).
+
+    void onnxjit_parallel_for(void (*fn)(void* ctx, i64 begin, i64 end), void* ctx, i64 n,
+                              i64 grain, i64 nthreads)
+
+Algorithm:
+1) Serial fast path: t = min(nthreads, n / grain); with t <= 1, or when another thread is
+   dispatching (`trylock` on the dispatch mutex fails: concurrent callers run their loop
+   serially on their own thread, which never deadlocks and keeps every core busy anyway), the
+   caller runs fn(ctx, 0, n) itself.
+2) Workers are created lazily with pthread_create, up to t - 1 (the caller works too), and live
+   for the rest of the process. Each waits on a condition variable until the job generation
+   changes: idle workers block in the kernel (after a short spin following each job).
+3) A dispatch publishes (fn, ctx, n, chunk), resets the atomic chunk counter, opens the job,
+   bumps the generation and broadcasts. Workers with index < t - 1 join (under the mutex:
+   `active += 1`) while the job is open, then claim chunks of `chunk` iterations with an atomic
+   add until the counter passes n. The caller claims chunks too; when it runs out it closes the
+   job (no late joiner can touch the counter of a later job) and waits on a second condition
+   variable until `active` is 0, so every chunk has finished when parallel_for returns.
+   Both sides poll before blocking: workers briefly (SPIN, with `pause`) for the next job; the
+   caller, inside a call, polls for the last worker with sched_yield between polls
+   (CALLER_SPIN): on an idle core that is a spin without a futex round trip, and a worker
+   sharing the caller's core still gets to run.
+4) Chunks: about 4 per thread (dynamic load balance) but never below `grain` iterations; a
+   cheap body (grain >= 16) gets chunk boundaries on multiples of 16 so vector loops stay
+   aligned.
+5) After os.fork() the child has no workers but a copy of the pool's state:
+   `onnxjit_pool_control(1)` (a fork handler, see `pool.py`) zeroes every global (zeroed
+   storage is a valid PTHREAD_*_INITIALIZER on glibc and musl).
+
+All shared state is accessed with seq_cst atomics, so LLVM never caches it across the calls into
+pthread (the mutex also orders it). The module has no addresses in it: the pthread functions
+are undefined symbols resolved when it is linked, like libm's in generated code.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from onnxjit.codegen.irutil import Callee
+from onnxjit.codegen.pool import CONTROL, ENTRY
+
+PTR = ir.PointerType()
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+VOID = ir.VoidType()
+#: pthread_mutex_t / pthread_cond_t storage: 40 and 48 bytes on glibc x86-64; room to spare
+SYNC_BYTES = 64
+MAX_WORKERS = 255
+CHUNKS_PER_THREAD = 4
+PTHREAD_SYMBOLS = ("pthread_create", "pthread_mutex_lock", "pthread_mutex_unlock",
+                   "pthread_mutex_trylock", "pthread_cond_wait", "pthread_cond_broadcast",
+                   "sched_yield")
+_STATE = ("gen", "started", "job_fn", "job_ctx", "job_n", "job_chunk", "job_workers", "job_open",
+          "active", "next")
+_SYNC = ("mu", "dispatch", "cv_work", "cv_done")
+#: polls of a short spin (with `pause`, some tens of microseconds) before blocking after a job:
+#: back-to-back dispatches of one call then skip the futex round trip
+SPIN = 1000
+#: sched_yield polls of the caller waiting for the last worker before it blocks
+CALLER_SPIN = 2000
+
+
+def _c(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+class _Builder:
+    """Builds the pool module; `g[name]` are the globals."""
+
+    def __init__(self, triple: str, data_layout: str):
+        m = self.module = ir.Module(name="onnxjit_pool")
+        m.triple, m.data_layout = triple, data_layout
+        self.x86 = triple.startswith(("x86_64", "i386", "i686"))
+        self.g: dict[str, ir.GlobalVariable] = {}
+        for name in _SYNC:
+            self._global(name, ir.ArrayType(ir.IntType(8), SYNC_BYTES), 16)
+        for name in _STATE:
+            self._global(name, I64, 8)
+        decl = {"pthread_create": (I32, [PTR] * 4), "pthread_cond_wait": (I32, [PTR, PTR]),
+                "sched_yield": (I32, [])}
+        self.f: dict[str, ir.Function] = {}
+        for name in PTHREAD_SYMBOLS:
+            ret, args = decl.get(name, (I32, [PTR]))
+            self.f[name] = ir.Function(m, ir.FunctionType(ret, args), name)
+        self.task_ty = ir.FunctionType(VOID, [PTR, I64, I64])
+
+    def _global(self, name: str, ty: ir.Type, align: int) -> None:
+        gv = ir.GlobalVariable(self.module, ty, f"onnxjit_pool_{name}")
+        gv.initializer = ir.Constant(ty, None)
+        gv.linkage = "internal"
+        gv.align = align
+        gv.type = PTR  # llvmlite would print a typed pointer; LLVM 22 IR is opaque `ptr`
+        self.g[name] = gv
+
+    # atomics on the state globals -------------------------------------------------------------
+    def get(self, b: ir.IRBuilder, name: str) -> ir.Value:
+        ty = PTR if name in ("job_fn", "job_ctx") else I64
+        return b.load_atomic(self.g[name], "seq_cst", 8, typ=ty)
+
+    def set(self, b: ir.IRBuilder, name: str, value: ir.Value) -> None:
+        if isinstance(value.type, ir.PointerType):
+            value = b.ptrtoint(value, I64)
+        b.atomic_rmw("xchg", self.g[name], value, "seq_cst")
+
+    def spin(self, b: ir.IRBuilder, name: str, pred: str, value: ir.Value, polls: int = 0,
+             yield_cpu: bool = False) -> None:
+        """Poll the global `name` until `name <pred> value` holds or `polls` (default SPIN)
+        polls went by, pausing (or with `yield_cpu`, calling sched_yield) between polls."""
+        fn = b.block.function
+        head, body, done = (fn.append_basic_block(f"spin.{x}") for x in ("head", "body", "end"))
+        pre = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name="polls")
+        i.add_incoming(_c(0), pre)
+        hit = b.icmp_signed(pred, self.get(b, name), value)
+        b.cbranch(b.or_(hit, b.icmp_signed(">=", i, _c(polls or SPIN))), done, body)
+        b.position_at_end(body)
+        if yield_cpu:
+            self.call(b, "sched_yield")
+        elif self.x86:
+            pause = self.module.globals.get("llvm.x86.sse2.pause") or ir.Function(
+                self.module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause")
+            b.call(pause, [])
+        i.add_incoming(b.add(i, _c(1)), body)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def call(self, b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
+        return b.call(self.f[name], list(args))
+
+    def task(self, b: ir.IRBuilder, fn: ir.Value, args: list[ir.Value]) -> None:
+        b.call(Callee(fn, self.task_ty), args)
+
+    # functions --------------------------------------------------------------------------------
+    def build(self) -> str:
+        self.run_chunks = self._run_chunks()
+        self.worker = self._worker()
+        self._dispatch()
+        self._control()
+        return str(self.module)
+
+    def _fn(self, name: str, ret: ir.Type, args: list[ir.Type], internal: bool = True
+            ) -> tuple[ir.Function, ir.IRBuilder]:
+        fn = ir.Function(self.module, ir.FunctionType(ret, args), name)
+        fn.attributes.add("nounwind")
+        if internal:
+            fn.linkage = "internal"
+        return fn, ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def _run_chunks(self) -> ir.Function:
+        """Claim chunks of the job's counter until it passes n, running fn on each."""
+        fn, b = self._fn("onnxjit_pool_run_chunks", VOID, [PTR, PTR, I64, I64])
+        task, ctx, n, chunk = fn.args
+        head, body, done = (fn.append_basic_block(x) for x in ("head", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        start = b.atomic_rmw("add", self.g["next"], chunk, "seq_cst")
+        b.cbranch(b.icmp_signed(">=", start, n), done, body)
+        b.position_at_end(body)
+        end = b.add(start, chunk)
+        end = b.select(b.icmp_signed("<", end, n), end, n)
+        self.task(b, task, [ctx, start, end])
+        b.branch(head)
+        b.position_at_end(done)
+        b.ret_void()
+        return fn
+
+    def _worker(self) -> ir.Function:
+        fn, b = self._fn("onnxjit_pool_worker", PTR, [PTR])
+        idx = b.ptrtoint(fn.args[0], I64)
+        seen = b.alloca(I64, name="seen")
+        seen.type = PTR
+        b.store(_c(0), seen)
+        mu = self.g["mu"]
+        self.call(b, "pthread_mutex_lock", mu)
+        wait, sleep, woke, work = (fn.append_basic_block(x)
+                                   for x in ("wait", "sleep", "woke", "work"))
+        b.branch(wait)
+        b.position_at_end(wait)
+        gen = self.get(b, "gen")
+        b.cbranch(b.icmp_signed("==", gen, b.load(seen, typ=I64)), sleep, woke)
+        b.position_at_end(sleep)
+        self.call(b, "pthread_cond_wait", self.g["cv_work"], mu)
+        b.branch(wait)
+        b.position_at_end(woke)
+        b.store(gen, seen)
+        join = b.and_(b.icmp_signed("!=", self.get(b, "job_open"), _c(0)),
+                      b.icmp_signed("<", idx, self.get(b, "job_workers")))
+        b.cbranch(join, work, wait)
+        b.position_at_end(work)
+        b.atomic_rmw("add", self.g["active"], _c(1), "seq_cst")
+        args = [self.get(b, x) for x in ("job_fn", "job_ctx", "job_n", "job_chunk")]
+        self.call(b, "pthread_mutex_unlock", mu)
+        b.call(self.run_chunks, args)
+        self.call(b, "pthread_mutex_lock", mu)
+        old = b.atomic_rmw("sub", self.g["active"], _c(1), "seq_cst")
+        last, idle = fn.append_basic_block("last"), fn.append_basic_block("idle")
+        b.cbranch(b.icmp_signed("==", old, _c(1)), last, idle)
+        b.position_at_end(last)
+        self.call(b, "pthread_cond_broadcast", self.g["cv_done"])
+        b.branch(idle)
+        b.position_at_end(idle)  # spin briefly for the next job before blocking
+        self.call(b, "pthread_mutex_unlock", mu)
+        self.spin(b, "gen", "!=", b.load(seen, typ=I64))
+        self.call(b, "pthread_mutex_lock", mu)
+        b.branch(wait)
+        return fn
+
+    def _dispatch(self) -> None:
+        fn, b = self._fn(ENTRY, VOID, [PTR, PTR, I64, I64, I64], internal=False)
+        task, ctx, n, grain, nthreads = fn.args
+        blocks = {x: fn.append_basic_block(x) for x in (
+            "serial", "try", "spawn", "create", "spawned", "unlock_serial", "run", "wait",
+            "sleep", "done")}
+        grain = b.select(b.icmp_signed("<", grain, _c(1)), _c(1), grain)
+        t = b.sdiv(n, grain)
+        t = b.select(b.icmp_signed("<", nthreads, t), nthreads, t)
+        b.cbranch(b.icmp_signed("<=", t, _c(1)), blocks["serial"], blocks["try"])
+
+        b.position_at_end(blocks["serial"])
+        self.task(b, task, [ctx, _c(0), n])
+        b.ret_void()
+
+        b.position_at_end(blocks["try"])
+        busy = self.call(b, "pthread_mutex_trylock", self.g["dispatch"])
+        want = b.sub(t, _c(1))
+        want = b.select(b.icmp_signed("<", want, _c(MAX_WORKERS)), want, _c(MAX_WORKERS))
+        b.cbranch(b.icmp_signed("!=", busy, ir.Constant(I32, 0)), blocks["serial"],
+                  blocks["spawn"])
+
+        # lazily start workers (only the dispatching thread touches `started`)
+        b.position_at_end(blocks["spawn"])
+        started = self.get(b, "started")
+        b.cbranch(b.icmp_signed("<", started, want), blocks["create"], blocks["spawned"])
+        b.position_at_end(blocks["create"])
+        tid = b.alloca(I64, name="tid")
+        tid.type = PTR
+        rc = self.call(b, "pthread_create", tid, ir.Constant(PTR, None), self.worker,
+                       b.inttoptr(started, PTR))
+        ok = fn.append_basic_block("created")
+        b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, blocks["spawned"])
+        b.position_at_end(ok)
+        self.set(b, "started", b.add(started, _c(1)))
+        b.branch(blocks["spawn"])
+
+        b.position_at_end(blocks["spawned"])
+        avail = b.add(self.get(b, "started"), _c(1))
+        t = b.select(b.icmp_signed("<", avail, t), avail, t)
+        b.cbranch(b.icmp_signed("<=", t, _c(1)), blocks["unlock_serial"], blocks["run"])
+        b.position_at_end(blocks["unlock_serial"])
+        self.call(b, "pthread_mutex_unlock", self.g["dispatch"])
+        b.branch(blocks["serial"])
+
+        b.position_at_end(blocks["run"])
+        per = b.sdiv(b.add(n, b.sub(b.mul(t, _c(CHUNKS_PER_THREAD)), _c(1))),
+                     b.mul(t, _c(CHUNKS_PER_THREAD)))
+        chunk = b.select(b.icmp_signed("<", per, grain), grain, per)
+        aligned = b.and_(b.add(chunk, _c(15)), _c(-16))
+        chunk = b.select(b.icmp_signed(">=", grain, _c(16)), aligned, chunk)
+        mu = self.g["mu"]
+        self.call(b, "pthread_mutex_lock", mu)
+        for name, value in (("job_fn", task), ("job_ctx", ctx), ("job_n", n),
+                            ("job_chunk", chunk), ("job_workers", b.sub(t, _c(1))),
+                            ("next", _c(0)), ("job_open", _c(1))):
+            self.set(b, name, value)
+        self.set(b, "gen", b.add(self.get(b, "gen"), _c(1)))
+        self.call(b, "pthread_cond_broadcast", self.g["cv_work"])
+        self.call(b, "pthread_mutex_unlock", mu)
+        b.call(self.run_chunks, [task, ctx, n, chunk])
+        self.call(b, "pthread_mutex_lock", mu)
+        self.set(b, "job_open", _c(0))
+        self.call(b, "pthread_mutex_unlock", mu)
+        self.spin(b, "active", "==", _c(0), CALLER_SPIN, yield_cpu=True)
+        self.call(b, "pthread_mutex_lock", mu)
+        b.branch(blocks["wait"])
+        b.position_at_end(blocks["wait"])
+        b.cbranch(b.icmp_signed("==", self.get(b, "active"), _c(0)), blocks["done"],
+                  blocks["sleep"])
+        b.position_at_end(blocks["sleep"])
+        self.call(b, "pthread_cond_wait", self.g["cv_done"], mu)
+        b.branch(blocks["wait"])
+        b.position_at_end(blocks["done"])
+        self.call(b, "pthread_mutex_unlock", mu)
+        self.call(b, "pthread_mutex_unlock", self.g["dispatch"])
+        b.ret_void()
+
+    def _control(self) -> None:
+        """i64 control(i64 reset): the number of workers started; with reset != 0 first
+        zero every global (the child side of a fork)."""
+        fn, b = self._fn(CONTROL, I64, [I64], internal=False)
+        zero, done = fn.append_basic_block("zero"), fn.append_basic_block("done")
+        b.cbranch(b.icmp_signed("!=", fn.args[0], _c(0)), zero, done)
+        b.position_at_end(zero)
+        for name, gv in self.g.items():
+            ty = I64 if name in _STATE else ir.ArrayType(ir.IntType(8), SYNC_BYTES)
+            b.store(ir.Constant(ty, None), gv)
+        b.branch(done)
+        b.position_at_end(done)
+        b.ret(self.get(b, "started"))
+
+
+def pool_ir(triple: str, data_layout: str) -> str:
+    """The pool module's LLVM IR text."""
+    return _Builder(triple, data_layout).build()

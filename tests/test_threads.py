@@ -1,0 +1,297 @@
+"""Parallel loops on the worker pool: same results for 1 and 2 threads, checks inside parallel
+loops, concurrent callers, and an idle pool that does not spin.
+
+Hand-built loop-IR programs exercise the outlining corner cases (captured variables, a start
+and step, a variable that must stay serial, checks); ONNX models built with onnx.helper go
+through `onnxjit.compile` (large elementwise, softmax and reduction, Gather with an index out
+of range, MatMul split over its rows).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+from models import chain, finish, one_node
+from onnx import TensorProto, helper
+
+import onnxjit
+from onnxjit.artifact import Artifact, pyobject_layout_ok
+from onnxjit.codegen import compile_program, load_object, pool
+from onnxjit.codegen.parallel import plan_kernel
+from onnxjit.errors import InputError
+from onnxjit.ir.loop_builder import Builder, const
+from onnxjit.ir.loops import Buffer, Kernel, Program, i64
+from onnxjit.ir.types import DType
+
+F32 = DType.FLOAT
+N = 300_000
+
+
+def compiled(model: onnx.ModelProto, threads: int):
+    return onnxjit.compile(model, num_threads=threads, cache_dir=False)
+
+
+def dispatches(fn) -> bool:
+    """True when the code of `fn`'s last signature runs a loop on the pool."""
+    return ".task" in fn.ir("llvm")
+
+
+def artifact(p: Program, threads: int) -> Artifact:
+    lib = load_object(compile_program(p))
+    return Artifact(tuple((b.dtype, b.shape) for b in p.inputs),
+                    [(b.shape, b.dtype.numpy) for b in p.outputs], [b.data for b in p.consts],
+                    p.arena_size, p.messages(), lib, pyobject_layout_ok(16, 64),
+                    num_threads=threads)
+
+
+# loop IR ---------------------------------------------------------------------------------------
+def _strided_program(n: int) -> Program:
+    """out = 0; then for i in [8, n) step 3: out[i] = x[i] * s[0] + i, with a check x[i] < 100
+    inside the parallel loop and the scale `s[0]` read before it (a captured variable);
+    last[0] = x[i] of a parallel loop whose variable is read after it (stays serial)."""
+    x = Buffer("x", F32, (n,), "input", slot=0)
+    s = Buffer("s", F32, (1,), "input", slot=1)
+    out = Buffer("out", F32, (n,), "output", slot=2)
+    last = Buffer("last", F32, (1,), "output", slot=3)
+    b = Builder()
+    with b.loop(0, n, parallel=True) as i:
+        b.store(out, i, const(0, F32))
+    scale = b.load(s, i64(0))
+    with b.loop(8, n, step=3, parallel=True) as i:
+        v = b.load(x, i)
+        b.check(b.op("lt", v, const(100, F32)), "x too large")
+        b.store(out, i, b.op("add", b.op("mul", v, scale), b.cast(i, F32)))
+    k1 = Kernel("strided", b.body)
+    b2 = Builder()
+    with b2.loop(0, n, parallel=True) as i:
+        carried = b2.op("copy", b2.load(x, i))
+    b2.store(last, i64(0), b2.op("add", carried, const(0, F32)))
+    return Program([x, s, out, last], [k1, Kernel("carried", b2.body)])
+
+
+def test_loop_ir_outlining_matches_numpy() -> None:
+    n = (1 << 21) + 3
+    p = _strided_program(n)
+    planned = [len(plan_kernel(k)) for k in p.kernels]
+    assert planned == [2, 0]  # the carried variable keeps the second kernel serial
+    x = np.random.default_rng(1).standard_normal(n).astype(np.float32)
+    s = np.array([1.5], np.float32)
+    want = np.zeros(n, np.float32)
+    idx = np.arange(8, n, 3)
+    want[idx] = x[idx] * s[0] + idx.astype(np.float32)
+    results = []
+    for threads in (1, 2, 4):
+        art = artifact(p, threads)
+        for _ in range(3):
+            out, last = art.run((x, s))
+            np.testing.assert_array_equal(out, want)
+            assert last[0] == x[-1]
+            results.append(out)
+        bad = x.copy()
+        bad[5001] = 1000.0  # not visited: the loop runs over 8 + 3k
+        np.testing.assert_array_equal(art.run((bad, s))[0], want)
+        bad[[90001, idx[-1]]] = 1000.0  # 8 + 3 * 29997 and the last iteration
+        with pytest.raises(InputError, match="x too large"):
+            art.run((bad, s))
+    assert pool.worker_count() >= 1
+
+
+def test_small_loops_stay_serial() -> None:
+    """A parallel loop with little work is not outlined at all (tiny models pay nothing)."""
+    x = Buffer("x", F32, (1000,), "input", slot=0)
+    y = Buffer("y", F32, (1000,), "output", slot=1)
+    b = Builder()
+    with b.loop(0, 1000, parallel=True) as i:
+        b.store(y, i, b.op("add", b.load(x, i), const(1, F32)))
+    p = Program([x, y], [Kernel("small", b.body)])
+    assert plan_kernel(p.kernels[0]) == {}
+    text: dict[str, str] = {}
+    compile_program(p, dump=text.__setitem__)
+    assert ".task" not in text["llvm.ll"]
+    v = np.arange(1000, dtype=np.float32)
+    np.testing.assert_array_equal(artifact(p, 2).run((v,))[0], v + 1)
+
+
+# ONNX models -----------------------------------------------------------------------------------
+def test_elementwise_same_for_1_and_2_threads() -> None:
+    x = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
+    m = chain(1 << 20)
+    y1, = compiled(m, 1)(x)
+    y2, = compiled(m, 2)(x)
+    np.testing.assert_array_equal(y1, y2)
+    t = np.tanh(x * np.float32(0.5) + np.float32(0.1))
+    from scipy_free_erf import erf
+
+    want = x / (1 + np.exp(-erf(t.astype(np.float64))))
+    np.testing.assert_allclose(y2, want, rtol=2e-6, atol=1e-6)
+    assert pool.worker_count() >= 1
+
+
+def test_softmax_and_reduction_same_for_1_and_2_threads() -> None:
+    f = TensorProto.FLOAT
+    x = np.random.default_rng(2).standard_normal((512, 999)).astype(np.float32)
+    soft = one_node("Softmax", [("x", f, [512, 999])], [("y", f, [512, 999])], opset=13,
+                    axis=-1)
+    red = one_node("ReduceSum", [("x", f, [512, 999]), ("axes", TensorProto.INT64, [1])],
+                   [("y", f, [999])], opset=13, keepdims=0)
+    for model, args, ref in (
+            (soft, (x,), lambda: np.exp(x - x.max(1, keepdims=True))
+             / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)),
+            (red, (x, np.array([0])), lambda: x.sum(0))):
+        y1, = compiled(model, 1)(*args)
+        fn = compiled(model, 2)
+        y2, = fn(*args)
+        assert dispatches(fn)
+        np.testing.assert_array_equal(y1, y2)
+        np.testing.assert_allclose(y2, ref(), rtol=1e-4, atol=1e-5)
+
+
+def test_matmul_split_over_rows() -> None:
+    f = TensorProto.FLOAT
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((301, 256)).astype(np.float32)
+    bm = rng.standard_normal((256, 200)).astype(np.float32)
+    mm = one_node("MatMul", [("a", f, [301, 256]), ("b", f, [256, 200])], [("y", f, [301, 200])])
+    y1, = compiled(mm, 1)(a, bm)
+    fn = compiled(mm, 2)
+    y2, = fn(a, bm)
+    assert dispatches(fn)
+    np.testing.assert_array_equal(y1, y2)
+    np.testing.assert_allclose(y2, a @ bm, rtol=1e-4, atol=1e-3)
+    bt = np.ascontiguousarray(bm.T)
+    gemm = one_node("Gemm", [("a", f, [301, 256]), ("b", f, [200, 256])], [("y", f, [301, 200])],
+                    transB=1)
+    y3, = compiled(gemm, 2)(a, bt)
+    np.testing.assert_allclose(y3, a @ bm, rtol=1e-4, atol=1e-3)
+    at = np.ascontiguousarray(a.T)
+    gemm_ta = one_node("Gemm", [("a", f, [256, 301]), ("b", f, [256, 200]), ("c", f, [200])],
+                       [("y", f, [301, 200])], transA=1, alpha=0.5, beta=2.0)
+    c = rng.standard_normal(200).astype(np.float32)
+    y4, = compiled(gemm_ta, 2)(at, bm, c)
+    np.testing.assert_allclose(y4, 0.5 * (a @ bm) + 2 * c, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(y4, compiled(gemm_ta, 1)(at, bm, c)[0])
+
+
+def _gather_model(rows: int, n: int) -> onnx.ModelProto:
+    f, i64t = TensorProto.FLOAT, TensorProto.INT64
+    node = helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)
+    g = helper.make_graph([node], "gather",
+                          [helper.make_tensor_value_info("data", f, [rows, 4]),
+                           helper.make_tensor_value_info("idx", i64t, [n])],
+                          [helper.make_tensor_value_info("y", f, [n, 4])])
+    return finish(g)
+
+
+def test_check_inside_parallel_loop_raises() -> None:
+    rows, n = 1000, 200_000
+    data = np.random.default_rng(4).standard_normal((rows, 4)).astype(np.float32)
+    idx = np.random.default_rng(5).integers(-rows, rows, n)
+    for threads in (1, 2):
+        fn = compiled(_gather_model(rows, n), threads)
+        np.testing.assert_array_equal(fn(data, idx)[0], data[idx])
+        assert dispatches(fn)
+        for bad_at in ([n - 1], [7, 150_000], [100_000]):
+            bad = idx.copy()
+            bad[bad_at] = rows + 3
+            with pytest.raises(InputError, match="index out of range"):
+                fn(data, bad)
+        np.testing.assert_array_equal(fn(data, idx)[0], data[idx])  # still usable
+
+
+def test_concurrent_callers_with_different_shapes() -> None:
+    fn = compiled(chain("n"), 2)
+    ref = compiled(chain("n"), 1)
+    sizes = [N + 1001 * k for k in range(8)]
+    inputs = [np.random.default_rng(k).standard_normal(s).astype(np.float32)
+              for k, s in enumerate(sizes)]
+    wants = [ref(x)[0] for x in inputs]
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def worker(k: int) -> None:
+        try:
+            start.wait()
+            for _ in range(6):
+                y, = fn(inputs[k])
+                np.testing.assert_array_equal(y, wants[k])
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+
+
+def test_idle_pool_does_not_spin() -> None:
+    fn = compiled(chain(N), 2)
+    x = np.ones(N, np.float32)
+    for _ in range(5):
+        fn(x)
+    assert pool.worker_count() >= 1
+    cpu = time.process_time()
+    time.sleep(0.5)
+    assert time.process_time() - cpu < 0.05
+
+
+def test_warm_start_links_the_pool_from_the_disk_cache(tmp_path) -> None:
+    """A second process finds the pool's object code in the disk cache (stored with the
+    artifact): it never compiles it."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "chain.onnx"
+    onnx.save(chain(N), str(model))
+    script = f"""
+import numpy as np, onnxjit
+from onnxjit.codegen import pool
+if {{warm}}:
+    def no_compile():
+        raise AssertionError("pool compiled on a warm start")
+    pool.compile_pool = no_compile
+fn = onnxjit.compile({str(model)!r}, num_threads=2, cache_dir={str(tmp_path / "cache")!r})
+x = np.linspace(-3, 3, {N}).astype(np.float32)
+y, = fn(x)
+assert pool.installed() and pool.worker_count() >= 1
+np.save({str(tmp_path / "y")!r} + str({{warm}}), y)
+"""
+    for warm in (0, 1):
+        subprocess.run([sys.executable, "-c", script.format(warm=warm)], check=True,
+                       timeout=300)
+    np.testing.assert_array_equal(np.load(tmp_path / "y0.npy"), np.load(tmp_path / "y1.npy"))
+
+
+def test_pool_works_in_a_forked_child() -> None:
+    """The child of os.fork() has no workers but a copy of the pool's state: the fork handler
+    resets it, so the child starts workers of its own (and never waits on a mutex some thread
+    of the parent held at the fork)."""
+    import os
+
+    fn = compiled(chain(N), 2)
+    x = np.linspace(-2, 2, N).astype(np.float32)
+    want, = fn(x)
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        ok = False
+        try:
+            ok = all(np.array_equal(fn(x)[0], want) for _ in range(3))
+            ok = ok and len(os.listdir("/proc/self/task")) >= 2  # a worker of its own
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.01)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
