@@ -9,8 +9,10 @@ carries fast-math flags where a Matmul reduction allows reassociation); 4) emit 
 target machine built from the host's CPU name and features. `dump(name, text)` receives
 "llvm.ll", "llvm-opt.ll" and "asm.s" in that order.
 
-`load_object` only links: an MCJIT engine over an empty module gets the object file added and
-finalised, so a warm disk cache never re-runs LLVM's optimiser or code generator. The C library
+Each module also carries the fast-call trampoline (`pyentry`, named `<prefix>_fastcall`).
+`load_object_mcjit` links with LLVM (an MCJIT engine over an empty module gets the object file
+added and finalised); the usual linker is `objects.load_object`'s ELF loader, which needs no
+LLVM at all. The C library
 symbols generated code may call (libm's `exp`, `log`, `tanh`, `erf`, `pow`, `powf`, `fmod`,
 `fmodf`, `memset`/`memcpy` that LLVM forms from loops, and the pthread functions of the worker
 pool) are registered with LLVM once, from the addresses the process's own C library gives.
@@ -24,12 +26,12 @@ import hashlib
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-from onnxjit.codegen import target
+from onnxjit.codegen import pyentry, target
 from onnxjit.codegen.llvmgen import build_module, n_io, uses_pool
+from onnxjit.codegen.objects import CompiledObject
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Program
 
@@ -45,19 +47,6 @@ _symbols_done = False
 _llvm_lock = threading.RLock()
 
 
-@dataclass
-class CompiledObject:
-    """Object code of one Program and the names of its two entry points. `uses_pool`: the
-    code dispatches parallel loops to the worker pool (see `pool_slots`)."""
-
-    object_code: bytes
-    entry: str
-    entry_py: str
-    n_io: int
-    n_consts: int
-    uses_pool: bool = True
-
-
 class NativeLibrary:
     """Linked code of one CompiledObject; keeps the execution engine (and the code) alive."""
 
@@ -68,6 +57,9 @@ class NativeLibrary:
         self.entry_py_addr = engine.get_function_address(obj.entry_py)
         if not self.entry_addr or not self.entry_py_addr:
             raise CompileError(f"object code does not define {obj.entry} / {obj.entry_py}")
+
+    def address(self, name: str) -> int:
+        return self.engine.get_function_address(name)
 
 
 def _symbol_name(program: Program) -> str:
@@ -86,11 +78,13 @@ def _compile(program: Program, opt_level: int,
     target.init()
     triple, _, _ = target.host()
     module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout())
+    fastcall = pyentry.build(module, f"{_PLACEHOLDER}_fastcall").name
     text = str(module)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     prefix = f"{_symbol_name(program)}_{digest}"
     text = text.replace(_PLACEHOLDER, prefix)
-    entry, entry_py = entry.replace(_PLACEHOLDER, prefix), entry_py.replace(_PLACEHOLDER, prefix)
+    entry, entry_py, fastcall = (name.replace(_PLACEHOLDER, prefix)
+                                 for name in (entry, entry_py, fastcall))
     if dump is not None:
         dump("llvm.ll", text)
     try:
@@ -105,17 +99,7 @@ def _compile(program: Program, opt_level: int,
         dump("asm.s", tm.emit_assembly(mod))
     obj = tm.emit_object(mod)
     return CompiledObject(bytes(obj), entry, entry_py, n_io(program), len(program.consts),
-                          uses_pool(program))
-
-
-def pool_slots(obj: CompiledObject, num_threads: int) -> list[int]:
-    """The values of the slots the runtime appends to the consts table: `parallel_for`'s
-    address (0 when the code never dispatches: the pool is then not even built) and the
-    thread count."""
-    from onnxjit.codegen.pool import parallel_for_address
-
-    addr = parallel_for_address() if obj.uses_pool and num_threads > 1 else 0
-    return [addr, max(1, num_threads)]
+                          uses_pool(program), fastcall)
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:
@@ -155,8 +139,8 @@ def _register_libc_symbols() -> None:
         _symbols_done = True
 
 
-def load_object(obj: CompiledObject) -> NativeLibrary:
-    """Link object code into this process (no recompilation) and resolve its entry points."""
+def load_object_mcjit(obj: CompiledObject) -> NativeLibrary:
+    """Link object code with LLVM's MCJIT (the fallback of `objects.load_object`)."""
     target.init()
     _register_libc_symbols()
     triple, _, _ = target.host()

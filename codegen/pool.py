@@ -53,7 +53,7 @@ def compile_pool():
 def pool_object(code: bytes):
     """The pool's object code as a `jit.CompiledObject` (`entry` is `onnxjit_parallel_for`,
     `entry_py` the control function)."""
-    from onnxjit.codegen.jit import CompiledObject
+    from onnxjit.codegen.objects import CompiledObject
 
     return CompiledObject(code, ENTRY, CONTROL, 0, 0, False)
 
@@ -74,7 +74,7 @@ def install(obj) -> int:
     with _lock:
         if _address is not None:
             return _address
-        from onnxjit.codegen.jit import load_object
+        from onnxjit.codegen.objects import load_object
 
         lib = load_object(obj)
         if not lib.entry_addr or not lib.entry_py_addr:

@@ -45,6 +45,6 @@ def compile(model, **options):  # noqa: A001 - the public name DESIGN §1 asks f
 
     Options are those of `onnxjit.options.CompileOptions`.
     """
-    from onnxjit.driver import compile_model
+    from onnxjit.runtime import compile_model
 
     return compile_model(model, **options)

@@ -80,6 +80,34 @@ class Artifact:
         self._fn = proto2(self.library.entry_addr)
         self._io = ctypes.c_void_p * max(1, n_io)
         self._tls = threading.local()
+        self.fast = self._fastcall()
+
+    def _fastcall(self) -> Any:
+        """The CPython builtin that runs this artifact (`onnxjit.fastcall`), or None when the
+        object code has no trampoline or this interpreter's object layout is not the one it
+        reads."""
+        name = getattr(self.library.object, "fastcall", "")
+        if not name:
+            return None
+        from onnxjit import fastcall
+
+        if not fastcall.layout_ok():
+            return None
+        addr = self.library.address(name)
+        if not addr:
+            return None
+        # Release the GIL around big programs only: for a tiny one the release costs more
+        # than the work, and other Python threads lose nothing while it runs.
+        io_bytes = sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
+                       for d, s in self.signature_arrays() + [(d, s) for s, d in self.out_specs])
+        release = io_bytes + self.arena_size > (1 << 16)
+        return fastcall.FastCall(addr, self.library.entry_addr, self.consts_ptr,
+                                 self.signature_arrays(),
+                                 [(np.dtype(d), tuple(s)) for s, d in self.out_specs],
+                                 self.arena_size, release)
+
+    def signature_arrays(self) -> list[tuple[np.dtype, tuple[int, ...]]]:
+        return [(dt.numpy, tuple(shape)) for dt, shape in self.signature]
 
     def _arena(self) -> int | None:
         if self.arena_size == 0:

@@ -157,26 +157,3 @@ def lower_signature(model: Model, signature: tuple, options: CompileOptions,
     """`bind_signature` then `lower_bound`. Returns (final graph, program)."""
     m = bind_signature(model, signature, options, dumper)
     return m, lower_bound(m, options, dumper)
-
-
-def compile_model(source: Any, **options: Any):
-    """`onnxjit.compile`: read the model, then build the CompiledModel (which imports the model,
-    or finds its metadata in the disk cache)."""
-    import os
-
-    from onnxjit.model_source import is_model_text, model_hash
-    from onnxjit.runtime import CompiledModel
-
-    opts = CompileOptions.from_user(options)
-    data, digest = model_hash(source, opts.base_dir)
-    base_dir = opts.base_dir
-    text = isinstance(source, str) and is_model_text(source)
-    if base_dir is None and isinstance(source, (str, os.PathLike)) and not text:
-        base_dir = Path(source).resolve().parent  # external data lives beside the model file
-    if text:
-        name = "<model text>"
-    elif isinstance(source, (str, os.PathLike)):
-        name = str(source)
-    else:
-        name = f"<{type(source).__name__}>"
-    return CompiledModel(data, digest, opts, base_dir, name)

@@ -16,19 +16,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from onnxjit import cache as cache_mod
 from onnxjit.artifact import Artifact, pyobject_layout_ok
 from onnxjit.errors import InputError, OnnxJitError, UnsupportedError
-from onnxjit.ir.graph import Model
 from onnxjit.ir.types import DType, Sym, TensorType
 from onnxjit.options import CompileOptions
 from onnxjit.signature import Declared, check, describe, signature_id, to_array
 
-__all__ = ["CompiledModel"]
+if TYPE_CHECKING:
+    from onnxjit.ir.graph import Model
+
+__all__ = ["CompiledModel", "compile_model"]
 
 _MEMORY: OrderedDict[str, Artifact] = OrderedDict()
 _MEMORY_LIMIT = 256
@@ -64,6 +66,10 @@ def _ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
     return pool.installed_code()
 
 
+def _no_fastcall(*args: Any) -> int:
+    return -2
+
+
 def _declared(model: Model) -> list[Declared]:
     out: list[Declared] = []
     for v in model.graph.inputs:
@@ -94,6 +100,7 @@ class CompiledModel:
         self._model: Model | None = None
         self._fast: dict[tuple, Artifact] = {}
         self._last: Artifact | None = None
+        self._fastcall: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
         self._defaults: dict[int, np.ndarray] = {}
         meta = self._model_meta()
         self.input_names: list[str] = meta["inputs"]
@@ -144,12 +151,24 @@ class CompiledModel:
     # calling ----------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> tuple:
         """Run with inputs by position (graph-input order) and/or by name -> tuple of arrays."""
+        if not kwargs:
+            # The builtin of the last signature (`onnxjit.fastcall`): a tuple when the arrays
+            # match it exactly, else -2 (take the checked path) or a failed check's number.
+            fast, messages, _ = self._fastcall
+            r = fast(*args)
+            if r.__class__ is tuple:
+                return r
+            if r > 0:
+                raise InputError(messages[r - 1])
         if kwargs or len(args) != self._n_in:
             args = self._order(args, kwargs)
         try:
             art = self._fast[tuple([(a.dtype, a.shape) for a in args])]
         except (AttributeError, KeyError, TypeError):
             args, art = self._prepare(args)
+        fast = getattr(art, "fast", None)
+        if fast is not None:
+            self._fastcall = (fast.fn, art.messages, art)  # art keeps the builtin's context
         return art.run(args)
 
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any]) -> list:
@@ -301,7 +320,8 @@ class CompiledModel:
         return art
 
     def _store(self, key: str, art: Artifact, obj: Any, pool_code: bytes | None) -> None:
-        meta = {"entry": obj.entry, "entry_py": obj.entry_py, "n_io": obj.n_io,
+        meta = {"entry": obj.entry, "entry_py": obj.entry_py, "fastcall": obj.fastcall,
+                "n_io": obj.n_io,
                 "n_consts": obj.n_consts, "uses_pool": obj.uses_pool,
                 "arena_size": art.arena_size,
                 "messages": art.messages,
@@ -324,7 +344,8 @@ class CompiledModel:
         try:
             m = entry.meta
             obj = CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], m["n_io"],
-                                 m["n_consts"], bool(m.get("uses_pool", True)))
+                                 m["n_consts"], bool(m.get("uses_pool", True)),
+                                 str(m.get("fastcall", "")))
             consts = [entry.arrays[f"const{i}"] for i in range(m["n_consts"])]
             lib = load_object(obj)
             _ensure_pool(obj.uses_pool, self.options.num_threads, entry.blobs.get("pool"))
@@ -381,3 +402,25 @@ class CompiledModel:
     def __repr__(self) -> str:
         return (f"<onnxjit.CompiledModel {self._source_name} inputs={self.input_names} "
                 f"outputs={self.output_names} signatures={len(self._fast)}>")
+
+
+def compile_model(source: Any, **options: Any) -> CompiledModel:
+    """`onnxjit.compile`: read the model, then build the CompiledModel (which imports the model,
+    or finds its metadata in the disk cache)."""
+    import os
+
+    from onnxjit.model_source import is_model_text, model_hash
+
+    opts = CompileOptions.from_user(options)
+    data, digest = model_hash(source, opts.base_dir)
+    base_dir = opts.base_dir
+    text = isinstance(source, str) and is_model_text(source)
+    if base_dir is None and isinstance(source, (str, os.PathLike)) and not text:
+        base_dir = Path(source).resolve().parent  # external data lives beside the model file
+    if text:
+        name = "<model text>"
+    elif isinstance(source, (str, os.PathLike)):
+        name = str(source)
+    else:
+        name = f"<{type(source).__name__}>"
+    return CompiledModel(data, digest, opts, base_dir, name)
