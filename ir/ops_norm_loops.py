@@ -51,24 +51,8 @@ from onnxjit.ir.ops_norm import (
     norm_axis,
     stash_dtype,
 )
-from onnxjit.ir.ops_reduce_loops import Lanes as _PairLanes
-from onnxjit.ir.ops_reduce_loops import emit_reduce
+from onnxjit.ir.ops_reduce_loops import Lanes, emit_reduce
 from onnxjit.ir.types import DType
-
-
-class Lanes(_PairLanes):
-    """`ops_reduce_loops.Lanes` whose partial accumulators combine by halving (k with
-    k + L/2), the order of a vector's horizontal reduction. LLVM's SLP vectorizer then keeps
-    the L accumulators as one L-wide vector; with adjacent pairs (k with k + 1) it was seen
-    to pack the fold into 4-wide pieces joined by shuffles (several times slower)."""
-
-    def result(self) -> Operand:
-        vals: list[Operand] = list(self.accs)
-        while len(vals) > 1:
-            h = len(vals) // 2
-            rest = [vals[-1]] if len(vals) % 2 else []
-            vals = [self.b.op(self.combine, vals[k], vals[k + h]) for k in range(h)] + rest
-        return vals[0]
 
 
 @dataclass

@@ -110,11 +110,15 @@ class Lanes:
                 b.assign(accs[0], self.combine, accs[0], value_at(j))
 
     def result(self) -> Operand:
+        # Combine by halving (k with k + L/2), the order of a vector's horizontal reduction:
+        # LLVM's SLP vectorizer then keeps the L accumulators as one L-wide vector. Adjacent
+        # pairs (k with k + 1) were seen to become 4-wide pieces joined by shuffles, several
+        # times slower (InstanceNorm: 1.5x -> 0.9x onnxruntime's time).
         vals: list[Operand] = list(self.accs)
         while len(vals) > 1:
-            pairs = [self.b.op(self.combine, vals[k], vals[k + 1])
-                     for k in range(0, len(vals) - 1, 2)]
-            vals = pairs + ([vals[-1]] if len(vals) % 2 else [])
+            h = len(vals) // 2
+            rest = [vals[-1]] if len(vals) % 2 else []
+            vals = [self.b.op(self.combine, vals[k], vals[k + h]) for k in range(h)] + rest
         return vals[0]
 
 

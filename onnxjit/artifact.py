@@ -14,7 +14,6 @@ contiguous copies; a failed `Check` (k > 0) raises `InputError` with its message
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -66,8 +65,9 @@ class Artifact:
         n_io = len(self.signature) + len(self.out_specs)
         self._n_in = len(self.signature)
         from onnxjit.codegen import pool_slots
+        from onnxjit.options import available_cores
 
-        threads = self.num_threads or os.cpu_count() or 1
+        threads = self.num_threads or available_cores()
         table = [a.ctypes.data for a in self.consts] + pool_slots(self.library.object, threads)
         self._consts_table = (ctypes.c_void_p * len(table))(*table)
         self.consts_ptr = ctypes.addressof(self._consts_table)

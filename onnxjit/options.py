@@ -59,7 +59,7 @@ class CompileOptions:
         return CompileOptions(
             cache_dir=cache_dir,
             dump_ir=Path(dump) if dump else None,
-            num_threads=num_threads or (os.cpu_count() or 1),
+            num_threads=num_threads or (available_cores()),
             specialize=specialize,
             opt_level=opt_level,
             base_dir=Path(base_dir) if base_dir else None,
@@ -75,3 +75,12 @@ def _default_cache_dir() -> str:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg else Path.home() / ".cache"
     return str(base / "onnxjit")
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers and `taskset`
+    restrict), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
