@@ -274,7 +274,7 @@ class CompiledModel:
 
         program = lower_bound(bound, self._with_base(), dumper)
         obj = compile_program(program, opt_level=self.options.opt_level,
-                              dump=lambda name, text: dumper.write(name, text))
+                              dump=dumper.write if dumper.folder is not None else None)
         lib = load_object(obj)
         pool_code = _ensure_pool(obj.uses_pool, self.options.num_threads)
         art = Artifact(
