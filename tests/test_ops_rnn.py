@@ -1,0 +1,262 @@
+"""RNN, GRU and LSTM beyond the ONNX backend suite: varying sequence_lens (including 0),
+bidirectional with every output, layout=1, clip, non-default activations, peepholes,
+input_forget, linear_before_reset, omitted inputs/outputs; against onnxruntime (which
+implements these ops directly), through the loop-IR interpreter and natively. Also the numpy
+evaluation (constant folding), symbolic shape inference and error messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from loop_harness import run_via_loop_ir
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+from onnxjit.errors import InputError, ModelError
+from onnxjit.ir.graph import Node, Value
+from onnxjit.ir.opdef import resolve
+from onnxjit.ir.types import DType, Sym, TensorType
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def make(kind: str, S=5, N=3, I=4, H=6, dirs=1, layout=0, opset=22, bias=True, lens=None,
+         h0=True, c0=True, peep=False, outs=(1, 1, 1), dtype=np.float32, seed=0,
+         scale=0.5, name="rnn", **attrs):
+    """A one-node model (W, R, B, P as initializers) and its feeds (X, L, H0, C0)."""
+    rng = np.random.default_rng(seed)
+    g = GATES[kind]
+    tp = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    feeds = {"X": rng.standard_normal((N, S, I) if layout else (S, N, I)).astype(dtype)}
+    inits = {"W": (rng.standard_normal((dirs, g * H, I)) * scale).astype(dtype),
+             "R": (rng.standard_normal((dirs, g * H, H)) * scale).astype(dtype)}
+    names = ["X", "W", "R"]
+    if bias:
+        inits["B"] = rng.standard_normal((dirs, 2 * g * H)).astype(dtype)
+    names.append("B" if bias else "")
+    if lens is not None:
+        feeds["L"] = np.asarray(lens, np.int32)
+    names.append("L" if lens is not None else "")
+    st = (N, dirs, H) if layout else (dirs, N, H)
+    if h0:
+        feeds["H0"] = rng.standard_normal(st).astype(dtype)
+    names.append("H0" if h0 else "")
+    if kind == "LSTM":
+        if c0:
+            feeds["C0"] = rng.standard_normal(st).astype(dtype)
+        names.append("C0" if c0 else "")
+        if peep:
+            inits["P"] = rng.standard_normal((dirs, 3 * H)).astype(dtype)
+        names.append("P" if peep else "")
+    while names[-1] == "":
+        names.pop()
+    n_out = 3 if kind == "LSTM" else 2
+    onames = [n if outs[k] else "" for k, n in enumerate(["Y", "Y_h", "Y_c"][:n_out])]
+    while onames[-1] == "":
+        onames.pop()
+    if layout:
+        attrs["layout"] = 1
+    if dirs == 2:
+        attrs["direction"] = "bidirectional"
+    node = helper.make_node(kind, names, onames, name=name, hidden_size=H, **attrs)
+    shapes = {"Y": (N, S, dirs, H) if layout else (S, dirs, N, H), "Y_h": st, "Y_c": st}
+    ins = [helper.make_tensor_value_info(k, TensorProto.INT32 if k == "L" else tp, v.shape)
+           for k, v in feeds.items()]
+    ovi = [helper.make_tensor_value_info(n, tp, shapes[n]) for n in onames if n]
+    graph = helper.make_graph([node], "g", ins, ovi,
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model, feeds
+
+
+def run_ort(model, feeds) -> list[np.ndarray]:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def close(got, want, tol=1e-5) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+CASES = {
+    "rnn_lens": ("RNN", dict(lens=[5, 2, 0])),
+    "rnn_bidir_lens": ("RNN", dict(dirs=2, lens=[1, 5, 3])),
+    "rnn_relu_clip": ("RNN", dict(activations=["Relu"], clip=0.7)),
+    "rnn_affine": ("RNN", dict(activations=["Affine"], activation_alpha=[0.3],
+                               activation_beta=[0.6])),
+    "rnn_no_options": ("RNN", dict(bias=False, h0=False, outs=(0, 1))),
+    "gru_lens": ("GRU", dict(lens=[5, 2, 0], N=3)),
+    "gru_bidir_reverse_lens": ("GRU", dict(dirs=2, lens=[3, 5, 1])),
+    "gru_reverse_lens": ("GRU", dict(direction="reverse", lens=[3, 5, 1])),
+    "gru_lbr": ("GRU", dict(linear_before_reset=1, dirs=2, lens=[1, 5, 3])),
+    "gru_lbr_clip": ("GRU", dict(linear_before_reset=1, clip=0.3)),
+    "gru_acts": ("GRU", dict(dirs=2, activations=["Sigmoid", "Elu", "HardSigmoid", "Affine"],
+                             activation_alpha=[0.5])),
+    "gru_only_yh": ("GRU", dict(outs=(0, 1), bias=False, h0=False)),
+    "lstm_bidir_all": ("LSTM", dict(dirs=2, lens=[5, 2, 0], peep=True)),
+    "lstm_reverse_lens": ("LSTM", dict(direction="reverse", lens=[4, 1, 5])),
+    "lstm_clip_peep": ("LSTM", dict(peep=True, clip=0.5)),
+    "lstm_input_forget": ("LSTM", dict(input_forget=1, peep=True)),
+    "lstm_acts": ("LSTM", dict(dirs=2, activations=["HardSigmoid", "Softsign", "Softplus",
+                                                    "Sigmoid", "LeakyRelu", "ScaledTanh"],
+                               activation_alpha=[0.3, 0.1, 0.9], activation_beta=[0.4, 1.2])),
+    "lstm_thresholded": ("LSTM", dict(activations=["Sigmoid", "ThresholdedRelu", "Relu"],
+                                      activation_alpha=[0.2])),
+    "lstm_only_yc": ("LSTM", dict(outs=(0, 0, 1), c0=False)),
+    "lstm_opset7": ("LSTM", dict(opset=7, lens=[2, 5, 3])),
+    # onnxruntime has no GRU-3 kernel: its reference is the same model at opset 7
+    "gru_opset3": ("GRU", dict(opset=3, linear_before_reset=1, ort_opset=7)),
+    "rnn_opset1": ("RNN", dict(opset=1, output_sequence=1, ort_opset=7)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_against_onnxruntime_loop_ir(case):
+    kind, kw = CASES[case]
+    kw = dict(kw)
+    ort_opset = kw.pop("ort_opset", None)
+    model, feeds = make(kind, **kw)
+    if ort_opset is not None:
+        kw.pop("output_sequence", None)
+        want = run_ort(make(kind, **{**kw, "opset": ort_opset})[0], feeds)
+    else:
+        want = run_ort(model, feeds)
+    close(run_via_loop_ir(model, list(feeds.values())), want)
+
+
+@pytest.mark.parametrize("case", ["lstm_bidir_all", "gru_bidir_reverse_lens", "gru_lbr",
+                                  "rnn_bidir_lens"])
+def test_against_onnxruntime_native(case):
+    kind, kw = CASES[case]
+    model, feeds = make(kind, N=5, H=20, I=9, S=7, **{**kw, **(
+        {"lens": [7, 3, 0, 6, 1]} if "lens" in kw else {})})
+    got = onnxjit.compile(model, cache_dir=False)(*feeds.values())
+    close(list(got), run_ort(model, feeds), tol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["RNN", "GRU", "LSTM"])
+def test_layout_1(kind):
+    # onnxruntime has no batch-major RNNs: run it on the layout-0 model with transposed data.
+    lens = [4, 1, 5]
+    m0, f0 = make(kind, dirs=2, lens=lens, peep=kind == "LSTM")
+    m1, _ = make(kind, dirs=2, lens=lens, layout=1, peep=kind == "LSTM")
+    f1 = {k: (v if k == "L" else v.swapaxes(0, 1).copy()) for k, v in f0.items()}
+    want = run_ort(m0, f0)
+    want = [want[0].transpose(2, 0, 1, 3)] + [w.swapaxes(0, 1) for w in want[1:]]
+    close(run_via_loop_ir(m1, list(f1.values())), want)
+    close(list(onnxjit.compile(m1, cache_dir=False)(*f1.values())), want)
+
+
+def test_layout_1_against_reference():
+    from onnx.reference import ReferenceEvaluator
+
+    model, feeds = make("LSTM", layout=1, N=2, S=3)
+    close(run_via_loop_ir(model, list(feeds.values())),
+          ReferenceEvaluator(model).run(None, feeds))
+
+
+def test_float64_against_reference():
+    # onnxruntime has no f64 RNNs; onnx.reference does (without sequence_lens/clip).
+    from onnx.reference import ReferenceEvaluator
+
+    for kind in ("RNN", "GRU", "LSTM"):
+        model, feeds = make(kind, dtype=np.float64, dirs=2)
+        close(run_via_loop_ir(model, list(feeds.values())),
+              ReferenceEvaluator(model).run(None, feeds), tol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["lstm_bidir_all", "gru_lbr", "gru_lens", "rnn_relu_clip"])
+def test_numpy_evaluate(case):
+    # The op table's evaluate (used by constant folding) on the same cases.
+    from onnxjit.driver import import_model
+    from onnxjit.options import CompileOptions
+
+    kind, kw = CASES[case]
+    model, feeds = make(kind, **kw)
+    g = import_model(model.SerializeToString(), CompileOptions(verify=False)).graph
+    node = g.nodes[0]
+    arrays = {**{v.name: v.const for v in g.initializers}, **feeds}
+    ins = [None if v is None else arrays[v.name] for v in node.inputs]
+    close(resolve(node).evaluate(node, ins), run_ort(model, feeds))
+
+
+def test_sequence_lens_out_of_range():
+    model, feeds = make("LSTM", lens=[5, 6, 1])
+    with pytest.raises(InputError, match="sequence_lens"):
+        run_via_loop_ir(model, list(feeds.values()))
+
+
+def test_empty_sequence():
+    model, feeds = make("GRU", S=0)
+    got = run_via_loop_ir(model, list(feeds.values()))
+    assert got[0].shape == (0, 1, 3, 6)
+    np.testing.assert_array_equal(got[1], feeds["H0"])
+
+
+# --------------------------------------------------------------------------- inference, errors
+
+F = DType.FLOAT
+
+
+def infer(op: str, types: list, opset: int = 22, n_out: int = 2, **attrs):
+    ins = [None if t is None else Value(TensorType(*t), f"x{k}") for k, t in enumerate(types)]
+    node = Node(op, ins, [Value(None, f"o{k}") for k in range(n_out)], dict(attrs),
+                version=opset, name="cell")
+    return resolve(node).infer(node)
+
+
+def test_symbolic_inference():
+    s, n = Sym.var("S"), Sym.var("N")
+    out = infer("LSTM", [(F, (s, n, 4)), (F, (2, 24, 4)), (F, (2, 24, 6))], n_out=3,
+                direction="bidirectional")
+    assert out[0].shape == (s, 2, n, 6) and out[1].shape == (2, n, 6) == out[2].shape
+    out = infer("GRU", [(F, (n, s, 4)), (F, (1, 18, 4)), (F, (1, 18, 6))], layout=1)
+    assert out[0].shape == (n, s, 1, 6) and out[1].shape == (n, 1, 6)
+    # hidden_size comes from R when the attribute is absent
+    out = infer("RNN", [(F, (s, n, 4)), (F, (1, 5, 4)), (F, (1, 5, 5))])
+    assert out[1].shape == (1, n, 5)
+
+
+def test_errors_name_the_node():
+    x, w, r = (F, (5, 3, 4)), (F, (1, 24, 4)), (F, (1, 24, 6))
+    with pytest.raises(ModelError, match="hidden_size 7 does not match.*R") as e:
+        infer("LSTM", [x, w, r], n_out=3, hidden_size=7)
+    assert "cell" in str(e.value)
+    with pytest.raises(ModelError, match="W") as e:
+        infer("LSTM", [x, (F, (1, 20, 4)), r], n_out=3)
+    assert "cell" in str(e.value)
+    with pytest.raises(ModelError, match="direction"):
+        infer("LSTM", [x, w, r], n_out=3, direction="sideways")
+    with pytest.raises(ModelError, match="W"):
+        infer("LSTM", [x, w, r], n_out=3, direction="bidirectional")
+    with pytest.raises(ModelError, match="activations"):
+        infer("LSTM", [x, w, r], n_out=3, activations=("Sigmoid", "Tanh"))
+    with pytest.raises(ModelError, match="unknown activation 'Swish'"):
+        infer("RNN", [x, (F, (1, 6, 4)), (F, (1, 6, 6))], activations=("Swish",))
+    with pytest.raises(ModelError, match="sequence_lens"):
+        infer("GRU", [x, (F, (1, 18, 4)), (F, (1, 18, 6)), None, (DType.INT64, (3,))])
+    with pytest.raises(ModelError, match="initial_h"):
+        infer("GRU", [x, (F, (1, 18, 4)), (F, (1, 18, 6)), None, None, (F, (1, 2, 6))])
+    with pytest.raises(ModelError, match="must match"):
+        infer("RNN", [x, (DType.DOUBLE, (1, 6, 4)), (F, (1, 6, 6))])
+    with pytest.raises(ModelError, match="i32.*does not accept"):
+        i = DType.INT32
+        infer("RNN", [(i, (5, 3, 4)), (i, (1, 6, 4)), (i, (1, 6, 6))])
+
+
+def test_hidden_size_mismatch_in_model():
+    model, feeds = make("GRU", name="my_gru")
+    model.graph.node[0].attribute[0].i = 5  # hidden_size
+    with pytest.raises(ModelError, match="my_gru.*hidden_size 5"):
+        onnxjit.compile(model, cache_dir=False)(*feeds.values())
+
+
+def test_onnx_checker_accepts_test_models():
+    model, _ = make("LSTM", dirs=2, lens=[1, 2, 3], peep=True)
+    onnx.checker.check_model(model)
