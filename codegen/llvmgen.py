@@ -10,7 +10,9 @@ Algorithm:
 2) Statements are translated by a `match` on their type: each `Var` gets one alloca in the
    kernel's entry block (mem2reg promotes them); a `Loop` is an i64 counted loop (see
    `irutil.for_range`); `Load`/`Store` GEP the element type with the flat index (bool is an i8
-   in memory and an i1 in registers); `Op` goes to `ScalarEmitter`; `Matmul` to `matmul.py`.
+   in memory and an i1 in registers; f16/bf16 are 16 bits in memory and f32 in registers,
+   see `scalar.py`); `Op` goes to `ScalarEmitter`; `Matmul` to `matmul.py` (on f16/bf16
+   buffers to `narrow_matmul.py`).
    A top-level `parallel` loop worth it (and a large top-level Matmul, split over its rows)
    is outlined into a task run by the process's worker pool (`parallel.py`, `pool.py`); the
    kernel then takes two more arguments, the pool's `parallel_for` and the thread count.
@@ -31,6 +33,7 @@ from llvmlite import ir
 
 from onnxjit.codegen.irutil import for_range, i64c, load_elem, store_elem
 from onnxjit.codegen.matmul import emit_matmul
+from onnxjit.codegen.narrow_matmul import emit_narrow_matmul
 from onnxjit.codegen.parallel import emit_parallel, plan_kernel
 from onnxjit.codegen.scalar import (
     I1,
@@ -43,7 +46,7 @@ from onnxjit.codegen.scalar import (
     storage_type,
     to_storage,
 )
-from onnxjit.errors import CompileError
+from onnxjit.errors import CompileError, UnsupportedError
 from onnxjit.ir.loops import (
     Buffer,
     Check,
@@ -60,7 +63,7 @@ from onnxjit.ir.loops import (
     Var,
     walk,
 )
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import NARROW_FLOATS, DType
 
 PTR = ir.PointerType()
 I64 = ir.IntType(64)
@@ -206,6 +209,13 @@ class KernelTranslator:
             case Matmul():
                 ptrs = (self.pointer(s.c), self.pointer(s.a), self.pointer(s.b))
                 offs = tuple(self.index(o) for o in (s.c_off, s.a_off, s.b_off))
+                if s.c.dtype in NARROW_FLOATS:  # the microkernel computes in its storage type
+                    if s.a.dtype != s.c.dtype or s.b.dtype != s.c.dtype:
+                        raise UnsupportedError(f"matrix product of {s.a.dtype.short} and "
+                                               f"{s.b.dtype.short} into {s.c.dtype.short}",
+                                               where=f"kernel {self.kernel.name}")
+                    emit_narrow_matmul(b, self.scalar, s, ptrs, offs)  # type: ignore[arg-type]
+                    return
                 emit_matmul(b, s, ptrs, offs, where=f"kernel {self.kernel.name}")
             case _:
                 raise CompileError(f"unknown statement {type(s).__name__}",

@@ -18,6 +18,14 @@ semantics need guards are spelled out:
 - f32 exp/log/tanh/sigmoid/erf go through `MathLib` (vectorizable polynomials), never
   `llvm.exp.f32` (scalarized into libm calls per lane); sqrt/floor/ceil/fabs are intrinsics.
 Fast-math flags are never set: ONNX needs IEEE semantics (NaN and inf tests exist).
+
+Narrow floats (float16, bfloat16; `types.NARROW_FLOATS`) are f32 in registers and 16 bits in
+memory: a load widens exactly (`fpext half`, or the bf16 bits shifted into the top half of an
+i32), every op computes in f32 and an op whose result is narrow rounds it once, to nearest even
+(`fptrunc` to half and back, F16C's vcvtps2ph/vcvtph2ps on x86; for bf16 the integer rounding
+of `ir/narrow.py`, which vectorizes), so a store narrows exactly. f64 -> f16 must round once:
+the double is first rounded to f32 *to odd* (exact enough that the second rounding is correct),
+which avoids both double rounding and the `__truncdfhf2` libcall a direct `fptrunc` needs.
 """
 
 from __future__ import annotations
@@ -28,14 +36,17 @@ from llvmlite import ir
 
 from onnxjit.codegen.mathlib import MathLib, intrinsic
 from onnxjit.errors import UnsupportedError
-from onnxjit.ir.types import DType
+from onnxjit.ir.narrow import narrow_value
+from onnxjit.ir.types import CAST_ONLY_DTYPES, NARROW_FLOATS, DType
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
+I16 = ir.IntType(16)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
+HALF = ir.HalfType()
 
 _FLOAT_TYPES = {DType.FLOAT: F32, DType.DOUBLE: F64}
 
@@ -46,14 +57,22 @@ def compute_type(dt: DType) -> ir.Type:
         return I1
     if dt in _FLOAT_TYPES:
         return _FLOAT_TYPES[dt]
+    if dt in NARROW_FLOATS:
+        return F32
     if dt.is_int:
         return ir.IntType(dt.itemsize * 8)
     raise UnsupportedError(f"element type {dt.short} is not supported by code generation")
 
 
 def storage_type(dt: DType) -> ir.Type:
-    """The LLVM type of one element in memory (bool is numpy's one byte)."""
-    return I8 if dt == DType.BOOL else compute_type(dt)
+    """The LLVM type of one element in memory (bool is numpy's one byte, bf16 its bits)."""
+    if dt == DType.BOOL or dt in CAST_ONLY_DTYPES:
+        return I8
+    if dt == DType.FLOAT16:
+        return HALF
+    if dt == DType.BFLOAT16:
+        return I16
+    return compute_type(dt)
 
 
 def constant(value: int | float | bool, dt: DType) -> ir.Constant:
@@ -62,6 +81,8 @@ def constant(value: int | float | bool, dt: DType) -> ir.Constant:
     ty = compute_type(dt)
     if dt == DType.BOOL:
         return ir.Constant(I1, 1 if value else 0)
+    if dt in NARROW_FLOATS:
+        return ir.Constant(ty, narrow_value(float(value), dt))
     if dt.is_float:
         return ir.Constant(ty, float(value))
     bits = dt.itemsize * 8
@@ -97,6 +118,9 @@ _FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<="
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _FLOAT_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "abs": "fabs"}
 _MATH = ("exp", "log", "tanh", "sigmoid", "erf")
+#: Ops whose result needs no rounding to a narrow float: they return an operand, one already
+#: rounded (cast), or an exactly representable value of representable operands.
+_EXACT_ON_NARROW = ("cast", "copy", "select", "neg", "abs", "min", "max", "floor", "ceil")
 
 
 class ScalarEmitter:
@@ -113,6 +137,13 @@ class ScalarEmitter:
     def op(self, b: ir.IRBuilder, name: str, args: Sequence[ir.Value],
            dtypes: Sequence[DType], dst: DType) -> ir.Value:
         """`name`(args) where args[i] has dtype dtypes[i]; `dst` is the result dtype."""
+        res = self._op(b, name, args, dtypes, dst)
+        if dst in NARROW_FLOATS and name not in _EXACT_ON_NARROW:
+            res = self.round_narrow(b, res, dst)
+        return res
+
+    def _op(self, b: ir.IRBuilder, name: str, args: Sequence[ir.Value],
+            dtypes: Sequence[DType], dst: DType) -> ir.Value:
         if name == "cast":
             return self.cast(b, args[0], dtypes[0], dst)
         if name == "copy":
@@ -125,7 +156,9 @@ class ScalarEmitter:
         dt = dtypes[0]
         k = _kind(dt)
         if len(args) == 2 and dtypes[1] != dt:  # scalar_eval converts the second operand
-            args = [args[0], self.cast(b, args[1], dtypes[1], dt)]
+            # (to f32 when the first is narrow: the op computes in f32)
+            wide = DType.FLOAT if dt in NARROW_FLOATS else dt
+            args = [args[0], self.cast(b, args[1], dtypes[1], wide)]
         table = _BINARY[k]
         if name in table:
             return table[name](b, args[0], args[1])
@@ -277,6 +310,12 @@ class ScalarEmitter:
         saturating with NaN -> 0)."""
         if src == dst:
             return x
+        if src in NARROW_FLOATS:
+            src = DType.FLOAT  # the register holds the exact f32 value
+            if src == dst:
+                return x
+        if dst in NARROW_FLOATS:
+            return self._to_narrow(b, x, src, dst)
         ks, kd = _kind(src), _kind(dst)
         ty = compute_type(dst)
         if kd == "b":
@@ -304,11 +343,71 @@ class ScalarEmitter:
         return b.sext(x, ty) if ks == "s" else b.zext(x, ty)
 
 
+    # narrow floats --------------------------------------------------------------------------------
+    def _to_narrow(self, b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+        """Round a compute-form `src` value to the narrow float `dst` (as `ir/narrow.py`)."""
+        ks = _kind(src)
+        if dst == DType.FLOAT16:
+            if ks == "b":
+                return b.uitofp(x, F32)  # 0 and 1 are exact
+            if ks in "su":  # like numpy: through f64 (exact for <= 32 bits), rounded once
+                x = b.sitofp(x, F64) if ks == "s" else b.uitofp(x, F64)
+            if x.type == F64:
+                x = self._f64_to_f32_odd(b, x)
+            return b.fpext(b.fptrunc(x, HALF), F32)
+        # bf16: ints and f64 go through f32 first, like ml_dtypes
+        if ks == "b":
+            return b.uitofp(x, F32)
+        if ks in "su":
+            x = b.sitofp(x, F32) if ks == "s" else b.uitofp(x, F32)
+        elif x.type == F64:
+            x = b.fptrunc(x, F32)
+        return self.round_narrow(b, x, dst)
+
+    def _f64_to_f32_odd(self, b: ir.IRBuilder, d: ir.Value) -> ir.Value:
+        """`d` rounded to f32 toward zero with the last bit set when inexact (round to odd):
+        a later rounding to f16 (11 bits) is then the correct rounding of `d` itself."""
+        t = b.fptrunc(d, F32)
+        back = b.fpext(t, F64)
+        inexact = b.fcmp_ordered("!=", back, d)  # false for NaN
+        fabs = self.intrinsic("llvm.fabs.f64", F64, [F64])
+        away = b.fcmp_ordered(">", b.call(fabs, [back]), b.call(fabs, [d]))
+        bits = b.bitcast(t, I32)
+        toward0 = b.select(away, b.sub(bits, ir.Constant(I32, 1)), bits)
+        odd = b.select(inexact, b.or_(toward0, ir.Constant(I32, 1)), bits)
+        return b.bitcast(odd, F32)
+
+    def round_narrow(self, b: ir.IRBuilder, x: ir.Value, dt: DType) -> ir.Value:
+        """An f32 value rounded to nearest even in the narrow float `dt`, still as f32."""
+        if dt == DType.FLOAT16:
+            return b.fpext(b.fptrunc(x, HALF), F32)
+        bits = b.bitcast(x, I32)
+        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.add(b.add(bits, ir.Constant(I32, 0x7FFF)), lsb)
+        quiet = b.or_(bits, ir.Constant(I32, 0x400000))
+        isnan = b.fcmp_unordered("uno", x, x)
+        out = b.and_(b.select(isnan, quiet, rounded), ir.Constant(I32, 0xFFFF0000 - (1 << 32)))
+        return b.bitcast(out, F32)
+
+
 def to_storage(b: ir.IRBuilder, x: ir.Value, dt: DType) -> ir.Value:
-    """A compute-form value as stored in memory (bool i1 -> i8 0/1)."""
-    return b.zext(x, I8) if dt == DType.BOOL else x
+    """A compute-form value as stored in memory (bool i1 -> i8 0/1; narrow floats are already
+    rounded, so narrowing them is exact)."""
+    if dt == DType.BOOL:
+        return b.zext(x, I8)
+    if dt == DType.FLOAT16:
+        return b.fptrunc(x, HALF)
+    if dt == DType.BFLOAT16:
+        return b.trunc(b.lshr(b.bitcast(x, I32), ir.Constant(I32, 16)), I16)
+    return x
 
 
 def from_storage(b: ir.IRBuilder, x: ir.Value, dt: DType) -> ir.Value:
     """A loaded element in compute form (any nonzero byte is true, as numpy reads it)."""
-    return b.icmp_unsigned("!=", x, ir.Constant(I8, 0)) if dt == DType.BOOL else x
+    if dt == DType.BOOL:
+        return b.icmp_unsigned("!=", x, ir.Constant(I8, 0))
+    if dt == DType.FLOAT16:
+        return b.fpext(x, F32)
+    if dt == DType.BFLOAT16:
+        return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)), F32)
+    return x

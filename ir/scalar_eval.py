@@ -11,6 +11,10 @@ broadcasting like numpy) with exactly the semantics code generation gives it:
   exponent the truncated value of 1/x**-e (1 for x=1, +-1 for x=-1, 0 otherwise; 0**-e -> 0);
 - comparisons are ordered (false when a NaN is involved) except `ne`; isnan;
 - cast: float->int saturates (NaN -> 0), ->bool is `x != 0` (NaN -> true), bool->number is 0/1.
+- float16/bfloat16 (`NARROW_FLOATS`): operands are widened to float32 (exactly), the op runs in
+  float32, and a narrow result is rounded once to its type (`ir/narrow.py`): numpy's per-op
+  semantics for float16. Casts from a narrow float widen first; casts to one round as
+  `narrow.narrow` says (f64 -> f16 directly, everything -> bf16 through f32).
 
 `evaluate_elementwise(opdef, node, inputs)` folds an elementwise node: it runs the node's
 `scalar` rule once on a fresh `Builder` with one variable per input, then interprets the emitted
@@ -27,8 +31,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from onnxjit.errors import CompileError
-from onnxjit.ir.loops import Const, Op, Operand, Var
-from onnxjit.ir.types import DType
+from onnxjit.ir.loops import SCALAR_OPS, Const, Op, Operand, Var
+from onnxjit.ir.narrow import is_narrow_array, narrow, widen
+from onnxjit.ir.types import NARROW_FLOATS, DType
 
 if TYPE_CHECKING:
     from onnxjit.ir.graph import Node
@@ -81,6 +86,11 @@ def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
     target = dtype.numpy
     if x.dtype == target:
         return x.copy()
+    if dtype in NARROW_FLOATS:
+        return narrow(x != 0 if x.dtype == np.bool_ else x, dtype)
+    x = widen(x)
+    if x.dtype == target:
+        return x
     if dtype == DType.BOOL:
         return x != 0  # NaN != 0 is True, as `fcmp une` gives
     if x.dtype.kind == "f" and dtype.is_int:
@@ -105,7 +115,14 @@ def eval_op(op: str, args: Sequence[object], dtype: DType | None = None) -> np.n
     """One scalar op over numpy arrays; `dtype` is the result dtype (needed by `cast`)."""
     a = [_as_array(x) for x in args]
     with np.errstate(all="ignore"):
-        return _eval(op, a, dtype)
+        if op == "cast" or not any(is_narrow_array(x) for x in a):
+            return _eval(op, a, dtype)
+        # Narrow floats: compute in float32, round a narrow result once (module docstring).
+        first = a[1] if op == "select" else a[0]
+        out = _eval(op, [widen(x) for x in a], dtype)
+        if SCALAR_OPS[op][1] == "same" and is_narrow_array(first):
+            return narrow(out, DType.from_numpy(first.dtype))
+        return out
 
 
 def _eval(op: str, a: list[np.ndarray], dtype: DType | None) -> np.ndarray:
@@ -176,6 +193,8 @@ _CMP = {
 
 
 def _const_array(c: Const) -> np.ndarray:
+    if c.dtype in NARROW_FLOATS:
+        return narrow(np.asarray(float(c.value), np.float64), c.dtype)
     return np.asarray(c.value, dtype=c.dtype.numpy)
 
 

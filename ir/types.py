@@ -108,19 +108,52 @@ _NUMPY = {
     DType.FLOAT16: np.float16, DType.DOUBLE: np.float64, DType.UINT32: np.uint32,
     DType.UINT64: np.uint64, DType.COMPLEX64: np.complex64, DType.COMPLEX128: np.complex128,
 }
+# numpy has no narrow float or sub-byte types; `ml_dtypes` (a dependency of onnx, the types
+# onnx.numpy_helper and the ONNX backend tests use) adds them, one element per byte for the 4- and
+# 2-bit types. Without it those types have no numpy dtype and are unsupported.
+try:
+    import ml_dtypes as _ml
+except ImportError:  # pragma: no cover - ml_dtypes ships with onnx
+    _ml = None
+if _ml is not None:
+    _NUMPY.update({
+        DType.BFLOAT16: _ml.bfloat16, DType.FLOAT8E4M3FN: _ml.float8_e4m3fn,
+        DType.FLOAT8E4M3FNUZ: _ml.float8_e4m3fnuz, DType.FLOAT8E5M2: _ml.float8_e5m2,
+        DType.FLOAT8E5M2FNUZ: _ml.float8_e5m2fnuz, DType.UINT4: _ml.uint4, DType.INT4: _ml.int4,
+        DType.FLOAT4E2M1: _ml.float4_e2m1fn, DType.FLOAT8E8M0: _ml.float8_e8m0fnu,
+        DType.UINT2: _ml.uint2, DType.INT2: _ml.int2,
+    })
 _FROM_NUMPY = {np.dtype(v): k for k, v in _NUMPY.items()}
 _INTS = (DType.UINT8, DType.INT8, DType.UINT16, DType.INT16, DType.INT32, DType.INT64,
          DType.UINT32, DType.UINT64)
 
-#: Element types the code generator implements today; others raise UnsupportedError.
+#: Floats held in memory in a narrow format and computed in float32: a register of such a
+#: dtype holds an f32 value that is exactly representable in the narrow format. Every scalar op
+#: producing one computes in f32 and rounds once (to nearest, ties to even) to the narrow
+#: format, which is numpy's (and onnxruntime's) per-op semantics for float16/bfloat16; loads
+#: widen exactly, stores narrow exactly (the value is already rounded).
+NARROW_FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16} if _ml is not None
+                          else {DType.FLOAT16})
+
+#: Element types every op may compute on: loads, stores and all scalar ops are implemented.
 COMPUTE_DTYPES = frozenset({DType.FLOAT, DType.DOUBLE, DType.BOOL, DType.INT8, DType.INT16,
                             DType.INT32, DType.INT64, DType.UINT8, DType.UINT16, DType.UINT32,
-                            DType.UINT64})
+                            DType.UINT64}) | NARROW_FLOATS
+
+#: Element types that can be stored in buffers and converted by Cast/CastLike (and moved by
+#: pure data-movement lowerings), but on which no arithmetic is defined: the float8 family and
+#: the 4-/2-bit ints and float4, one element per byte as ml_dtypes holds them.
+CAST_ONLY_DTYPES = frozenset({DType.FLOAT8E4M3FN, DType.FLOAT8E4M3FNUZ, DType.FLOAT8E5M2,
+                              DType.FLOAT8E5M2FNUZ, DType.UINT4, DType.INT4, DType.UINT2,
+                              DType.INT2, DType.FLOAT4E2M1} if _ml is not None else ())
+
+#: Every element type a buffer may hold.
+STORAGE_DTYPES = COMPUTE_DTYPES | CAST_ONLY_DTYPES
 
 
-def supported_dtypes_text() -> str:
-    """The compute dtypes as text for error messages: "bool, f32, f64, i16, ..."."""
-    return ", ".join(sorted(d.short for d in COMPUTE_DTYPES))
+def supported_dtypes_text(dtypes: frozenset | None = None) -> str:
+    """The compute dtypes (or `dtypes`) as text for error messages: "bool, f32, f64, ..."."""
+    return ", ".join(sorted(d.short for d in (COMPUTE_DTYPES if dtypes is None else dtypes)))
 
 
 # --------------------------------------------------------------------------- symbolic dims

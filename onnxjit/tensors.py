@@ -9,10 +9,11 @@ data is little-endian fixed width; `int32_data` holds the small ints, bool and f
 patterns; complex types are (real, imaginary) pairs of `float_data`/`double_data`; strings
 become an object array of `bytes`.
 
-Element types numpy cannot hold (bfloat16, the float8 family, 4/2/6-bit types) raise
-UnsupportedError naming the tensor: the compiler computes only f32/f64/i32/i64/bool today, and
-handing back raw bit patterns with a numpy dtype that disagrees with the ONNX type would let a
-later pass compute silently wrong results. Segmented tensors (`segment`) are refused likewise.
+bfloat16 and the float8 family become `ml_dtypes` arrays (their `int32_data` entries hold the
+bit patterns). Types without a numpy dtype, and the packed 4-/2-bit types (two or four elements
+a byte in the proto, one a byte in ml_dtypes: not unpacked yet), raise UnsupportedError naming
+the tensor rather than hand back bit patterns a later pass would misread. Segmented tensors
+(`segment`) are refused likewise.
 
 A sparse tensor (COO: `values` [NNZ], `indices` [NNZ] linearised or [NNZ, rank]) is densified;
 indices are bounds-checked, and the dense size is capped (`MAX_DENSE_BYTES`), since a few bytes
@@ -47,8 +48,13 @@ _FIELD = {
     DType.UINT32: "uint64_data", DType.UINT64: "uint64_data",
     DType.INT32: "int32_data", DType.INT16: "int32_data", DType.INT8: "int32_data",
     DType.UINT16: "int32_data", DType.UINT8: "int32_data", DType.BOOL: "int32_data",
-    DType.FLOAT16: "int32_data",
+    DType.FLOAT16: "int32_data", DType.BFLOAT16: "int32_data",
+    DType.FLOAT8E4M3FN: "int32_data", DType.FLOAT8E4M3FNUZ: "int32_data",
+    DType.FLOAT8E5M2: "int32_data", DType.FLOAT8E5M2FNUZ: "int32_data",
 }
+#: Element types whose `int32_data` entries are bit patterns of the element's width.
+_BIT_PATTERNS = (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT8E4M3FN, DType.FLOAT8E4M3FNUZ,
+                 DType.FLOAT8E5M2, DType.FLOAT8E5M2FNUZ)
 _FIELD_DTYPE = {"float_data": np.float32, "double_data": np.float64, "int64_data": np.int64,
                 "uint64_data": np.uint64, "int32_data": np.int32}
 
@@ -107,6 +113,8 @@ def to_numpy(t: P.TensorProto, external: ExternalRead | None = None) -> np.ndarr
         return out.reshape(dims)
     try:
         np_dtype = dtype.numpy
+        if dtype not in _FIELD and dtype != DType.STRING:
+            raise KeyError(dtype)  # packed sub-byte types
     except KeyError:
         raise UnsupportedError(f"element type {dtype.name} cannot be imported yet (numpy has no "
                                "such type and the compiler does not compute in it)",
@@ -144,9 +152,9 @@ def _from_field(t: P.TensorProto, dtype: DType, np_dtype: np.dtype, dims: tuple[
     src = np.asarray(data, dtype=_FIELD_DTYPE[field])
     if per_elem == 2:
         return src.view(np_dtype).reshape(dims).copy()
-    if dtype == DType.FLOAT16:
-        # int32_data holds the IEEE half bit patterns.
-        return src.astype(np.uint16).view(np.float16).reshape(dims)
+    if dtype in _BIT_PATTERNS:
+        bits = np.dtype(f"u{np_dtype.itemsize}")
+        return src.astype(bits).view(np_dtype).reshape(dims)
     if dtype == DType.BOOL:
         return (src != 0).reshape(dims)
     return src.astype(np_dtype).reshape(dims)
