@@ -1,6 +1,10 @@
-"""The `Matmul` statement as LLVM loop nests the vectorizer turns into broadcast-FMA code.
+"""The `Matmul` statement: dispatch to the register-tiled kernel, or LLVM loop nests the
+vectorizer turns into broadcast-FMA code.
 
-`C (+)= alpha * A' @ B'` on row-major windows (see `onnxjit.ir.loops.Matmul`). Two forms, both
+`C (+)= alpha * A' @ B'` on row-major windows (see `onnxjit.ir.loops.Matmul`). Float products of
+at least TILE_WORK multiply-adds go to `matmul_kernel.TileGemm` (explicit vector register tile;
+B packed on the stack from PACK_MIN_M rows, else read in place when not transposed). The rest
+(ints, small products, one-row products, few rows with B transposed) use two forms here, both
 needing no extra memory:
 
 - axpy form (B not transposed, A either way): C's row i is accumulated as
@@ -33,6 +37,7 @@ from llvmlite import ir
 
 from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin, load_elem, store_elem
 from onnxjit.codegen.mathlib import intrinsic
+from onnxjit.codegen.matmul_kernel import TileGemm
 from onnxjit.codegen.scalar import constant, storage_type
 from onnxjit.errors import UnsupportedError
 from onnxjit.ir.loops import Matmul
@@ -44,6 +49,10 @@ RI_ROWS, RJ_COLS, DOT_BLOCK_BYTES = 2, 4, 256 * 1024
 #: below this many multiply-adds the blocking buys nothing but compile time (fully unrolled
 #: constant-trip loops): one row, one kk, one column at a time
 SMALL_WORK = 8192
+#: float products from this many multiply-adds use the register-tiled kernel (matmul_kernel);
+#: below PACK_MIN_M rows B is read in place (packing would cost as much as the product), and a
+#: single row (a matrix-vector product, bound by reading B) stays in the axpy form
+TILE_WORK, PACK_MIN_M = 32768, 16
 
 
 class _Emitter:
@@ -230,6 +239,13 @@ def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequ
                                f"{dt.short} is not supported", where=where)
     if s.m == 0 or s.n == 0:
         return
+    if s.k > 0 and dt.is_float and s.m * s.n * s.k >= TILE_WORK:
+        if s.m >= PACK_MIN_M:
+            TileGemm(b, s, ptrs, offs).emit()
+            return
+        if not s.b_trans and s.m > 1:
+            TileGemm(b, s, ptrs, offs, unpacked=True).emit()
+            return
     e = _Emitter(b, s, ptrs, offs)
     if s.k == 0:  # an empty sum: C = 0, or C unchanged
         if not s.accumulate:

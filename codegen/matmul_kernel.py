@@ -1,0 +1,279 @@
+"""Register-tiled float GEMM: broadcast-FMA into a tile of vector accumulators over packed B.
+
+`C (+)= alpha * A' @ B'` (see `onnxjit.ir.loops.Matmul`) for f32/f64, emitted as explicit
+vector IR (`<VL x float>` values, `llvm.fmuladd` on vectors) so the register tile does not
+depend on the vectorizer finding it.
+
+Microkernel: an MR x (NRV * VL) tile of C lives in MR * NRV vector accumulators (phis of the k
+loop, never loaded or stored per k step). Each k step loads NRV vectors of a B row slice and
+broadcasts MR values of A', then does MR * NRV independent FMAs. At the end of the k range the
+tile is written as `C = alpha * acc` or `C += alpha * acc` (alpha applied once, as numpy's
+`alpha * (A @ B)` does). The last vector of an edge tile (n not a multiple of VL) is loaded and
+stored with a constant lane mask (`llvm.masked.load/store`), so no element outside C is touched.
+
+Driver (Goto/BLIS order, B packed, A read in place: MR rows of A' are MR sequential streams):
+  for each group of up to NCP panels of NR = NRV*VL columns (the edge panel, narrower, alone):
+    for pc in steps of KC over k (depth block: a packed B block of KC x NC stays in L2):
+      pack B'[pc:pc+kc, panels] into a stack buffer, panel after panel, each kc x NR row-major
+        (the microkernel then reads B contiguously; edge columns are zero-padded);
+      for each MR-row tile of C (then the leftover rows as one narrower tile):
+        for each panel: microkernel over kc, accumulating into C unless first block and
+        not `accumulate`.
+`unpacked=True` skips packing and reads B rows in place (B not transposed; for small m, where
+packing B would cost as much as the product).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llvmlite import ir
+
+from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin
+from onnxjit.codegen.mathlib import intrinsic
+from onnxjit.codegen.target import vector_bytes
+from onnxjit.ir.loops import Matmul
+
+I1 = ir.IntType(1)
+#: depth of a B block (rows of packed B), and its size budget (it should sit in L2)
+KC, PACK_BYTES = 256, 256 * 1024
+
+
+def tile_shape(itemsize: int) -> tuple[int, int, int]:
+    """(VL, MR, NRV): vector lanes, tile rows, vectors per tile row for this host."""
+    vb = vector_bytes()
+    vl = max(1, vb // itemsize)
+    if vb >= 64:  # 32 zmm: 24 accumulators + 4 B vectors + broadcasts
+        return vl, 6, 4
+    return vl, 6, 2  # 16 ymm/xmm: 12 accumulators
+
+
+class TileGemm:
+    """Emits one float Matmul as the tiled/packed kernel at the builder's position."""
+
+    def __init__(self, b: ir.IRBuilder, s: Matmul, ptrs, offs, unpacked: bool = False):
+        self.b, self.s = b, s
+        self.pc, self.pa, self.pb = ptrs
+        self.c_off, self.a_off, self.b_off = offs
+        self.ety = ir.FloatType() if s.c.dtype.itemsize == 4 else ir.DoubleType()
+        self.isz = s.c.dtype.itemsize
+        self.vl, self.mr, self.nrv = tile_shape(self.isz)
+        self.vty = ir.VectorType(self.ety, self.vl)
+        if unpacked and s.m < self.mr:
+            # fewer rows than a tile: wider tiles keep as many accumulators (FMA chains) busy
+            self.nrv = max(self.nrv, min(8, self.mr * self.nrv // s.m))
+        self.nr = self.nrv * self.vl
+        self.unpacked = unpacked
+        self.kc = min(KC, s.k)
+        # panels per packed block: the block (kc x ncp*nr) within PACK_BYTES
+        self.ncp = max(1, PACK_BYTES // (self.kc * self.nr * self.isz))
+        sfx = "f32" if self.isz == 4 else "f64"
+        vs = f"v{self.vl}{sfx}"
+        mod = b.module
+        self.fma = intrinsic(mod, f"llvm.fmuladd.{vs}", self.vty, [self.vty] * 3)
+        mty = ir.VectorType(I1, self.vl)
+        ptr = ir.PointerType()
+        self.mload = intrinsic(mod, f"llvm.masked.load.{vs}.p0", self.vty,
+                               [ptr, ir.IntType(32), mty, self.vty])
+        self.mstore = intrinsic(mod, f"llvm.masked.store.{vs}.p0", ir.VoidType(),
+                                [self.vty, ptr, ir.IntType(32), mty])
+        self.zero = ir.Constant(self.vty, [0.0] * self.vl)
+        self.alpha = None if s.alpha == 1.0 else ir.Constant(self.vty, [float(s.alpha)] * self.vl)
+        self.bp = None if unpacked else self._stack_buffer(
+            self.kc * min(self.ncp, -(-s.n // self.nr)) * self.nr, "bpack")
+
+    # helpers -----------------------------------------------------------------------------------
+    def _stack_buffer(self, size: int, name: str) -> ir.Value:
+        """A packing buffer in the function's entry block (static frame slot, 64-aligned)."""
+        fn = self.b.function
+        eb = ir.IRBuilder(fn.entry_basic_block)
+        eb.position_at_start(fn.entry_basic_block)
+        slot = eb.alloca(ir.ArrayType(self.ety, size), name=name)
+        slot.align = 64
+        slot.type = ir.PointerType()  # llvmlite would print a typed pointer; LLVM 22 is opaque
+        return slot
+
+    def gep(self, base: ir.Value, index: ir.Value) -> ir.Value:
+        return self.b.gep(base, [index], inbounds=True, source_etype=self.ety)
+
+    def add(self, *xs: ir.Value) -> ir.Value:
+        out = xs[0]
+        for x in xs[1:]:
+            out = self.b.add(out, x, flags=["nsw"])
+        return out
+
+    def mul(self, x: ir.Value, c: int) -> ir.Value:
+        return self.b.mul(x, i64c(c), flags=["nsw"])
+
+    def mask(self, lanes: int) -> ir.Constant:
+        return ir.Constant(ir.VectorType(I1, self.vl), [int(q < lanes) for q in range(self.vl)])
+
+    def vload(self, p: ir.Value, lanes: int, align: int) -> ir.Value:
+        if lanes >= self.vl:
+            return self.b.load(p, typ=self.vty, align=align)
+        return self.b.call(self.mload, [p, ir.Constant(ir.IntType(32), self.isz),
+                                        self.mask(lanes), self.zero])
+
+    def vstore(self, v: ir.Value, p: ir.Value, lanes: int) -> None:
+        if lanes >= self.vl:
+            self.b.store(v, p, align=self.isz)
+        else:
+            self.b.call(self.mstore, [v, p, ir.Constant(ir.IntType(32), self.isz),
+                                      self.mask(lanes)])
+
+    def splat(self, x: ir.Value) -> ir.Value:
+        b = self.b
+        v = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, i64c(0))
+        return b.shuffle_vector(v, ir.Constant(self.vty, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), self.vl),
+                                            [0] * self.vl))
+
+    def a_ptr(self, i: ir.Value, kk: ir.Value) -> ir.Value:
+        """&A'[i, kk]"""
+        s = self.s
+        if s.a_trans:
+            return self.gep(self.pa, self.add(self.a_off, self.mul(kk, s.lda), i))
+        return self.gep(self.pa, self.add(self.a_off, self.mul(i, s.lda), kk))
+
+    # microkernel -------------------------------------------------------------------------------
+    def micro(self, i: ir.Value, mr: int, lanes: list[int], col: ir.Value, kc: ir.Value,
+              b_row: Callable[[ir.Value], tuple[ir.Value, int]],
+              a_at: Callable[[int, ir.Value], ir.Value],
+              first: ir.Value | bool | None) -> None:
+        """C[i:i+mr, col:col+sum(lanes)] (+)= alpha * A'[i:i+mr, pc:pc+kc] @ Bpanel: row kk of
+        the B panel starts at b_row(kk) = (pointer, alignment), A'[i+q, pc+kk] is at a_at(q, kk);
+        `first` (True: always, an i1, None: never) selects overwriting C instead of adding."""
+        b, nv = self.b, len(lanes)
+
+        def step(kk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            bptr, align = b_row(kk)
+            bv = [self.vload(bptr if v == 0 else self.gep(bptr, i64c(v * self.vl)), lanes[v],
+                             align) for v in range(nv)]
+            out = []
+            for q in range(mr):
+                av = self.splat(b.load(a_at(q, kk), typ=self.ety, align=self.isz))
+                out += [b.call(self.fma, [av, bv[v], accs[q * nv + v]]) for v in range(nv)]
+            return out
+
+        accs = for_range_carry(b, 0, kc, 1, [self.zero] * (mr * nv), step, "kr")
+        for q in range(mr):
+            row = self.add(self.c_off, self.mul(self.add(i, i64c(q)), self.s.ldc), col)
+            for v in range(nv):
+                p = self.gep(self.pc, self.add(row, i64c(v * self.vl)))
+                acc = accs[q * nv + v]
+                scaled = acc if self.alpha is None else b.fmul(self.alpha, acc)
+                if first is True:
+                    self.vstore(scaled, p, lanes[v])
+                    continue
+                old = self.vload(p, lanes[v], self.isz)
+                plus = (b.fadd(old, acc) if self.alpha is None
+                        else b.call(self.fma, [self.alpha, acc, old]))
+                self.vstore(plus if first is None else b.select(first, scaled, plus), p,
+                            lanes[v])
+
+    # driver ------------------------------------------------------------------------------------
+    def emit(self) -> None:
+        s = self.s
+        full, w = divmod(s.n, self.nr)
+        if full:
+            lanes = [self.vl] * self.nrv
+            if self.unpacked or full <= self.ncp:
+                self.block(i64c(0), i64c(full), lanes)
+            else:
+                for_range(self.b, 0, full, self.ncp,
+                          lambda p0: self.block(self.mul(p0, self.nr),
+                                                imin(self.b, i64c(self.ncp),
+                                                     self.b.sub(i64c(full), p0)), lanes), "jc")
+        if w:
+            nv = -(-w // self.vl)
+            lanes = [self.vl] * (nv - 1) + [w - (nv - 1) * self.vl]
+            self.block(i64c(full * self.nr), i64c(1), lanes)
+
+    def block(self, col0: ir.Value, npanels: ir.Value, lanes: list[int]) -> None:
+        """Columns col0 .. col0 + npanels panels (each of len(lanes) vectors)."""
+        s, b = self.s, self.b
+        pw = len(lanes) * self.vl  # packed panel width
+        aligned = 64 if pw * self.isz % 64 == 0 else self.isz
+
+        def depth(pc: ir.Value) -> None:
+            kc = imin(b, i64c(self.kc), b.sub(i64c(s.k), pc))
+            if s.accumulate:
+                first = None
+            elif s.k <= self.kc:
+                first = True
+            else:
+                first = b.icmp_signed("==", pc, i64c(0))
+            if not self.unpacked:
+                self.pack(pc, kc, col0, npanels, lanes)
+            pstride = b.mul(kc, i64c(pw), flags=["nsw"])
+
+            def tile(i: ir.Value, mr: int) -> None:
+                """rows i .. i+mr against every panel"""
+                def a_at(q: int, kk: ir.Value) -> ir.Value:
+                    return self.a_ptr(self.add(i, i64c(q)), self.add(pc, kk))
+
+                def panel(p: ir.Value) -> None:
+                    col = self.add(col0, self.mul(p, pw))
+                    if self.unpacked:
+                        def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
+                            return self.gep(self.pb, self.add(
+                                self.b_off, self.mul(self.add(pc, kk), s.ldb), col)), self.isz
+                    else:
+                        start = b.mul(p, pstride, flags=["nsw"])
+
+                        def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
+                            return self.gep(self.bp, self.add(start, self.mul(kk, pw))), aligned
+                    self.micro(i, mr, lanes, col, kc, b_row, a_at, first)
+
+                for_range(b, 0, npanels, 1, panel, "jr")
+
+            m_full = s.m - s.m % self.mr
+            if m_full:
+                for_range(b, 0, m_full, self.mr, lambda i: tile(i, self.mr), "ir")
+            if m_full < s.m:
+                tile(i64c(m_full), s.m - m_full)
+
+        for_range(b, 0, s.k, self.kc, depth, "pc")
+
+    def pack(self, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
+             lanes: list[int]) -> None:
+        """bp[p*kc*pw + kk*pw + jj] = B'[pc + kk, col0 + p*pw + jj] (0 past the edge)."""
+        s, b = self.s, self.b
+        pw, width = len(lanes) * self.vl, sum(lanes)
+
+        def panel(p: ir.Value) -> None:
+            col = self.add(col0, self.mul(p, pw))
+            dst0 = b.mul(p, b.mul(kc, i64c(pw)), flags=["nsw"])
+            if not s.b_trans:
+                def row(kk: ir.Value) -> None:
+                    dst = self.add(dst0, self.mul(kk, pw))
+                    src = self.add(self.b_off, self.mul(self.add(pc, kk), s.ldb), col)
+                    for v in range(len(lanes)):
+                        x = self.vload(self.gep(self.pb, self.add(src, i64c(v * self.vl))),
+                                       lanes[v], self.isz)
+                        b.store(x, self.gep(self.bp, self.add(dst, i64c(v * self.vl))),
+                                align=self.isz)
+
+                for_range(b, 0, kc, 1, row, "pk")
+                return
+
+            # B' is the window transposed: window row col+jj (contiguous in kk) becomes packed
+            # column jj; columns past the edge are zeros
+            def column(jj: ir.Value) -> None:
+                src = self.add(self.b_off, self.mul(self.add(col, jj), s.ldb), pc)
+                dst = self.add(dst0, jj)
+                for_range(b, 0, kc, 1, lambda kk: b.store(
+                    b.load(self.gep(self.pb, self.add(src, kk)), typ=self.ety, align=self.isz),
+                    self.gep(self.bp, self.add(dst, self.mul(kk, pw))), align=self.isz), "pk")
+
+            for_range(b, 0, width, 1, column, "pj")
+            if width < pw:
+                def pad(kk: ir.Value) -> None:
+                    dst = self.add(dst0, self.mul(kk, pw))
+                    for jj in range(width, pw):
+                        b.store(ir.Constant(self.ety, 0.0), self.gep(self.bp, self.add(
+                            dst, i64c(jj))), align=self.isz)
+
+                for_range(b, 0, kc, 1, pad, "pz")
+
+        for_range(b, 0, npanels, 1, panel, "pp")
