@@ -21,21 +21,37 @@ def i64c(v: int) -> ir.Constant:
 
 
 def for_range(b: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int, step: int,
-              body: Callable[[ir.Value], None], name: str = "i") -> None:
+              body: Callable[[ir.Value], None], name: str = "i",
+              loop_md: ir.Value | None = None) -> None:
     """for (i = start; i < stop; i += step) body(i); `step` is a positive constant. The builder
-    is left at the loop's exit block."""
+    is left at the loop's exit block. `loop_md` (see `interleave_md`) goes on the back edge."""
 
     def carry_body(i: ir.Value, _: list[ir.Value]) -> list[ir.Value]:
         body(i)
         return []
 
-    for_range_carry(b, start, stop, step, [], carry_body, name)
+    for_range_carry(b, start, stop, step, [], carry_body, name, loop_md)
+
+
+#: Marks a loop-ID metadata node that must refer to itself (llvmlite cannot print that form);
+#: `jit` rewrites `!N = !{ !"<LOOP_SELF>.k", ...}` into `!N = distinct !{ !N, ...}`.
+LOOP_SELF = "onnxjit.loop.self"
+_loop_ids = iter(range(1 << 62))
+
+
+def interleave_md(module: ir.Module, count: int) -> ir.Value:
+    """Loop metadata asking LLVM to interleave the vectorized loop `count` times: two
+    independent copies of a long dependent chain (polynomial math) keep both FMA pipes busy."""
+    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
+                                ir.Constant(ir.IntType(32), count)])
+    return module.add_metadata([ir.MetaDataString(module, f"{LOOP_SELF}.{next(_loop_ids)}"),
+                                hint])
 
 
 def for_range_carry(b: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int, step: int,
                     inits: Sequence[ir.Value],
                     body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],
-                    name: str = "i") -> list[ir.Value]:
+                    name: str = "i", loop_md: ir.Value | None = None) -> list[ir.Value]:
     """A counted loop carrying values in phis (accumulators): `body(i, values)` returns the
     next values; returns the values after the last iteration (`inits` if there is none)."""
     assert step > 0, step
@@ -63,7 +79,9 @@ def for_range_carry(b: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int
     i.add_incoming(nxt, latch)
     for p, v in zip(carried, nxt_vals):
         p.add_incoming(v, latch)
-    b.branch(header)
+    back = b.branch(header)
+    if loop_md is not None:
+        back.set_metadata("llvm.loop", loop_md)
     b.position_at_end(done)
     return carried
 

@@ -30,12 +30,14 @@ from collections.abc import Callable
 import llvmlite.binding as llvm
 
 from onnxjit.codegen import pyentry, target
+from onnxjit.codegen.irutil import LOOP_SELF
 from onnxjit.codegen.llvmgen import build_module, n_io, uses_pool
 from onnxjit.codegen.objects import CompiledObject
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Program
 
 _PLACEHOLDER = "onnxjit_PROGRAMID"
+_LOOP_SELF = re.compile(r'(!\d+) = !\{ !"' + re.escape(LOOP_SELF) + r'\.\d+",')
 _LIBC_SYMBOLS = ("exp", "log", "tanh", "erf", "pow", "powf", "fmod", "fmodf", "expf", "logf",
                  "tanhf", "erff", "memset", "memcpy", "memmove",
                  # the worker pool (pool_ir.py); in libc since glibc 2.34, else libpthread
@@ -83,6 +85,7 @@ def _compile(program: Program, opt_level: int,
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     prefix = f"{_symbol_name(program)}_{digest}"
     text = text.replace(_PLACEHOLDER, prefix)
+    text = _LOOP_SELF.sub(lambda m: f"{m[1]} = distinct !{{ {m[1]},", text)
     entry, entry_py, fastcall = (name.replace(_PLACEHOLDER, prefix)
                                  for name in (entry, entry_py, fastcall))
     if dump is not None:

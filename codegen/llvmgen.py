@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from onnxjit.codegen.irutil import for_range, i64c, load_elem, store_elem
+from onnxjit.codegen.irutil import for_range, i64c, interleave_md, load_elem, store_elem
 from onnxjit.codegen.matmul import emit_matmul
 from onnxjit.codegen.narrow_matmul import emit_narrow_matmul
 from onnxjit.codegen.parallel import emit_parallel, plan_kernel
@@ -195,7 +195,10 @@ class KernelTranslator:
                     self.assign(var, i)
                     self.stmts(body)
 
-                for_range(b, lo, hi, step, loop_body, name=_ident(var.hint or "i"))
+                md = (interleave_md(self.fn.module, 2)
+                      if any(isinstance(t, Op) and t.op in _CHAINED for t in body)
+                      and not any(isinstance(t, (Loop, Matmul)) for t in body) else None)
+                for_range(b, lo, hi, step, loop_body, name=_ident(var.hint or "i"), loop_md=md)
             case Check(cond=cond, message=_):
                 ok = self.operand(cond)
                 if ok.type != I1:
@@ -220,6 +223,11 @@ class KernelTranslator:
             case _:
                 raise CompileError(f"unknown statement {type(s).__name__}",
                                    where=f"kernel {self.kernel.name}")
+
+
+#: Ops whose polynomial code is a long dependent chain: an innermost loop computing one is
+#: interleaved twice (measured: the 4M-float sigmoid(erf(tanh)) chain 13% faster).
+_CHAINED = frozenset({"exp", "log", "tanh", "sigmoid", "erf", "pow"})
 
 
 def _ident(name: str) -> str:
