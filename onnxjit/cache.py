@@ -115,7 +115,7 @@ class DiskCache:
                 data = f.read()
         finally:
             os.close(fd)
-        entry = decode(data)
+        entry = decode(data, key)
         if entry is None:
             STATS.disk_errors += 1
         return entry
@@ -123,7 +123,7 @@ class DiskCache:
     def put(self, key: str, entry: Entry) -> None:
         if not self._ready() or self.folder is None:
             return
-        data = encode(entry)
+        data = encode(entry, key)
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=self.folder)
             try:
@@ -151,7 +151,9 @@ class _suppress:
         return True
 
 
-def encode(entry: Entry) -> bytes:
+def encode(entry: Entry, key: str = "") -> bytes:
+    """The bytes of an entry; `key` is recorded so a file copied or renamed to another key's
+    name is recognised as foreign."""
     sections = []
     chunks = []
     offset = 0
@@ -166,33 +168,45 @@ def encode(entry: Entry) -> bytes:
         chunks.append(raw)
         offset += len(raw)
     payload = b"".join(chunks)
-    header = json.dumps({"meta": entry.meta, "sections": sections,
+    header = json.dumps({"key": key, "meta": entry.meta, "sections": sections,
                          "sha256": hashlib.sha256(payload).hexdigest()}).encode()
     return _PREFIX.pack(MAGIC, FORMAT, len(header)) + header + payload
 
 
-def decode(data: bytes) -> Entry | None:
-    """The entry in `data`, or None if it is not a whole, intact entry of this format."""
+def decode(data: bytes, key: str | None = None) -> Entry | None:
+    """The entry in `data`, or None if it is not a whole, intact entry of this format (and,
+    when `key` is given, one written under that key). The header is not covered by the digest,
+    so every section is checked against the payload before anything is allocated."""
     try:
         magic, fmt, hlen = _PREFIX.unpack_from(data, 0)
         if magic != MAGIC or fmt != FORMAT or _PREFIX.size + hlen > len(data):
             return None
         header = json.loads(data[_PREFIX.size:_PREFIX.size + hlen])
+        if not isinstance(header, dict) or not isinstance(header.get("meta"), dict):
+            return None
+        if key is not None and header.get("key") != key:
+            return None
         payload = memoryview(data)[_PREFIX.size + hlen:]
         if hashlib.sha256(payload).hexdigest() != header["sha256"]:
             return None
         entry = Entry(header["meta"])
         for s in header["sections"]:
-            chunk = payload[s["offset"]:s["offset"] + s["length"]]
-            if len(chunk) != s["length"]:
+            offset, length = int(s["offset"]), int(s["length"])
+            if offset < 0 or length < 0 or offset + length > len(payload):
                 return None
+            chunk = payload[offset:offset + length]
             if s["kind"] == "blob":
                 entry.blobs[s["name"]] = bytes(chunk)
             else:
                 dtype = np.dtype(s["dtype"])
-                arr = np.empty(s["shape"], dtype)  # a fresh, aligned, writeable copy
+                shape = [int(d) for d in s["shape"]]
+                if dtype.hasobject or any(d < 0 for d in shape) or \
+                        int(np.prod(shape, dtype=object)) * dtype.itemsize != length:
+                    return None
+                arr = np.empty(shape, dtype)  # a fresh, aligned, writeable copy
                 arr.reshape(-1).view(np.uint8)[:] = np.frombuffer(chunk, np.uint8)
                 entry.arrays[s["name"]] = arr
         return entry
-    except (ValueError, KeyError, TypeError, struct.error, json.JSONDecodeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, MemoryError,
+            struct.error, json.JSONDecodeError):
         return None

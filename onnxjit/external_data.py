@@ -19,10 +19,10 @@ reader guarantees that nothing outside the model's folder is ever opened:
 
 Symlinks *inside* the folder that point inside it are followed (step 3 resolves them; step 4 then
 opens the resolved path). Hard links: a hard link inside the folder to a file elsewhere has the
-same inode wherever it is named, so it cannot be told apart from an ordinary file and is read.
-That is accepted on purpose: creating it needs write access to the model's folder and (with the
-kernel's usual `protected_hardlinks`) read access to the target, so it grants nothing the
-creator of the folder could not have done by copying the file there.
+same inode wherever it is named, so where its other names are cannot be found out cheaply.
+A data file with more than one link (`st_nlink > 1`) is therefore refused, in steps 3 and 4
+(the error says to copy the file): a hard link planted in a shared folder would otherwise read
+a file from anywhere on the same file system.
 """
 
 from __future__ import annotations
@@ -103,7 +103,15 @@ def resolve(base_dir: Path, location: str, where: str) -> tuple[str, str, os.sta
     if not stat.S_ISREG(st.st_mode):
         raise ModelError(f"external data location '{location}' is not a regular file",
                          where=where)
+    _check_links(st, location, where)
     return base, real, st
+
+
+def _check_links(st: os.stat_result, location: str, where: str) -> None:
+    if st.st_nlink > 1:
+        raise ModelError(f"external data file '{location}' has {st.st_nlink} hard links; a hard "
+                         "link may lead outside the model's folder, so such files are refused "
+                         "(copy the file to break the link)", where=where)
 
 
 def _open_checked(base: str, real: str, location: str, where: str) -> int:
@@ -153,6 +161,7 @@ class ExternalReader:
                     not stat.S_ISREG(fst.st_mode) or fst.st_size < offset + length:
                 raise ModelError(f"external data file '{location}' changed while the model was "
                                  "loading", where=where)
+            _check_links(fst, location, where)
             return _pread_all(fd, offset, length, location, where)
         finally:
             os.close(fd)

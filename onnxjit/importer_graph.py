@@ -36,6 +36,53 @@ from onnxjit.tensors import element_type, sparse_to_numpy, to_numpy
 _A = P.AttributeProto
 _KIND = {v: k.lower() for k, v in _A.AttributeType.items()}
 
+# The kind of every ai.onnx attribute name whose kind is the same in all ops and versions
+# (from the ONNX schemas): a FLOAT where an INT is due (`axis=1.5`) would otherwise be
+# truncated silently by the op rules. Names whose kind varies by op (to, seed, value, p) are
+# left to the ops. An INT is accepted for a FLOAT and INTS for FLOATS (no information lost).
+_KNOWN_KINDS = {kind: frozenset(names.split()) for kind, names in {
+    _A.STRING: (
+        "activation approximate auto_pad case_change_action coordinate_transformation_mode "
+        "delimiter direction equation keep_aspect_ratio_policy locale mode nearest_mode "
+        "padding_mode pattern pixel_format reduction round_mode update_rule value_string"),
+    _A.FLOATS: "activation_alpha activation_beta scales value_floats weights",
+    _A.STRINGS: "activations pool_strings stopwords value_strings",
+    _A.INT: (
+        "align_corners allowzero antialias axis batch_axis batch_dims block_size blocksize "
+        "broadcast ceil_mode center_point_box chunk_size count_include_pad detect_negative "
+        "detect_positive dtype end exclude_outside exclusive fmod group hidden_size ignore_index "
+        "input_forget interleaved inverse is_case_sensitive is_causal is_test k keepdims "
+        "kv_num_heads largest layout left_window_size linear_before_reset max_gram_length "
+        "max_skip_count maxsplit min_gram_length new_axis noop_with_empty_axes num_groups "
+        "num_heads num_outputs num_scan_inputs offset_group onesided output_datatype output_dtype "
+        "output_height output_sequence output_width periodic precision q_num_heads "
+        "qk_matmul_output_mode reverse right_window_size rotary_embedding_dim sample_size "
+        "sampling_ratio saturate select_last_index size softmax_precision sorted spatial start "
+        "stash_type storage_order time_axis training_mode transA transB upper value_int"),
+    _A.FLOAT: (
+        "alpha beta bias clip cubic_coeff_a epsilon extrapolation_value gamma height_scale high "
+        "lambd low max mean min momentum ratio scale softcap spatial_scale value_float "
+        "width_scale"),
+    _A.INTS: (
+        "axes consumed_inputs dilations directions ends kernel_shape ngram_counts ngram_indexes "
+        "output_padding output_shape paddings pads perm pool_int64s pooled_shape scan_input_axes "
+        "scan_input_directions scan_output_axes scan_output_directions shape split starts strides "
+        "value_ints"),
+    _A.GRAPH: "body else_branch then_branch",
+}.items()}
+_EXPECTED = {name: kind for kind, names in _KNOWN_KINDS.items() for name in names}
+_ALSO_OK = {_A.FLOAT: {_A.INT}, _A.FLOATS: {_A.INTS}}
+
+
+def _check_kind(a: P.AttributeProto, desc: str) -> None:
+    """ModelError when an ai.onnx attribute has the wrong kind (see _KNOWN_KINDS)."""
+    want = _EXPECTED.get(a.name)
+    if want is None or a.ref_attr_name or a.type == want or a.type in _ALSO_OK.get(want, ()):
+        return
+    got = _KIND.get(a.type, str(a.type))
+    raise ModelError(f"attribute '{a.name}' must be of kind {_KIND[want]}, got {got}",
+                     where=desc)
+
 
 class _Scope:
     """The names visible in one graph, chained to the enclosing graph's scope."""
@@ -238,6 +285,8 @@ class GraphImporter:
         for a in n.attribute:
             if a.name in attrs:
                 raise ModelError(f"attribute '{a.name}' is given twice", where=desc)
+            if domain == "":
+                _check_kind(a, desc)
             attrs[a.name] = self.attribute(a, desc, scope)
         outputs: list[Value] = []
         for name in n.output:
