@@ -1,7 +1,8 @@
 """The official ONNX backend test suite, run through `onnxjit.backend`.
 
 Every case of the suite runs (node, simple, real (the nine light CNNs), pytorch-converted,
-pytorch-operator) on the CPU device; CUDA variants are not generated since onnxjit has no GPU device.
+pytorch-operator) on the CPU device; CUDA variants are not generated since onnxjit has no GPU
+device.
 Cases expected to fail are listed in `backend_expected_failures.py`, each pattern with its reason;
 they run as `unittest.expectedFailure`, so a case that starts passing fails the run until its
 entry is removed: the list only shrinks.

@@ -204,8 +204,8 @@ def test_conv_transpose_channel_error_and_f16():
     with pytest.raises(ModelError, match="channels") as e:
         _infer("ConvTranspose", [(1, 4, 5, 5), (3, 2, 3, 3)])
     assert "n0" in str(e.value)
-    with pytest.raises(UnsupportedError, match="f16") as e:
-        _infer("Conv", [(1, 4, 5, 5), (8, 4, 3, 3)], dtype=DType.FLOAT16)
+    with pytest.raises((UnsupportedError, ModelError), match="c64") as e:
+        _infer("Conv", [(1, 4, 5, 5), (8, 4, 3, 3)], dtype=DType.COMPLEX64)
     assert "n0" in str(e.value)
 
 
