@@ -22,7 +22,7 @@ import numpy as np
 
 from onnxjit import cache as cache_mod
 from onnxjit.artifact import Artifact, pyobject_layout_ok
-from onnxjit.errors import InputError, OnnxJitError, UnsupportedError
+from onnxjit.errors import InputError, InputTypeError, OnnxJitError, UnsupportedError
 from onnxjit.ir.types import DType, Sym, TensorType
 from onnxjit.options import CompileOptions
 from onnxjit.signature import Declared, check, describe, signature_id, to_array
@@ -173,6 +173,9 @@ class CompiledModel:
 
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any]) -> list:
         """onnxruntime-style: `run(None, {"x": x})` -> list of outputs (all, or those named)."""
+        if not isinstance(feeds, Mapping):
+            raise InputTypeError(f"run() takes its inputs as a dict of name -> array, got "
+                                 f"{type(feeds).__name__}; inputs are {self.input_names}")
         outs = self(**dict(feeds))
         if output_names is None:
             return list(outs)
