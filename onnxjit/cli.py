@@ -5,7 +5,7 @@
     onnxjit dump MODEL DIR [--shape ...]   IR after every pass, LLVM IR and assembly into DIR
     onnxjit info MODEL                inputs, outputs, opsets, op counts, unsupported ops
     onnxjit convert IN OUT            .onnx <-> .onnxtxt (ONNX textual syntax); '-' is stdin/out
-    onnxjit bench [--quick] [--json F] [--baseline F]   benchmarks against onnxruntime
+    onnxjit bench [--quick] [-k NAME] [--json F] [--markdown F] [--baseline F --tolerance 0.2]
 
 MODEL is a `.onnx` file, a `.onnxtxt` file (the ONNX textual syntax), or `-` for model text on
 stdin. Errors onnxjit raises on purpose are printed as one line (exit 2); anything else is a bug and
@@ -200,12 +200,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("input", help=".onnx, .onnxtxt, or - (text on stdin)")
     c.add_argument("output", help=".onnx, .onnxtxt, or - (text on stdout)")
     b = sub.add_parser("bench", help="benchmarks against onnxruntime (ratios)")
-    b.add_argument("--quick", action="store_true", help="a short smoke run")
+    b.add_argument("--quick", action="store_true", help="a subset, short timing (~2 min)")
     b.add_argument("--json", default=None, help="write results as JSON")
     b.add_argument("--markdown", default=None, help="write a markdown table")
-    b.add_argument("--baseline", default=None, help="fail on a regression against this JSON")
-    b.add_argument("--tolerance", type=float, default=0.25)
-    b.add_argument("-k", default=None, help="only benchmarks whose name contains this")
+    b.add_argument("--baseline", default=None,
+                   help="exit 1 when a ratio fell by more than --tolerance against this JSON")
+    b.add_argument("--tolerance", type=float, default=0.2)
+    b.add_argument("-k", default=None,
+                   help="only benchmarks whose name contains this (comma: any of several)")
+    b.add_argument("--seconds", type=float, default=None,
+                   help="timing duration per benchmark (default 3, --quick 0.4)")
+    b.add_argument("--tiny", action="store_true",
+                   help="tiny model sizes (a smoke run; the light models keep their size)")
+    b.add_argument("--no-subprocess", action="store_true",
+                   help="skip the cold/warm compile and memory measurements in subprocesses")
+    b.add_argument("--note", default=None, help="the note stored in the JSON report")
     args = p.parse_args(argv)
     handler = {"demo": cmd_demo, "run": cmd_run, "dump": cmd_dump, "info": cmd_info,
                "convert": cmd_convert, "bench": cmd_bench}[args.cmd]
