@@ -23,6 +23,9 @@ P = prod(out):
    weights hoisted per channel); other rows store the bias, then add `w * x[row slice]` per
    tap over its valid range (see `lower_depthwise`).
 Bias: Y is first filled with B (per channel), and the `Matmul`s accumulate onto it.
+Epilogue hook (used by `ops_fused_linear.FusedConv`): `lower_gemm_conv` / `lower_depthwise`
+take an optional callback run on each block of Y right after it is computed, inside the same
+parallel iteration (a pointwise conv is then split into blocks of positions).
 The integer convolutions (`ops_conv_integer`) reuse the im2col + `Matmul` path.
 Float16/bfloat16 raise UnsupportedError (not a compute dtype yet).
 """
@@ -134,9 +137,18 @@ BLOCK_BYTES = 512 << 10
 
 
 def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
-                    accumulate: bool, col_dtype: DType, load: Load) -> None:
+                    accumulate: bool, col_dtype: DType, load: Load,
+                    epilogue: EpilogueHook | None = None) -> None:
     """Per (image, group, block of output rows), parallel: build the block's im2col panel and
-    multiply it; pointwise convs skip the panel and multiply X's channels directly."""
+    multiply it; pointwise convs skip the panel and multiply X's channels directly.
+
+    `epilogue(b, off, ld, rows, cols, row0)`, when given, runs right after each block's Matmul
+    in the same parallel iteration, on the block's window of Y (rows = the group's channels
+    from row0, cols = the block's positions); pointwise convs are then split into blocks of
+    positions (`_pointwise_blocks`) so each block is still in cache."""
+    if gm.pointwise and epilogue is not None:
+        _pointwise_with_epilogue(ctx, gm, x, w, y, accumulate, epilogue)
+        return
     if gm.pointwise:
         b = Builder()
 
@@ -171,11 +183,49 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
                            b.imul(blk, cols))
             b.emit(Matmul(y, c_off, gm.p, w, b.imul(g, gm.mg * gm.kk), gm.kk, col, colbase,
                           cols, gm.mg, cols, gm.kk, accumulate=accumulate))
+            if epilogue is not None:
+                epilogue(b, c_off, gm.p, gm.mg, cols, b.imul(g, gm.mg))
         ctx.kernel("conv_im2col_gemm", b.body)
 
 
+#: `epilogue(b, off, ld, rows, cols, row0)`: see `lower_gemm_conv`.
+EpilogueHook = Callable[[Builder, Operand, int, int, int, Operand], None]
+
+
+def _pointwise_blocks(gm: Geometry, itemsize: int) -> int:
+    """Positions per block of a pointwise conv with an epilogue: the largest divisor of P
+    whose (M/G, cols) output block fits `BLOCK_BYTES` (all of P when P is small)."""
+    if gm.p <= 256:
+        return gm.p
+    fits = [d for d in range(1, gm.p + 1)
+            if gm.p % d == 0 and gm.mg * d * itemsize <= BLOCK_BYTES // 2]
+    best = max(fits, default=1)
+    return best if best >= 64 else gm.p
+
+
+def _pointwise_with_epilogue(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
+                             accumulate: bool, epilogue: EpilogueHook) -> None:
+    """Pointwise conv, parallel over (image, group, block of positions): one Matmul on the
+    block's columns of X (ldb = P), then the epilogue on the same columns of Y."""
+    cols = _pointwise_blocks(gm, y.dtype.itemsize)
+    nblk = gm.p // cols
+    b = Builder()
+    with b.loop(0, gm.n * gm.g * nblk, parallel=True, hint="u") as u:
+        blk = b.op("rem", u, i64(nblk)) if nblk > 1 else i64(0)
+        rest = b.op("div", u, i64(nblk)) if nblk > 1 else u
+        g = b.op("rem", rest, i64(gm.g)) if gm.g > 1 else i64(0)
+        img = b.op("div", rest, i64(gm.g)) if gm.g > 1 else rest
+        col0 = b.imul(blk, cols)
+        c_off = b.iadd(b.iadd(b.imul(img, gm.m * gm.p), b.imul(g, gm.mg * gm.p)), col0)
+        x_off = b.iadd(b.iadd(b.imul(img, gm.c * gm.p), b.imul(g, gm.kk * gm.p)), col0)
+        b.emit(Matmul(y, c_off, gm.p, w, b.imul(g, gm.mg * gm.kk), gm.kk, x, x_off, gm.p,
+                      gm.mg, cols, gm.kk, accumulate=accumulate))
+        epilogue(b, c_off, gm.p, gm.mg, cols, b.imul(g, gm.mg))
+    ctx.kernel("conv_gemm", b.body)
+
+
 def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
-                    bias: Buffer | None) -> None:
+                    bias: Buffer | None, epilogue: EpilogueHook | None = None) -> None:
     """Direct nest for C/G == 1, parallel over (image, output channel), per output row.
 
     Rows whose every kernel tap lies inside the image along the outer dims (the interior)
@@ -183,7 +233,8 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     (`bias + sum w_t * x_t`, weights hoisted per channel), and the few edge columns get the
     taps whose input is inside. Other rows (top/bottom borders) store the bias, then add each
     tap over its valid range. Kernels with more than `MAX_FUSED_TAPS` taps always take the
-    second path, with the outer kernel dims as loops.
+    second path, with the outer kernel dims as loops. An `epilogue` (see `lower_gemm_conv`)
+    runs on each (image, channel) plane right after it is computed (rows = 1, cols = P).
     """
     a, b = gm.a, Builder()
     ow, kw, sw, pw, iw = gm.out[-1], gm.k[-1], a.strides[-1], gm.begin[-1], gm.ins[-1]
@@ -218,6 +269,8 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
                             wt = b.load(w, b.iadd(wbase, b.iadd(b.imul(tap, kw), operand(tw))))
                             lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
                             _axpy(b, y, x, yrow, b.iadd(xrow, operand(shift)), sw, wt, lo, hi)
+        if epilogue is not None:
+            epilogue(b, b.imul(q, gm.p), gm.p, 1, gm.p, m)
     ctx.kernel("conv_depthwise", b.body)
 
 
