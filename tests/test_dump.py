@@ -5,13 +5,11 @@ import numpy as np
 from models import chain, mlp
 
 import onnxjit
+from onnxjit.driver import GRAPH_PIPELINE, SIGNATURE_PIPELINE
 from onnxjit.ir.loop_parser import parse_program
 from onnxjit.ir.loop_printer import print_program
 from onnxjit.ir.parser import parse_model
 from onnxjit.ir.printer import print_model
-
-SIGNATURE_PASSES = ["infer-shapes", "fold-constants", "simplify", "dce", "fuse",
-                    "lower-to-loops", "plan-memory"]
 
 
 def _check_round_trip(path):
@@ -28,15 +26,17 @@ def test_dump_files_per_pass(tmp_path):
     graph_files = sorted(p.name for p in (tmp_path / "graph").iterdir())
     assert graph_files[0] == "00-import.graph.txt"
     assert [f.split("-", 1)[1] for f in graph_files[1:]] == [
-        "infer-shapes.graph.txt", "fold-constants.graph.txt", "simplify.graph.txt",
-        "dce.graph.txt"]
+        f"{p}.graph.txt" for p in GRAPH_PIPELINE]
+    assert {"infer-shapes", "fold-constants", "dce"} <= set(GRAPH_PIPELINE)
     (sig,) = [p for p in tmp_path.iterdir() if p.name != "graph"]
     names = sorted(p.name for p in sig.iterdir())
     stems = [n.split("-", 1)[1] for n in names]
+    lower = SIGNATURE_PIPELINE.index("lower-to-loops")
     expected = (["bind-shapes.graph.txt"]
-                + [f"{p}.graph.txt" for p in SIGNATURE_PASSES[:5]]
-                + ["lower-to-loops.loops.txt", "plan-memory.loops.txt",
-                   "llvm.ll", "llvm-opt.ll", "asm.s"])
+                + [f"{p}.graph.txt" for p in SIGNATURE_PIPELINE[:lower]]
+                + [f"{p}.loops.txt" for p in SIGNATURE_PIPELINE[lower:]]
+                + ["llvm.ll", "llvm-opt.ll", "asm.s"])
+    assert {"fuse", "lower-to-loops", "plan-memory"} <= set(SIGNATURE_PIPELINE)
     assert stems == expected
     for p in list((tmp_path / "graph").iterdir()) + list(sig.iterdir()):
         if p.name.endswith((".graph.txt", ".loops.txt")):
