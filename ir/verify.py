@@ -16,7 +16,9 @@ order, keeping one table of the values visible at the current point, shared by e
    a Value has a single producer;
 4) check the graph's outputs are visible, then close the scope (its values stop being visible).
 Values are compared by identity: names are hints, except the main graph's interface names.
-Types, attributes, domains and versions are checked as each thing is reached.
+Types, attributes, domains and versions are checked as each thing is reached, and so are the
+counts of inputs and outputs between a control-flow node and its regions (`verify_regions`).
+Errors inside a region name the subgraph and the node.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from onnxjit.ir.types import (
     Sym,
     TensorType,
 )
+from onnxjit.ir.verify_regions import check_regions
 
 #: Kinds an `AttrRef` may name (AttributeProto.AttributeType, lower case, minus UNDEFINED).
 ATTR_REF_KINDS = frozenset({
@@ -203,6 +206,7 @@ class _Verifier:
             else:
                 why = (f"already visible from the enclosing {_gdesc(pgraph)} (defined by {prev}); "
                        "a nested graph must not redefine an outer value")
+                what = f"{what} in subgraph '{graph.name}'"
             raise ModelError(f"{v.describe()} is {what} but is {why}")
         self.visible.add(v)
         self.defined[v] = (what, graph)
@@ -272,6 +276,8 @@ class _Verifier:
             if not isinstance(name, str) or not name:
                 raise ModelError(f"an attribute has no name ({name!r})", where=node)
             self._attr(a, f"attribute '{name}'", node)
+        if domain == "":
+            check_regions(node)
         own: set[Value] = set()
         for k, v in enumerate(node.outputs):
             what = f"output {k} of {node.describe()}"

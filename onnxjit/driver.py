@@ -20,13 +20,15 @@ from typing import Any
 from onnxjit.errors import CompileError, OnnxJitError, UnsupportedError
 from onnxjit.ir.graph import Model, clone_model
 from onnxjit.ir.loops import Program
-from onnxjit.ir.types import TensorType
 from onnxjit.options import CompileOptions
 from onnxjit.passes import PassContext, get_pass
+from onnxjit.signature import entry_type
 
-GRAPH_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "dce"]
-SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "dce", "fuse",
-                      "lower-to-loops", "plan-memory"]
+GRAPH_PIPELINE = ["inline-functions", "infer-shapes", "fold-constants", "simplify",
+                  "fold-batchnorm", "dce"]
+SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "fold-batchnorm",
+                      "fold-transpose", "dce", "fuse-epilogue", "fuse", "lower-to-loops",
+                      "plan-memory"]
 
 
 def print_ir(ir: Any) -> tuple[str, str]:
@@ -130,8 +132,8 @@ def bind_signature(model: Model, signature: tuple, options: CompileOptions,
                                "implemented yet; use specialize='shape'")
     dumper = dumper or Dumper(None)
     m = clone_model(model)
-    for v, (dtype, shape) in zip(m.graph.inputs, signature):
-        v.type = TensorType(dtype, tuple(shape))
+    for v, entry in zip(m.graph.inputs, signature):
+        v.type = entry_type(entry)  # a tensor, or a sequence/optional with its contents' types
         if v.const is not None:  # an input with a default value is an input here
             v.const = None
     dumper.ir("bind-shapes", m)

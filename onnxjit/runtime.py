@@ -22,10 +22,18 @@ import numpy as np
 
 from onnxjit import cache as cache_mod
 from onnxjit.artifact import Artifact, pyobject_layout_ok
-from onnxjit.errors import InputError, InputTypeError, OnnxJitError, UnsupportedError
-from onnxjit.ir.types import DType, Sym, TensorType
+from onnxjit.errors import InputError, InputTypeError, OnnxJitError
+from onnxjit.ir.types import DType
 from onnxjit.options import CompileOptions
-from onnxjit.signature import Declared, check, describe, signature_id, to_array
+from onnxjit.signature import (
+    Declared,
+    check,
+    declared_of,
+    describe,
+    fast_key,
+    signature_id,
+    to_array,
+)
 
 if TYPE_CHECKING:
     from onnxjit.ir.graph import Model
@@ -71,18 +79,8 @@ def _no_fastcall(*args: Any) -> int:
 
 
 def _declared(model: Model) -> list[Declared]:
-    out: list[Declared] = []
-    for v in model.graph.inputs:
-        t = v.type
-        if not isinstance(t, TensorType):
-            raise UnsupportedError(f"graph input '{v.name}' has type {t}; only tensor inputs "
-                                   "are supported so far (sequences, maps and optionals are "
-                                   "not)")
-        dims = None if t.shape is None else tuple(
-            d if isinstance(d, int) else (d.args[0] if isinstance(d, Sym) and d.op == "var"
-                                          else None) for d in t.shape)
-        out.append((v.name, t.dtype, dims))
-    return out
+    # Tensors declare (name, DType, dims); sequences and optionals (name, their type, None).
+    return [declared_of(v.name, v.type) for v in model.graph.inputs]
 
 
 class CompiledModel:
@@ -105,7 +103,7 @@ class CompiledModel:
         meta = self._model_meta()
         self.input_names: list[str] = meta["inputs"]
         self.output_names: list[str] = meta["outputs"]
-        self._declared: list[Declared] = [
+        self._declared: list[Declared] = meta.get("declared") or [
             (n, DType(d), None if s is None else tuple(s))
             for n, d, s in zip(meta["inputs"], meta["input_dtypes"], meta["input_shapes"])]
         self._n_in = len(self.input_names)
@@ -125,9 +123,12 @@ class CompiledModel:
         model = self._graph()
         decl = _declared(model)
         meta = {"inputs": [n for n, _, _ in decl], "outputs": list(model.graph.output_names),
-                "input_dtypes": [d.value for _, d, _ in decl],
+                "input_dtypes": [d.value if isinstance(d, DType) else None for _, d, _ in decl],
                 "input_shapes": [None if s is None else list(s) for _, _, s in decl]}
-        self._disk.put(self._model_key(), cache_mod.Entry(meta))
+        if all(isinstance(d, DType) for _, d, _ in decl):
+            self._disk.put(self._model_key(), cache_mod.Entry(meta))
+        else:  # sequence/optional inputs: their types are not stored; the model is imported
+            meta["declared"] = decl
         return meta
 
     def _graph(self) -> Model:
@@ -213,7 +214,7 @@ class CompiledModel:
     def _prepare(self, args: tuple) -> tuple[list[np.ndarray], Artifact]:
         arrays = [to_array(n, a, d) for (n, d, _), a in zip(self._declared, args)]
         sig = check(self._declared, arrays)
-        key = tuple((a.dtype, a.shape) for a in arrays)
+        key = fast_key(arrays)  # lists (sequences) and None (optionals) included
         art = self._fast.get(key)
         if art is None:
             art = self._artifact(sig)

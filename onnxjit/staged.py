@@ -13,6 +13,14 @@ graph whose inputs are concrete arrays:
             every input's shape, and the VALUES of the small integer tensors that the next
             node reads (shape-like operands: targets, axes, pads, sizes), bound as constants
 
+Control flow and non-tensor values: a leading If is replaced in the child by the branch its
+condition selects, and a leading Loop with a known trip count (no early exit) or a Scan by its
+body unrolled (`ir.control_unroll`, up to `UNROLL_LIMIT` iterations), so they compile natively
+with what follows them; other Loops and Scans, and the sequence and optional ops, run on the
+host (`ir.host_eval`), their regions reading outer values through the stage's inputs (a
+region's free values count as reads of its node). Sequences are Python lists and optionals
+an array or None in the stage's environment; a child is specialised on each element's shape.
+
 A child stage is built once per (shapes, bound values) key and kept, so a repeated call walks
 the same chain of compiled stages: the host only evaluates ops whose output size depends on
 large data (NonZero, Unique...). Every stage strictly consumes at least one node, so a chain
@@ -28,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.errors import UnsupportedError
+from onnxjit.errors import ModelError, UnsupportedError
 from onnxjit.ir.graph import Graph, Model, Node, Value, clone_model
-from onnxjit.ir.types import DType, TensorType
+from onnxjit.ir.ops_control import join
+from onnxjit.ir.types import DType, OptionalType, SequenceType, TensorType
 
 __all__ = ["Staged", "first_dynamic", "BIND_LIMIT"]
 
@@ -47,16 +56,22 @@ def first_dynamic(model: Model) -> int | None:
     """Index of the first node that cannot be compiled for the bound shapes (None: none):
     an output shape that is not static, or an op evaluated only on the host (its output size
     depends on data even when a declared type claims a fixed shape)."""
+    from onnxjit.ir.host_eval import is_host_only
     from onnxjit.ir.opdef import resolve
 
     for i, n in enumerate(model.graph.nodes):
         if not all(_static(v) for v in n.outputs if v is not None):
+            return i
+        if is_host_only(n):
             return i
         d = resolve(n)
         if d.lower is None and d.scalar is None and d.evaluate is not None:
             return i
         if any(v is not None and v.const is None for v in _value_inputs(n, d)):
             return i
+    g = model.graph
+    if any(not isinstance(v.type, TensorType) for v in g.inputs + g.outputs):
+        return len(g.nodes)  # a sequence or optional passes through: only stages carry them
     return None
 
 
@@ -79,24 +94,35 @@ class Stage:
         #: Inputs whose values this stage binds into its child (then it computes nothing).
         self.bind: list[Value] = []
         self.host: Node | None = None
+        #: A leading If, Loop or Scan that the child replaces by straight-line nodes: the
+        #: branch the condition selects, or the body unrolled (`ir.control_unroll`).
+        self.splice: Node | None = None
         if cut == 0 and g.nodes:
+            from onnxjit.ir.host_eval import is_host_only
             from onnxjit.ir.opdef import resolve
 
             first = g.nodes[0]
             wanted = _value_inputs(first, resolve(first))
-            self.bind = [v for v in g.inputs if v in first.inputs
-                         and _bindable_type(v, any_dtype=v in wanted)]
-            if not self.bind:
+            if _spliceable(first):
+                # The child stage compiles the selected branch / the unrolled body in place
+                # of the node: it runs natively with what follows it.
+                self.splice = first
+            # Host-only ops (control flow, sequences) read values, never shapes: binding
+            # their inputs would only multiply the stages.
+            if self.splice is None and not is_host_only(first):
+                self.bind = [v for v in g.inputs if v in first.inputs
+                             and _bindable_type(v, any_dtype=v in wanted)]
+            if not self.bind and self.splice is None:
                 self.host = first
         self.prefix = g.nodes[:cut]
         self.rest = g.nodes[1:] if self.host else g.nodes[cut:]
         done = self.prefix or ([self.host] if self.host else [])
-        later = {v for n in self.rest for v in n.inputs if v is not None} | set(g.outputs)
+        later = {v for n in self.rest for v in _reads(n)} | set(g.outputs)
         self.boundary = [v for n in done for v in n.outputs if v in later]
         self.artifact: Any = None
         self.prefix_inputs: list[int] = []
         if self.prefix:
-            used = {v for n in self.prefix for v in n.inputs if v is not None}
+            used = {v for n in self.prefix for v in _reads(n)}
             self.prefix_inputs = [i for i, v in enumerate(g.inputs) if v in used]
 
     # running ------------------------------------------------------------------------------
@@ -109,18 +135,25 @@ class Stage:
             env.update(zip(self.boundary, outs))
         elif self.host is not None:
             env.update(zip(self.host.outputs, _evaluate(self.host, env)))
-        if not self.rest:
+        rest = self.rest
+        choice = None if self.splice is None else _choice(self.splice, env)
+        if self.splice is not None and choice is None:  # too long, or no iteration at all
+            env.update(zip(self.splice.outputs, _evaluate(self.splice, env)))
+            rest = rest[1:]
+            choice = "host"
+        if not rest:
             return [_value(v, env) for v in g.outputs]
-        needed = _needed_inputs(self.rest, g.outputs, env)
+        needed = _needed_inputs(rest, g.outputs, env)
         feeds = [env[v] for v in needed]
-        key = tuple((a.dtype.str, a.shape) for a in feeds) + tuple(
-            env[v].tobytes() for v in self.bind)
+        key = tuple(_shape_key(a) for a in feeds) + tuple(
+            env[v].tobytes() for v in self.bind) + ((choice,) if choice else ())
         child = self.children.get(key)
         if child is None:
             with self.lock:
                 child = self.children.get(key)
                 if child is None:
-                    child = self._child(needed, feeds, key)
+                    child = self._child(needed, feeds, key, rest,
+                                        None if choice == "host" else choice)
                     self.children[key] = child
         return child.run([a for v, a in zip(needed, feeds) if v not in self.bind])
 
@@ -140,26 +173,82 @@ class Stage:
                 self.artifact = self.owner._stage_artifact(self.key, model)
             return self.artifact
 
-    def _child(self, needed: list[Value], feeds: list[np.ndarray], key: tuple) -> Stage:
+    def _child(self, needed: list[Value], feeds: list[np.ndarray], key: tuple,
+               rest: list[Node], choice: Any = None) -> Stage:
         g = self.model.graph
-        inits = [v for v in g.initializers
-                 if any(v in n.inputs for n in self.rest) or v in g.outputs]
-        sub = Model(Graph(list(self.rest), list(needed), list(g.outputs), inits, g.name,
+        read = {v for n in rest for v in _reads(n)}
+        inits = [v for v in g.initializers if v in read or v in g.outputs]
+        sub = Model(Graph(list(rest), list(needed), list(g.outputs), inits, g.name,
                           list(g.output_names or [])), dict(self.model.opset_imports))
         model = clone_model(sub)
         graph = model.graph
         for v, a in zip(list(graph.inputs), feeds):
-            v.type = TensorType(DType.from_numpy(a.dtype), tuple(a.shape))
+            v.type = _type_of(a, v.type)
         for v, orig in zip(list(graph.inputs), needed):
             if orig in self.bind:
                 v.const = env_copy(feeds[needed.index(orig)])
                 graph.inputs.remove(v)
                 graph.initializers.append(v)
+        if choice is not None:
+            _splice(graph, choice)
         from onnxjit import cache as cache_mod
 
         child_key = cache_mod.make_key(self.key, repr(key))
         model = self.owner._stage_passes(model, child_key)
         return Stage(self.owner, model, child_key)
+
+
+def _spliceable(node: Node) -> bool:
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    from onnxjit.ir import control_unroll as cu
+
+    if node.op == "If":
+        return True
+    if node.op == "Loop":
+        return cu.loop_unrollable(node)
+    if node.op == "Scan":
+        n = cu.scan_length(node)
+        return n is not None and 1 <= n <= cu.UNROLL_LIMIT
+    return False
+
+
+def _choice(node: Node, env: dict[Value, Any]) -> Any:
+    """What replaces a splice node for these values: a branch name, ("unroll", n), or None
+    (run it on the host)."""
+    from onnxjit.ir import control_unroll as cu
+
+    if node.op == "If":
+        cond = np.asarray(_value(node.inputs[0], env))
+        if cond.size != 1:
+            raise ModelError(f"If condition has {cond.size} elements; expected one",
+                             where=node)
+        return "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
+    if node.op == "Loop":
+        trip = int(np.asarray(_value(node.inputs[0], env)).reshape(-1)[0])
+        return ("unroll", trip) if 1 <= trip <= cu.UNROLL_LIMIT else None
+    return ("unroll", cu.scan_length(node))
+
+
+def _splice(graph: Graph, choice: Any) -> None:
+    """Replace the graph's first node (an If, Loop or Scan of the child's own copy) by
+    straight-line nodes: the selected branch (readers of the If's outputs then read the
+    branch's), or the unrolled body (which defines the node's own outputs)."""
+    from onnxjit.ir import control_unroll as cu
+    from onnxjit.passes.simplify import replace_uses
+
+    node = graph.nodes[0]
+    rest = graph.nodes[1:]
+    if node.op == "If":
+        body = node.attrs[choice]
+        graph.nodes = rest
+        for out, res in zip(node.outputs, body.outputs):
+            replace_uses(graph, out, res)
+        graph.nodes = list(body.nodes) + rest
+        graph.initializers.extend(body.initializers)
+        return
+    unroll = cu.unroll_loop if node.op == "Loop" else cu.unroll_scan
+    graph.nodes = unroll(node, choice[1], graph.initializers) + rest
 
 
 def env_copy(a: np.ndarray) -> np.ndarray:
@@ -179,13 +268,54 @@ def _bindable_type(v: Value, any_dtype: bool = False) -> bool:
     return int(np.prod(t.shape, dtype=np.int64)) <= BIND_LIMIT
 
 
+def _reads(node: Node) -> list[Value]:
+    """Every value a node reads: its inputs and what its regions read from outside."""
+    ins = [v for v in node.inputs if v is not None]
+    if any(True for _ in node.regions()):
+        from onnxjit.ir.host_eval import implicit_inputs
+
+        ins += implicit_inputs(node)
+    return ins
+
+
+def _shape_key(a: Any) -> Any:
+    """What a child stage is specialised on: dtype and shape; for a sequence, each element's;
+    for an empty optional, None."""
+    if isinstance(a, np.ndarray):
+        return (a.dtype.str, a.shape)
+    if isinstance(a, list):
+        return ("seq", tuple(_shape_key(x) for x in a))
+    if a is None:
+        return None
+    a = np.asarray(a)
+    return (a.dtype.str, a.shape)
+
+
+def _type_of(a: Any, declared: Any) -> Any:
+    """The type of a value known at run time (`declared`: its type before, kept where the
+    value cannot tell: the element type of an empty sequence or optional)."""
+    if isinstance(a, list):
+        elem = None
+        for x in a:
+            t = _type_of(x, None)
+            elem = t if elem is None else join(elem, t)
+        if elem is None and isinstance(declared, SequenceType):
+            elem = declared.elem
+        return SequenceType(elem)
+    if a is None:
+        return declared if isinstance(declared, OptionalType) else OptionalType(None)
+    a = np.asarray(a)
+    t = TensorType(DType.from_numpy(a.dtype), tuple(a.shape))
+    return OptionalType(t) if isinstance(declared, OptionalType) else t
+
+
 def _needed_inputs(nodes: list[Node], outputs: list[Value],
                    env: dict[Value, np.ndarray]) -> list[Value]:
-    """Values known now (in `env`) that the remaining nodes or the outputs read, in a fixed
-    order: first use."""
+    """Values known now (in `env`) that the remaining nodes (also their regions) or the
+    outputs read, in a fixed order: first use."""
     seen: dict[Value, None] = {}
     for n in nodes:
-        for v in n.inputs:
+        for v in _reads(n):
             if v is not None and v in env:
                 seen.setdefault(v)
     for v in outputs:
@@ -194,7 +324,7 @@ def _needed_inputs(nodes: list[Node], outputs: list[Value],
     return list(seen)
 
 
-def _value(v: Value, env: dict[Value, np.ndarray]) -> np.ndarray:
+def _value(v: Value, env: dict[Value, Any]) -> Any:
     if v in env:
         return env[v]
     if v.const is not None:
@@ -202,16 +332,12 @@ def _value(v: Value, env: dict[Value, np.ndarray]) -> np.ndarray:
     raise UnsupportedError(f"{v.describe()} was not computed by any stage")
 
 
-def _evaluate(node: Node, env: dict[Value, np.ndarray]) -> list[np.ndarray]:
-    from onnxjit.ir.opdef import resolve
+def _evaluate(node: Node, env: dict[Value, Any]) -> list[Any]:
+    """Run a node on the host (`ops_control.evaluate_node`: numpy rules, the host-only ops of
+    sequences and optionals, and the interpreter of control-flow regions)."""
+    from onnxjit.ir.host_eval import evaluate_node
 
-    d = resolve(node)
-    if d.evaluate is None:
-        raise UnsupportedError("the output shape depends on input data and the op has no "
-                               "host evaluation for a run-time shape phase", where=node)
-    ins = [None if v is None else (env[v] if v in env else v.const) for v in node.inputs]
-    outs = d.evaluate(node, ins)
-    return [np.asarray(o) for o in outs]
+    return evaluate_node(node, lambda v: _value(v, env))
 
 
 class Staged:
@@ -224,4 +350,6 @@ class Staged:
         self.compile_seconds = 0.0
 
     def run(self, args: tuple | list) -> tuple:
-        return tuple(self.root.run([np.ascontiguousarray(a) for a in args]))
+        # np.ascontiguousarray would turn a 0-d array into shape (1,).
+        return tuple(self.root.run([np.asarray(a, order="C") if isinstance(a, np.ndarray)
+                                    else a for a in args]))

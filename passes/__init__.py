@@ -13,8 +13,8 @@ from typing import Any
 from onnxjit.errors import CompileError
 
 _MODULES = [
-    "infer_shapes", "fold_constants", "simplify", "dce", "fuse",
-    "lower_to_loops", "plan_memory",
+    "inline_functions", "infer_shapes", "fold_constants", "simplify", "dce", "fuse",
+    "lower_to_loops", "plan_memory", "fold_batchnorm", "fold_transpose", "fuse_epilogue",
 ]
 
 

@@ -101,6 +101,12 @@ def run(model: Model, ctx: PassContext) -> PassResult:
     if not regions:
         return PassResult(model, False)
     readers = graph.users()
+    # A value read only inside a region (If branch, Loop body) must stay visible outside.
+    from onnxjit.ir.host_eval import implicit_inputs
+
+    for n in graph.nodes:
+        for v in implicit_inputs(n):
+            readers.setdefault(v, []).append(n)
     fused_at = {r.first: _build(graph, r, readers) for r in regions}
     fused_members = {n for r in regions for n in r.members}
     new_nodes = []
