@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CompileError", "InputError", "InputTypeError", "ModelError", "OnnxJitError",
     "UnsupportedError", "compile", "__version__",
-    "parse", "parse_graph", "parse_function", "parse_node", "to_text",
+    "parse", "parse_graph", "parse_function", "parse_node", "to_text", "supported_ops",
 ]
 
 # The ONNX textual syntax (onnxjit.onnxtext), bound on first use so `import onnxjit` stays cheap.
@@ -37,6 +37,11 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
         value = getattr(onnxtext, name)
         globals()[name] = value
         return value
+    if name == "supported_ops":
+        from onnxjit.supported import supported_ops
+
+        globals()[name] = supported_ops
+        return supported_ops
     raise AttributeError(f"module 'onnxjit' has no attribute '{name}'")
 
 
