@@ -1,9 +1,12 @@
 """The standard ONNX backend API, so `onnx.backend.test.BackendTest(onnxjit.backend)` runs.
 
 `prepare(model)` compiles (any ModelProto-like object, bytes or path) and returns a `BackendRep`
-whose `run(inputs)` takes inputs in graph-input order (a list) or by name (a dict) and returns
-the outputs as a list. `run_node` builds a one-node model around a NodeProto using onnxjit's own
-protobuf schema (the `onnx` package is not needed at run time). Only the CPU device exists.
+whose `run(inputs)` takes inputs by name (a dict) or as a list in the order of the graph
+inputs that have no initializer (a graph input that is also an initializer — the IR < 4 form —
+keeps its initializer as default, as onnxruntime and the backend test runner expect), and
+returns the outputs as a list. `run_node` builds a one-node model around a NodeProto using
+onnxjit's own protobuf schema (the `onnx` package is not needed at run time). Only the CPU
+device exists.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ class BackendRep:
             return list(self.compiled(**inputs))
         if isinstance(inputs, np.ndarray) or not isinstance(inputs, Sequence):
             inputs = [inputs]
+        names = self.compiled.required_inputs
+        if len(inputs) == len(names) and len(names) < len(self.compiled.input_names):
+            return list(self.compiled(**dict(zip(names, inputs))))
         return list(self.compiled(*inputs))
 
 

@@ -365,6 +365,13 @@ class CompiledModel:
 
     # introspection ------------------------------------------------------------------------------
     @property
+    def required_inputs(self) -> list[str]:
+        """Names of the inputs without a default value (graph inputs that are not also
+        initializers), in graph-input order."""
+        self._graph()
+        return [n for i, n in enumerate(self.input_names) if i not in self._defaults]
+
+    @property
     def signatures(self) -> list[str]:
         """The signatures compiled (or loaded) so far, as text."""
         return [describe(self.input_names, a.signature) for a in self._fast.values()]
