@@ -41,7 +41,7 @@ from onnxjit import bench_report
 from onnxjit.bench_models import BenchModel, build, registry
 
 ORT_THREADS = 2
-QUICK = ["mlp_b1", "mlp_b32", "gemm_1024x1024x1024", "gemm_64x784x512", "gemm_1x512x512",
+QUICK = ["add4", "mlp_b1", "mlp_b32", "gemm_1024x1024x1024", "gemm_64x784x512", "gemm_1x512x512",
          "bert_tiny", "resnet_like", "lstm", "elementwise_chain_4M", "conv3x3_64_56",
          "conv1x1_256to64_56", "dwconv3x3_144_56"]
 THREAD_SCALING = {"light_resnet50", "resnet_like"}

@@ -146,6 +146,15 @@ def gemm(m_: int, k: int, n: int, threads: int | None = None, tiny: bool = False
                       f"MatMul {m_}x{k} @ {k}x{n}, {where}constant B", 2.0 * m_ * k * n, threads)
 
 
+def add4(tiny: bool = False) -> BenchModel:
+    """Call overhead: one Add on 4 floats (the work is nothing; the time is the call)."""
+    b = GraphBuilder()
+    y = b.op("Add", ["a", "b"])
+    model = b.model("add4", [("a", TensorProto.FLOAT, [4]), ("b", TensorProto.FLOAT, [4])], y)
+    return BenchModel("add4", model, {"a": _randn((4,)), "b": _randn((4,), 2)},
+                      "call overhead: one Add on 4 floats")
+
+
 def chain(tiny: bool = False) -> BenchModel:
     n = 4096 if tiny else 4 * 1024 * 1024
     b = GraphBuilder()
@@ -220,6 +229,7 @@ def registry() -> dict[str, Callable[[bool], BenchModel]]:
     from onnxjit import bench_nets
 
     reg: dict[str, Callable[[bool], BenchModel]] = {
+        "add4": add4,
         "mlp_b1": lambda t: mlp(1, t),
         "mlp_b32": lambda t: mlp(32, t),
         "gemm_1024x1024x1024": lambda t: gemm(1024, 1024, 1024, 1, t),
