@@ -26,17 +26,29 @@ i32), every op computes in f32 and an op whose result is narrow rounds it once, 
 of `ir/narrow.py`, which vectorizes), so a store narrows exactly. f64 -> f16 must round once:
 the double is first rounded to f32 *to odd* (exact enough that the second rounding is correct),
 which avoids both double rounding and the `__truncdfhf2` libcall a direct `fptrunc` needs.
+
+Cast-only types (`types.CAST_ONLY_DTYPES`: float8, float4e2m1, 4-/2-bit ints) are their i8
+storage byte in registers too; only copy/select/cast see them, and `cast` decodes/encodes them
+through f32 or i8 with the bit manipulation of `codegen/cast_only.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from llvmlite import ir
 
+from onnxjit.codegen.cast_only import (
+    decode_e8m0,
+    decode_small_float,
+    decode_small_int,
+    encode_e8m0,
+    encode_small_float,
+)
 from onnxjit.codegen.mathlib import MathLib, intrinsic
 from onnxjit.errors import UnsupportedError
-from onnxjit.ir.narrow import narrow_value
+from onnxjit.ir.narrow import SMALL_INTS, narrow_value, to_cast_only
 from onnxjit.ir.types import CAST_ONLY_DTYPES, NARROW_FLOATS, DType
 
 I1 = ir.IntType(1)
@@ -55,6 +67,8 @@ def compute_type(dt: DType) -> ir.Type:
     """The LLVM type a value of `dt` has in registers (bool -> i1)."""
     if dt == DType.BOOL:
         return I1
+    if dt in CAST_ONLY_DTYPES:
+        return I8  # the storage byte; only copy/select/cast see it
     if dt in _FLOAT_TYPES:
         return _FLOAT_TYPES[dt]
     if dt in NARROW_FLOATS:
@@ -81,6 +95,9 @@ def constant(value: int | float | bool, dt: DType) -> ir.Constant:
     ty = compute_type(dt)
     if dt == DType.BOOL:
         return ir.Constant(I1, 1 if value else 0)
+    if dt in CAST_ONLY_DTYPES:
+        bits = int(to_cast_only(np.asarray([float(value)]), dt).view(np.uint8)[0])
+        return ir.Constant(I8, bits - 256 if bits >= 128 else bits)
     if dt in NARROW_FLOATS:
         return ir.Constant(ty, narrow_value(float(value), dt))
     if dt.is_float:
@@ -310,10 +327,21 @@ class ScalarEmitter:
         saturating with NaN -> 0)."""
         if src == dst:
             return x
+        if src in CAST_ONLY_DTYPES:  # decode exactly to f32 / i8, then convert those
+            if src in SMALL_INTS:
+                x, src = decode_small_int(b, x, src), DType.INT8
+            elif src == DType.FLOAT8E8M0:
+                x, src = decode_e8m0(b, x), DType.FLOAT
+            else:
+                x, src = decode_small_float(b, x, src), DType.FLOAT
+            if src == dst:
+                return x
         if src in NARROW_FLOATS:
             src = DType.FLOAT  # the register holds the exact f32 value
             if src == dst:
                 return x
+        if dst in CAST_ONLY_DTYPES:
+            return self._to_cast_only(b, x, src, dst)
         if dst in NARROW_FLOATS:
             return self._to_narrow(b, x, src, dst)
         ks, kd = _kind(src), _kind(dst)
@@ -342,6 +370,37 @@ class ScalarEmitter:
             return b.trunc(x, ty)
         return b.sext(x, ty) if ks == "s" else b.zext(x, ty)
 
+
+    def _to_cast_only(self, b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+        """A compute-form value (not itself cast-only) as the byte of `dst` (narrow.py)."""
+        ks = _kind(src)
+        if dst in SMALL_INTS:
+            nbits, _ = SMALL_INTS[dst]
+            if ks == "f":  # truncate toward zero; NaN, inf and huge values give 0
+                # (an f32 >= 2**31 is a multiple of 16, so i32 suffices for it: same low bits)
+                wide = I32 if x.type == F32 else I64
+                fabs = self._float_unary(b, "fabs", x)
+                ok = b.fcmp_ordered("<", fabs, ir.Constant(x.type, 2.0 ** (wide.width - 2)))
+                fn = self.intrinsic(f"llvm.fptosi.sat.i{wide.width}."
+                                    f"{'f32' if x.type == F32 else 'f64'}", wide, [x.type])
+                v = b.select(ok, b.call(fn, [x]), ir.Constant(wide, 0))
+                x = b.trunc(v, I8)
+            elif ks == "b":
+                x = b.zext(x, I8)
+            elif x.type.width > 8:
+                x = b.trunc(x, I8)
+            return b.and_(x, ir.Constant(I8, (1 << nbits) - 1))
+        if ks == "b":
+            x = b.uitofp(x, F32)
+        elif ks in "su":
+            x = b.sitofp(x, F32) if ks == "s" else b.uitofp(x, F32)
+        elif x.type == F64 and dst == DType.FLOAT8E8M0:
+            x = b.fptrunc(x, F32)  # the reference rounds to f32 first
+        elif x.type == F64:
+            x = self._f64_to_f32_odd(b, x)
+        if dst == DType.FLOAT8E8M0:
+            return encode_e8m0(b, x)
+        return encode_small_float(b, x, dst)
 
     # narrow floats --------------------------------------------------------------------------------
     def _to_narrow(self, b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:

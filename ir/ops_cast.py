@@ -2,9 +2,13 @@
 
 The scalar `cast` gives ONNX's rules among the compute dtypes: float -> int truncates (and
 saturates out of range, where ONNX leaves the result undefined; NaN -> 0), int -> int wraps,
-anything -> bool is `x != 0`, bool -> number is 0/1. Types the compiler cannot compute (f16,
-bf16, float8, 4-bit, strings) on either side are UnsupportedError; `saturate` and `round_mode`
-only affect float8 targets, which are unsupported, so they are checked and otherwise ignored.
+anything -> bool is `x != 0`, bool -> number is 0/1. The cast-only types (float8, float4e2m1,
+4-/2-bit ints; `types.CAST_ONLY_DTYPES`) convert as `ir/narrow.py` says: round to nearest even,
+overflow to NaN/inf per type, sub-byte ints wrap. `saturate=1` (the default) on a float8 target
+is a clamp of the source to +-max before the cast (NaN stays NaN, inf becomes max), exactly
+onnx.numpy_helper.saturate_cast; float4 always saturates. float8e8m0 (once
+`types.CAST_ONLY_DTYPES` lists it) supports the defaults round_mode "up", saturate=1 only.
+Other types (strings, float6) are UnsupportedError.
 CastLike is lowered and folded directly rather than through a scalar rule: its second input
 only lends its type, and a fused loop nest would load it. Cast to int64 keeps a shape value
 (`sym_value`) flowing, so Shape -> Cast -> Reshape resolves.
@@ -18,19 +22,36 @@ from onnxjit.errors import ModelError, UnsupportedError
 from onnxjit.ir.elementwise_utils import tensor
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, elementwise
-from onnxjit.ir.loops import Operand
+from onnxjit.ir.loops import Const, Operand, Var
+from onnxjit.ir.narrow import SATURATING, max_finite
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops_elementwise import arity, int_attr
-from onnxjit.ir.scalar_eval import eval_op
 from onnxjit.ir.shape_utils import require_attr, tensor_input
-from onnxjit.ir.types import COMPUTE_DTYPES, DType, supported_dtypes_text
+from onnxjit.ir.types import STORAGE_DTYPES, DType, supported_dtypes_text
 
 
 def _computable(node: Node, dt: DType, what: str) -> DType:
-    if dt not in COMPUTE_DTYPES:
+    if dt not in STORAGE_DTYPES:
         raise UnsupportedError(f"op '{node.op}' {what} element type {dt.short} is not supported "
-                               f"(supported: {supported_dtypes_text()})", where=node)
+                               f"(supported: {supported_dtypes_text(STORAGE_DTYPES)})",
+                               where=node)
     return dt
+
+
+def emit_cast(b: Builder, x: Operand, target: DType, saturate: bool = True) -> Operand:
+    """`x` converted to `target`; a saturating float8 target first clamps to +-max."""
+    if x.dtype == target:
+        return b.op("copy", x)
+    if saturate and target in SATURATING and x.dtype != DType.BOOL:
+        if not x.dtype.is_float:  # ints and small floats: clamp the f32 value cast converts
+            x = b.cast(x, DType.FLOAT)
+        hi = max_finite(target)
+        x = b.op("max", b.op("min", x, Const(hi, x.dtype)), Const(-hi, x.dtype))
+    return b.cast(x, target)
+
+
+def _saturate(node: Node) -> bool:
+    return bool(int(node.attrs.get("saturate", 1)))
 
 
 def _common_attrs(node: Node) -> None:
@@ -52,10 +73,22 @@ def _to(node: Node) -> DType:
                          where=node) from None
 
 
+def _check_e8m0(node: Node, target: DType) -> None:
+    if target != DType.FLOAT8E8M0:
+        return
+    mode = node.attr("round_mode", "up")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "up" or not _saturate(node):
+        raise UnsupportedError(f"op '{node.op}' to f8e8m0 with round_mode={mode!r}, saturate="
+                               f"{int(_saturate(node))} is not supported (supported: "
+                               "round_mode='up', saturate=1)", where=node)
+
+
 def _cast_infer(node: Node) -> list:
     arity(node, 1)
     _common_attrs(node)
     target = _to(node)
+    _check_e8m0(node, target)
     t = tensor_input(node, 0)
     _computable(node, t.dtype, "from")
     _computable(node, target, "to")
@@ -67,9 +100,7 @@ def _cast_infer(node: Node) -> list:
 
 
 def _cast(b: Builder, node: Node, a: list[Operand]) -> Operand:
-    x = a[0]
-    target = DType(int(node.attrs["to"]))
-    return b.cast(x, target) if x.dtype != target else b.op("copy", x)
+    return emit_cast(b, a[0], DType(int(node.attrs["to"])), _saturate(node))
 
 
 op("Cast", (1, 6, 9, 13, 19, 21, 23, 24, 25, 28), infer=_cast_infer, scalar=_cast,
@@ -81,6 +112,7 @@ def _castlike_infer(node: Node) -> list:
     _common_attrs(node)
     t = tensor_input(node, 0)
     target = tensor_input(node, 1).dtype
+    _check_e8m0(node, target)
     _computable(node, t.dtype, "from")
     _computable(node, target, "to")
     return tensor(target, t.shape)
@@ -88,14 +120,23 @@ def _castlike_infer(node: Node) -> list:
 
 def _castlike_lower(ctx: LowerContext, node: Node) -> None:
     target = tensor_input(node, 1).dtype
+    sat = _saturate(node)
     b = Builder()
     elementwise(b, ctx.buf(node.outputs[0]), [ctx.buf(node.inputs[0])],  # type: ignore[arg-type]
-                lambda b, a: b.cast(a[0], target) if a[0].dtype != target else b.op("copy", a[0]))
+                lambda b, a: emit_cast(b, a[0], target, sat))
     ctx.kernel("castlike", b.body)
 
 
 def _castlike_evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
-    return [eval_op("cast", [inputs[0]], tensor_input(node, 1).dtype)]
+    from onnxjit.ir.scalar_eval import run_ops
+
+    x = np.asarray(inputs[0])
+    b = Builder()
+    var = Var(DType.from_numpy(x.dtype), "x")
+    res = emit_cast(b, var, tensor_input(node, 1).dtype, _saturate(node))
+    env = {var: x}
+    run_ops(b.body, env)
+    return [np.ascontiguousarray(env[res])]  # type: ignore[index]
 
 
 # Not a `scalar` op: the second input only lends its type (it may even be empty), and a scalar

@@ -11,9 +11,10 @@ element), per axis (1-D of x.shape[axis]) or blocked (x's rank, dim axis = ceil(
 All three index the scale as `o * so + (a // block) * sa + i * si` over x viewed as
 (outer, n, inner) around the axis, so one loop nest lowers every layout.
 
-Integer element types int8/uint8/int16/uint16 (and int32 for DequantizeLinear's input) are
-implemented; int4/uint4/int2/uint2/float8/float4/float6 quantized types and f16/bf16 scales raise
-UnsupportedError naming the type.
+Quantized types: int8/uint8/int16/uint16 (and int32 for DequantizeLinear's input), the 4-/2-bit
+ints (clamped to their range like the others), and float8/float4e2m1, for which the spec has
+no rint: y = cast(x / scale + zero_point) with Cast's rounding and `saturate` rules
+(`ops_cast.emit_cast`). float6/float8e8m0 types and f16/bf16 scales raise UnsupportedError.
 
 DynamicQuantizeLinear: a serial min/max pass gives scale = (max(0, max x) - min(0, min x)) / 255
 (1/255 when the range is empty) and zp = rint(clamp(-min / scale, 0, 255)); a second,
@@ -35,31 +36,37 @@ from onnxjit.ir.elementwise_utils import tensor
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Operand, i64
+from onnxjit.ir.narrow import FLOAT_FORMATS, SATURATING, max_finite, to_cast_only
 from onnxjit.ir.opdef import LowerContext, op
+from onnxjit.ir.ops_cast import emit_cast
 from onnxjit.ir.ops_elementwise import arity, int_attr
 from onnxjit.ir.ops_linalg import batched_matmul, matmul_shape
 from onnxjit.ir.shape_utils import normalize_axis, tensor_input
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import CAST_ONLY_DTYPES, DType
 
 D = DType
-_Q_INTS = (D.INT8, D.UINT8, D.INT16, D.UINT16)
-_RANGES = {dt: (int(np.iinfo(dt.numpy).min), int(np.iinfo(dt.numpy).max))
-           for dt in (*_Q_INTS, D.INT32)}
+_SUB_BYTE = {D.INT4: (-8, 7), D.UINT4: (0, 15), D.INT2: (-2, 1), D.UINT2: (0, 3)}
+_Q_INTS = (D.INT8, D.UINT8, D.INT16, D.UINT16,
+           *(t for t in _SUB_BYTE if t in CAST_ONLY_DTYPES))
+_Q_FLOATS = tuple(t for t in FLOAT_FORMATS if t in CAST_ONLY_DTYPES)
+_RANGES = {**{dt: (int(np.iinfo(dt.numpy).min), int(np.iinfo(dt.numpy).max))
+              for dt in (D.INT8, D.UINT8, D.INT16, D.UINT16, D.INT32)}, **_SUB_BYTE}
 _QUANT_NAMES = frozenset({D.INT4, D.UINT4, D.INT2, D.UINT2, D.FLOAT8E4M3FN, D.FLOAT8E4M3FNUZ,
                           D.FLOAT8E5M2, D.FLOAT8E5M2FNUZ, D.FLOAT4E2M1, D.FLOAT6E2M3,
-                          D.FLOAT6E3M2, D.FLOAT8E8M0})
+                          D.FLOAT6E3M2, D.FLOAT8E8M0}) - set(_Q_INTS) - set(_Q_FLOATS)
 
 
 def _unsupported_type(node: Node, dt: DType, what: str) -> UnsupportedError:
+    names = ", ".join(t.short for t in _Q_INTS + _Q_FLOATS)
     return UnsupportedError(f"{node.op} with {what} of element type {dt.short} is not "
-                            "supported (supported: i8, u8, i16, u16)", where=node)
+                            f"supported (supported: {names})", where=node)
 
 
 def _quant_type(node: Node, i: int, what: str, allow_i32: bool = False) -> DType:
     dt = tensor_input(node, i).dtype
     if dt in _QUANT_NAMES or dt == D.FLOAT16 or dt == D.BFLOAT16:
         raise _unsupported_type(node, dt, what)
-    if dt not in _Q_INTS and not (allow_i32 and dt == D.INT32):
+    if dt not in _Q_INTS + _Q_FLOATS and not (allow_i32 and dt == D.INT32):
         raise ModelError(f"input {i} ({what}) has element type {dt.short}, which {node.op} "
                          "does not accept", where=node)
     return dt
@@ -162,7 +169,7 @@ def _q_out_type(node: Node) -> DType:
             dt = DType(int(out))
         except ValueError:
             raise ModelError(f"output_dtype {out} is not an element type", where=node) from None
-        if dt not in _Q_INTS:
+        if dt not in _Q_INTS + _Q_FLOATS:
             raise _unsupported_type(node, dt, "output type")
         return dt
     return D.UINT8
@@ -203,7 +210,14 @@ def _q_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     dt = _q_out_type(node)
     lay = _Layout(node, x.shape, s.shape)
     xs = x.astype(_q_ftype(node, DType.from_numpy(x.dtype)).numpy)
-    v = np.rint(xs / _expand(s, lay, x.shape).astype(xs.dtype))
+    v = xs / _expand(s, lay, x.shape).astype(xs.dtype)
+    if dt in _Q_FLOATS:  # no rint: the cast rounds (and saturates) as Cast does
+        if zp is not None:
+            v = v + _expand(zp, lay, x.shape).astype(np.float32).astype(v.dtype)
+        if dt in SATURATING and int(node.attr("saturate", 1)):
+            v = np.clip(v, -max_finite(dt), max_finite(dt))
+        return [to_cast_only(v, dt)]
+    v = np.rint(v)
     if zp is not None:
         v = v + _expand(zp, lay, x.shape)
     lo, hi = _RANGES[dt]
@@ -230,10 +244,14 @@ def _q_lower(ctx: LowerContext, node: Node) -> None:
 
     def body(xi: Operand, si: Operand) -> None:
         v = b.op("div", b.cast(b.load(x, xi), ft), b.cast(b.load(s, si), ft))
-        v = _rint(b, v)
+        if y.dtype not in _Q_FLOATS:
+            v = _rint(b, v)
         if zp is not None:
             v = b.op("add", v, b.cast(b.load(zp, si), ft))
-        b.store(y, xi, _saturate(b, v, y.dtype))
+        if y.dtype in _Q_FLOATS:
+            b.store(y, xi, emit_cast(b, v, y.dtype, bool(int(node.attr("saturate", 1)))))
+        else:
+            b.store(y, xi, _saturate(b, v, y.dtype))
 
     _layout_nest(b, lay, body)
     ctx.kernel("quantize", b.body)

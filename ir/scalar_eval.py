@@ -15,6 +15,9 @@ broadcasting like numpy) with exactly the semantics code generation gives it:
   float32, and a narrow result is rounded once to its type (`ir/narrow.py`): numpy's per-op
   semantics for float16. Casts from a narrow float widen first; casts to one round as
   `narrow.narrow` says (f64 -> f16 directly, everything -> bf16 through f32).
+- cast-only types (float8, float4e2m1, 4-/2-bit ints; `types.CAST_ONLY_DTYPES`): `cast` is
+  the only op besides copy/select; it converts through f32 or int8 exactly as
+  `narrow.to_cast_only`/`from_cast_only` say (ml_dtypes' non-saturating semantics).
 
 `evaluate_elementwise(opdef, node, inputs)` folds an elementwise node: it runs the node's
 `scalar` rule once on a fresh `Builder` with one variable per input, then interprets the emitted
@@ -32,8 +35,15 @@ import numpy as np
 
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import SCALAR_OPS, Const, Op, Operand, Var
-from onnxjit.ir.narrow import is_narrow_array, narrow, widen
-from onnxjit.ir.types import NARROW_FLOATS, DType
+from onnxjit.ir.narrow import (
+    from_cast_only,
+    is_cast_only_array,
+    is_narrow_array,
+    narrow,
+    to_cast_only,
+    widen,
+)
+from onnxjit.ir.types import CAST_ONLY_DTYPES, NARROW_FLOATS, DType
 
 if TYPE_CHECKING:
     from onnxjit.ir.graph import Node
@@ -86,6 +96,12 @@ def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
     target = dtype.numpy
     if x.dtype == target:
         return x.copy()
+    if is_cast_only_array(x):
+        x = from_cast_only(x)  # exact: f32 or int8
+        if x.dtype == target:
+            return x
+    if dtype in CAST_ONLY_DTYPES:
+        return to_cast_only(x, dtype)
     if dtype in NARROW_FLOATS:
         return narrow(x != 0 if x.dtype == np.bool_ else x, dtype)
     x = widen(x)
@@ -193,6 +209,8 @@ _CMP = {
 
 
 def _const_array(c: Const) -> np.ndarray:
+    if c.dtype in CAST_ONLY_DTYPES:
+        return to_cast_only(np.asarray(c.value, np.float64), c.dtype)
     if c.dtype in NARROW_FLOATS:
         return narrow(np.asarray(float(c.value), np.float64), c.dtype)
     return np.asarray(c.value, dtype=c.dtype.numpy)

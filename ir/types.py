@@ -145,7 +145,8 @@ COMPUTE_DTYPES = frozenset({DType.FLOAT, DType.DOUBLE, DType.BOOL, DType.INT8, D
 #: the 4-/2-bit ints and float4, one element per byte as ml_dtypes holds them.
 CAST_ONLY_DTYPES = frozenset({DType.FLOAT8E4M3FN, DType.FLOAT8E4M3FNUZ, DType.FLOAT8E5M2,
                               DType.FLOAT8E5M2FNUZ, DType.UINT4, DType.INT4, DType.UINT2,
-                              DType.INT2, DType.FLOAT4E2M1} if _ml is not None else ())
+                              DType.INT2, DType.FLOAT4E2M1, DType.FLOAT8E8M0}
+                             if _ml is not None else ())
 
 #: Every element type a buffer may hold.
 STORAGE_DTYPES = COMPUTE_DTYPES | CAST_ONLY_DTYPES

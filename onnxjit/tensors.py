@@ -10,10 +10,12 @@ patterns; complex types are (real, imaginary) pairs of `float_data`/`double_data
 become an object array of `bytes`.
 
 bfloat16 and the float8 family become `ml_dtypes` arrays (their `int32_data` entries hold the
-bit patterns). Types without a numpy dtype, and the packed 4-/2-bit types (two or four elements
-a byte in the proto, one a byte in ml_dtypes: not unpacked yet), raise UnsupportedError naming
-the tensor rather than hand back bit patterns a later pass would misread. Segmented tensors
-(`segment`) are refused likewise.
+bit patterns). The 4-/2-bit types (int4, uint4, float4e2m1, int2, uint2) are packed in the proto,
+two or four elements a byte, the first element in the lowest bits, in `raw_data` or one byte per
+`int32_data` entry; they are unpacked to ml_dtypes' one element a byte (the element's bits in the
+low bits of its byte). Types without a numpy dtype raise UnsupportedError naming the tensor
+rather than hand back bit patterns a later pass would misread. Segmented tensors (`segment`) are
+refused likewise.
 
 A sparse tensor (COO: `values` [NNZ], `indices` [NNZ] linearised or [NNZ, rank]) is densified;
 indices are bounds-checked, and the dense size is capped (`MAX_DENSE_BYTES`), since a few bytes
@@ -51,10 +53,14 @@ _FIELD = {
     DType.FLOAT16: "int32_data", DType.BFLOAT16: "int32_data",
     DType.FLOAT8E4M3FN: "int32_data", DType.FLOAT8E4M3FNUZ: "int32_data",
     DType.FLOAT8E5M2: "int32_data", DType.FLOAT8E5M2FNUZ: "int32_data",
+    DType.FLOAT8E8M0: "int32_data",
 }
+#: Bits per element of the packed sub-byte types.
+_PACKED_BITS = {DType.INT4: 4, DType.UINT4: 4, DType.FLOAT4E2M1: 4, DType.INT2: 2,
+                DType.UINT2: 2}
 #: Element types whose `int32_data` entries are bit patterns of the element's width.
 _BIT_PATTERNS = (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT8E4M3FN, DType.FLOAT8E4M3FNUZ,
-                 DType.FLOAT8E5M2, DType.FLOAT8E5M2FNUZ)
+                 DType.FLOAT8E5M2, DType.FLOAT8E5M2FNUZ, DType.FLOAT8E8M0)
 _FIELD_DTYPE = {"float_data": np.float32, "double_data": np.float64, "int64_data": np.int64,
                 "uint64_data": np.uint64, "int32_data": np.int32}
 
@@ -113,13 +119,15 @@ def to_numpy(t: P.TensorProto, external: ExternalRead | None = None) -> np.ndarr
         return out.reshape(dims)
     try:
         np_dtype = dtype.numpy
-        if dtype not in _FIELD and dtype != DType.STRING:
-            raise KeyError(dtype)  # packed sub-byte types
+        if dtype not in _FIELD and dtype not in _PACKED_BITS:
+            raise KeyError(dtype)
     except KeyError:
         raise UnsupportedError(f"element type {dtype.name} cannot be imported yet (numpy has no "
                                "such type and the compiler does not compute in it)",
                                where=where) from None
 
+    if dtype in _PACKED_BITS:
+        return _from_packed(t, dtype, dims, n, where, external)
     if t.data_location == P.TensorProto.EXTERNAL:
         if external is None:
             raise ModelError("external data is not allowed here", where=where)
@@ -127,6 +135,30 @@ def to_numpy(t: P.TensorProto, external: ExternalRead | None = None) -> np.ndarr
     if t.HasField("raw_data"):
         return _from_raw(t.raw_data, np_dtype, dims, n, where)
     return _from_field(t, dtype, np_dtype, dims, n, where)
+
+
+def _from_packed(t: P.TensorProto, dtype: DType, dims: tuple[int, ...], n: int, where: str,
+                 external: ExternalRead | None) -> np.ndarray:
+    bits = _PACKED_BITS[dtype]
+    per_byte = 8 // bits
+    nbytes = (n + per_byte - 1) // per_byte
+    if t.data_location == P.TensorProto.EXTERNAL:
+        if external is None:
+            raise ModelError("external data is not allowed here", where=where)
+        packed = np.frombuffer(external(t, where), dtype=np.uint8)
+    elif t.HasField("raw_data"):
+        packed = np.frombuffer(t.raw_data, dtype=np.uint8)
+    else:
+        if len(t.int32_data) != nbytes:
+            raise ModelError(f"has {len(t.int32_data)} entries in int32_data, dims {list(dims)} "
+                             f"of packed {dtype.name} need {nbytes}", where=where)
+        packed = np.asarray(t.int32_data, dtype=np.int64).astype(np.uint8)
+    if packed.size != nbytes:
+        raise ModelError(f"holds {packed.size} bytes of data, dims {list(dims)} of packed "
+                         f"{dtype.name} need {nbytes}", where=where)
+    shifts = np.arange(per_byte, dtype=np.uint8) * np.uint8(bits)
+    out = (packed[:, None] >> shifts[None, :]) & np.uint8((1 << bits) - 1)
+    return np.ascontiguousarray(out.reshape(-1)[:n]).view(dtype.numpy).reshape(dims)
 
 
 def _from_raw(raw: bytes, np_dtype: np.dtype, dims: tuple[int, ...], n: int,

@@ -1,7 +1,8 @@
 """lower-to-loops: graph IR with concrete shapes -> loop IR `Program`.
 
-Contract: requires every value's type to be a tensor of static shape and a compute dtype
-(checked here, naming the value); ensures every graph output has its own `output` buffer.
+Contract: requires every value's type to be a tensor of static shape and a storage dtype
+(`types.STORAGE_DTYPES`; checked here, naming the value: the op rules already refuse
+arithmetic on the cast-only ones); ensures every graph output has its own `output` buffer.
 
 Algorithm:
 1) buffers for the interface: graph inputs -> `input` (slot = position), graph outputs ->
@@ -23,7 +24,7 @@ from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, Stmt, Store, walk
 from onnxjit.ir.opdef import resolve
 from onnxjit.ir.ops_fused import lower_elementwise_nodes
-from onnxjit.ir.types import COMPUTE_DTYPES, DType, TensorType, supported_dtypes_text
+from onnxjit.ir.types import STORAGE_DTYPES, DType, TensorType, supported_dtypes_text
 from onnxjit.passes import PassContext, PassResult
 
 name = "lower-to-loops"
@@ -139,9 +140,10 @@ def _static(v: Value, node: Node | None) -> tuple[DType, tuple[int, ...]]:
         raise UnsupportedError(f"{v.describe()} has shape {t}, which depends on data known "
                                "only at run time; data-dependent shapes are not supported yet",
                                where=node)
-    if t.dtype not in COMPUTE_DTYPES:
+    if t.dtype not in STORAGE_DTYPES:
         raise UnsupportedError(f"dtype {t.dtype.short} of {v.describe()} is not supported "
-                               f"(supported: {supported_dtypes_text()})", where=node)
+                               f"(supported: {supported_dtypes_text(STORAGE_DTYPES)})",
+                               where=node)
     return t.dtype, tuple(t.shape)  # type: ignore[arg-type]
 
 

@@ -179,9 +179,9 @@ def test_string_tensor_and_scalar():
 
 
 def test_unsupported_element_type_names_tensor():
-    t = helper.make_tensor("q", TensorProto.INT4, [2], [1, 2])
+    t = helper.make_tensor("q", TensorProto.FLOAT6E2M3, [2], [1, 2])
     m = model([helper.make_node("Identity", ["q"], ["y"])], [], [vi("y")], initializer=[t])
-    with pytest.raises(UnsupportedError, match="'q'.*INT4"):
+    with pytest.raises(UnsupportedError, match="'q'.*FLOAT6E2M3"):
         load_model(m)
 
 
