@@ -6,7 +6,8 @@
 Algorithm: read every test case of the report; a case that failed (not an expected failure)
 gets an entry whose reason is the first line of its error (exception type and message, with
 object addresses and long numbers stripped, so reasons group); a case that was listed and
-passed (strict XPASS, reported as a failure "XPASS(strict)") loses its entry; a listed case
+passed (strict XPASS, reported as a failure "XPASS(strict)" or
+"Unexpected success") loses its entry; a listed case
 that still fails keeps its old reason. Entries are exact names (`^name$`), sorted, grouped
 by reason in comments-free form so a diff shows what changed.
 """
@@ -59,7 +60,7 @@ def main(report: str) -> int:
         skipped = tc.find("skipped")
         if fail is not None:
             msg = (fail.get("message") or "") + "\n" + (fail.text or "")
-            if "XPASS(strict)" in msg:
+            if "XPASS(strict)" in msg or "Unexpected success" in msg:
                 out.pop(key, None)
             else:
                 out[key] = _reason(msg)
