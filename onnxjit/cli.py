@@ -215,6 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--no-subprocess", action="store_true",
                    help="skip the cold/warm compile and memory measurements in subprocesses")
     b.add_argument("--note", default=None, help="the note stored in the JSON report")
+    b.add_argument("--ort-spinning", choices=("on", "off"), default="on",
+                   help="onnxruntime's idle-thread spinning (its default: on); its spinning "
+                        "threads take the core onnxjit's workers need when interleaved")
     args = p.parse_args(argv)
     handler = {"demo": cmd_demo, "run": cmd_run, "dump": cmd_dump, "info": cmd_info,
                "convert": cmd_convert, "bench": cmd_bench}[args.cmd]
