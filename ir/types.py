@@ -10,6 +10,7 @@ approximation of semantic equality, and `evaluate(bindings)` gives the concrete 
 from __future__ import annotations
 
 import enum
+import importlib.util
 from dataclasses import dataclass
 from typing import Union
 
@@ -63,12 +64,23 @@ class DType(enum.Enum):
     @property
     def numpy(self) -> np.dtype:
         """The numpy dtype holding this type; raises KeyError for types numpy cannot hold."""
-        return np.dtype(_NUMPY[self])
+        t = _NUMPY.get(self)
+        if t is None and _HAVE_ML and _load_ml_dtypes():
+            t = _NUMPY.get(self)
+        if t is None:
+            raise KeyError(self)
+        return np.dtype(t)
 
     @staticmethod
     def from_numpy(dtype: object) -> DType:
         """The DType of a numpy dtype; raises KeyError if there is none."""
-        return _FROM_NUMPY[np.dtype(dtype)]
+        dt = np.dtype(dtype)
+        found = _FROM_NUMPY.get(dt)
+        if found is None and _HAVE_ML and _load_ml_dtypes():
+            found = _FROM_NUMPY.get(dt)
+        if found is None:
+            raise KeyError(dt)
+        return found
 
     @property
     def is_float(self) -> bool:
@@ -111,11 +123,19 @@ _NUMPY = {
 # numpy has no narrow float or sub-byte types; `ml_dtypes` (a dependency of onnx, the types
 # onnx.numpy_helper and the ONNX backend tests use) adds them, one element per byte for the 4- and
 # 2-bit types. Without it those types have no numpy dtype and are unsupported.
-try:
+# Importing ml_dtypes costs ~5 ms, which a warm start (everything from the disk cache) should
+# not pay when the model has no such types: it is imported on the first lookup that needs it.
+_HAVE_ML = importlib.util.find_spec("ml_dtypes") is not None
+_ML_LOADED = False
+
+
+def _load_ml_dtypes() -> bool:
+    """Add ml_dtypes' types to the tables (once); False if nothing new was added."""
+    global _ML_LOADED
+    if _ML_LOADED:
+        return False
     import ml_dtypes as _ml
-except ImportError:  # pragma: no cover - ml_dtypes ships with onnx
-    _ml = None
-if _ml is not None:
+
     _NUMPY.update({
         DType.BFLOAT16: _ml.bfloat16, DType.FLOAT8E4M3FN: _ml.float8_e4m3fn,
         DType.FLOAT8E4M3FNUZ: _ml.float8_e4m3fnuz, DType.FLOAT8E5M2: _ml.float8_e5m2,
@@ -123,6 +143,11 @@ if _ml is not None:
         DType.FLOAT4E2M1: _ml.float4_e2m1fn, DType.FLOAT8E8M0: _ml.float8_e8m0fnu,
         DType.UINT2: _ml.uint2, DType.INT2: _ml.int2,
     })
+    _FROM_NUMPY.update({np.dtype(v): k for k, v in _NUMPY.items()})
+    _ML_LOADED = True
+    return True
+
+
 _FROM_NUMPY = {np.dtype(v): k for k, v in _NUMPY.items()}
 _INTS = (DType.UINT8, DType.INT8, DType.UINT16, DType.INT16, DType.INT32, DType.INT64,
          DType.UINT32, DType.UINT64)
@@ -132,7 +157,7 @@ _INTS = (DType.UINT8, DType.INT8, DType.UINT16, DType.INT16, DType.INT32, DType.
 #: producing one computes in f32 and rounds once (to nearest, ties to even) to the narrow
 #: format, which is numpy's (and onnxruntime's) per-op semantics for float16/bfloat16; loads
 #: widen exactly, stores narrow exactly (the value is already rounded).
-NARROW_FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16} if _ml is not None
+NARROW_FLOATS = frozenset({DType.FLOAT16, DType.BFLOAT16} if _HAVE_ML
                           else {DType.FLOAT16})
 
 #: Element types every op may compute on: loads, stores and all scalar ops are implemented.
@@ -146,7 +171,7 @@ COMPUTE_DTYPES = frozenset({DType.FLOAT, DType.DOUBLE, DType.BOOL, DType.INT8, D
 CAST_ONLY_DTYPES = frozenset({DType.FLOAT8E4M3FN, DType.FLOAT8E4M3FNUZ, DType.FLOAT8E5M2,
                               DType.FLOAT8E5M2FNUZ, DType.UINT4, DType.INT4, DType.UINT2,
                               DType.INT2, DType.FLOAT4E2M1, DType.FLOAT8E8M0}
-                             if _ml is not None else ())
+                             if _HAVE_ML else ())
 
 #: Every element type a buffer may hold.
 STORAGE_DTYPES = COMPUTE_DTYPES | CAST_ONLY_DTYPES
