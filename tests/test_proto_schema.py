@@ -28,9 +28,8 @@ def _gen_proto():
 
 
 def test_regenerated_descriptor_equals_committed_module():
-    if importlib.util.find_spec("grpc_tools") is None:
-        pytest.skip("grpc_tools (grpcio-tools, in the test extra) is not installed: cannot run "
-                    "protoc to regenerate onnx_pb2.py")
+    assert importlib.util.find_spec("grpc_tools") is not None, (
+        "grpc_tools (grpcio-tools, in the test extra) is needed to regenerate onnx_pb2.py")
     gen = _gen_proto()
     fresh = gen.serialized_descriptor(gen.generate())
     committed = gen.serialized_descriptor((ROOT / "onnxjit/proto/onnx_pb2.py").read_text())
@@ -152,7 +151,10 @@ MODELS = sorted(glob.glob(str(DATA / "light" / "*.onnx"))
                 + glob.glob(str(DATA / "simple" / "*" / "model.onnx")))
 
 
-@pytest.mark.skipif(not MODELS, reason="onnx backend test data not found")
+def test_backend_model_data_is_present():
+    assert len(MODELS) >= 9, f"onnx backend test data not found under {DATA}"
+
+
 @pytest.mark.parametrize("path", MODELS, ids=lambda p: os.path.basename(os.path.dirname(p))
                          if p.endswith("model.onnx") else os.path.basename(p))
 def test_backend_models_roundtrip(path):
