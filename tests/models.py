@@ -69,3 +69,34 @@ def one_node(op: str, inputs: list[tuple[str, int, list]], outputs: list[tuple[s
                           [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
                           [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs])
     return finish(g, opset)
+
+
+def node_model(op: str, inputs: list, n_out: int = 1, opset: int = 17, consts=(),
+               **attrs) -> tuple[onnx.ModelProto, list[np.ndarray]]:
+    """A one-node model on arrays; `inputs` are arrays or None (omitted); indexes in `consts`
+    become initializers. Outputs are typed by onnx's shape inference (so the model passes
+    onnxjit's verifier). Returns (model, feeds)."""
+    names, feeds, vis, inits = [], [], [], []
+    for k, a in enumerate(inputs):
+        if a is None:
+            names.append("")
+            continue
+        a = np.asarray(a)
+        names.append(f"in{k}")
+        if k in consts:
+            inits.append(numpy_helper.from_array(a, f"in{k}"))
+        else:
+            feeds.append(a)
+            vis.append(helper.make_tensor_value_info(
+                f"in{k}", helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+    outs = [f"out{k}" for k in range(n_out)]
+    node = helper.make_node(op, names, outs, **attrs)
+    g = helper.make_graph([node], "g", vis,
+                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
+                           for o in outs], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    inferred = onnx.shape_inference.infer_shapes(m)
+    m.graph.ClearField("output")
+    m.graph.output.extend(inferred.graph.output)
+    return m, feeds

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from loop_harness import run_via_loop_ir
-from onnx import TensorProto, helper, numpy_helper, shape_inference
+from models import node_model
+from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import onnxjit
@@ -18,37 +19,11 @@ from onnxjit.ir.opdef import resolve
 from onnxjit.ir.types import DType, Sym, TensorType
 
 RNG = np.random.default_rng(7)
-NP = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
-      np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int64): TensorProto.INT64,
-      np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.bool_): TensorProto.BOOL}
 
 
 def model(op: str, inputs: list, n_out: int = 1, opset: int = 22, consts=(), **attrs):
-    """A one-node model; `inputs` are arrays or None (omitted); indexes in `consts` become
-    initializers. Returns (model, feeds)."""
-    names, feeds, vis, inits = [], [], [], []
-    for k, a in enumerate(inputs):
-        if a is None:
-            names.append("")
-            continue
-        a = np.asarray(a)
-        names.append(f"in{k}")
-        if k in consts:
-            inits.append(numpy_helper.from_array(a, f"in{k}"))
-        else:
-            feeds.append(a)
-            vis.append(helper.make_tensor_value_info(f"in{k}", NP[a.dtype], a.shape))
-    outs = [f"out{k}" for k in range(n_out)]
-    node = helper.make_node(op, names, outs, **attrs)
-    g = helper.make_graph([node], "g", vis,
-                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
-                           for o in outs], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10
-    inferred = shape_inference.infer_shapes(m)
-    m.graph.ClearField("output")
-    m.graph.output.extend(inferred.graph.output)
-    return m, feeds
+    """A one-node model (`models.node_model`) at this file's default opset."""
+    return node_model(op, inputs, n_out, opset, consts, **attrs)
 
 
 def reference(m, inputs: list) -> list[np.ndarray]:
