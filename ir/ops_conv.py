@@ -366,10 +366,16 @@ def _conv_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     return [conv_numpy(x, w, bias, conv_attrs_of(node, x, w))]
 
 
-def _conv_lower(ctx: LowerContext, node: Node) -> None:
+def conv_buffers(ctx: LowerContext, node: Node
+                 ) -> tuple[Buffer, Buffer, Buffer, Buffer | None, Geometry]:
+    """x, w, y, the optional bias and the geometry of a Conv-like node being lowered."""
     x, w, y = ctx.buf(node.inputs[0]), ctx.buf(node.inputs[1]), ctx.buf(node.outputs[0])
     bias = ctx.buf(node.inputs[2]) if node.input(2) is not None else None
-    gm = Geometry(conv_attrs_of(node, x, w), x.shape, w.shape, y.shape)
+    return x, w, y, bias, Geometry(conv_attrs_of(node, x, w), x.shape, w.shape, y.shape)
+
+
+def _conv_lower(ctx: LowerContext, node: Node) -> None:
+    x, w, y, bias, gm = conv_buffers(ctx, node)
     if y.numel == 0:
         return
     if gm.cg == 1 and gm.kk > 0:

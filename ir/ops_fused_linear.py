@@ -139,11 +139,9 @@ def _fused_conv_infer(node: Node) -> list:
 
 
 def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
-    from onnxjit.ir.ops_conv import Geometry, conv_attrs_of, lower_depthwise, lower_gemm_conv
+    from onnxjit.ir.ops_conv import conv_buffers, lower_depthwise, lower_gemm_conv
 
-    x, w, y = ctx.buf(node.inputs[0]), ctx.buf(node.inputs[1]), ctx.buf(node.outputs[0])
-    bias = ctx.buf(node.inputs[2]) if node.input(2) is not None else None
-    gm = Geometry(conv_attrs_of(node, x, w), x.shape, w.shape, y.shape)
+    x, w, y, bias, gm = conv_buffers(ctx, node)
     if y.numel == 0:
         return
     if gm.kk == 0:

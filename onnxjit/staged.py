@@ -120,6 +120,7 @@ class Stage:
         later = {v for n in self.rest for v in _reads(n)} | set(g.outputs)
         self.boundary = [v for n in done for v in n.outputs if v in later]
         self.artifact: Any = None
+        self._needed: dict[int, list[Value]] = {}
         self.prefix_inputs: list[int] = []
         if self.prefix:
             used = {v for n in self.prefix for v in _reads(n)}
@@ -143,7 +144,11 @@ class Stage:
             choice = "host"
         if not rest:
             return [_value(v, env) for v in g.outputs]
-        needed = _needed_inputs(rest, g.outputs, env)
+        # Which known values the rest reads depends only on the stage's structure (and on
+        # whether the spliced node ran on the host): computed once per form, not per call.
+        needed = self._needed.get(len(rest))
+        if needed is None:
+            needed = self._needed[len(rest)] = _needed_inputs(rest, g.outputs, env)
         feeds = [env[v] for v in needed]
         key = tuple(_shape_key(a) for a in feeds) + tuple(
             env[v].tobytes() for v in self.bind) + ((choice,) if choice else ())
