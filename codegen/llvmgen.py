@@ -29,6 +29,8 @@ Algorithm:
 
 from __future__ import annotations
 
+import math
+
 from llvmlite import ir
 
 from onnxjit.codegen.irutil import for_range, i64c, interleave_md, load_elem, store_elem
@@ -47,6 +49,7 @@ from onnxjit.codegen.scalar import (
     to_storage,
 )
 from onnxjit.errors import CompileError, UnsupportedError
+from onnxjit.ir.loop_ranges import magnitude, value_ranges
 from onnxjit.ir.loops import (
     Buffer,
     Check,
@@ -91,6 +94,7 @@ class KernelTranslator:
             if all(r is not x for x in self.roots):
                 self.roots.append(r)
         self.has_checks = any(isinstance(s, Check) for s in walk(kernel.body))
+        self.ranges = value_ranges(kernel.body)
         ret = I32 if self.has_checks else ir.VoidType()
         self.params = params or []
         self.plan = plan_kernel(kernel) if params is None else {}
@@ -171,7 +175,8 @@ class KernelTranslator:
         match s:
             case Op(dst=dst, op=op, args=args):
                 vals = [self.operand(a) for a in args]
-                res = self.scalar.op(b, op, vals, [a.dtype for a in args], dst.dtype)
+                res = self.scalar.op(b, op, vals, [a.dtype for a in args], dst.dtype,
+                                     magnitude(self.ranges, args[0]) if args else math.inf)
                 if res.type != compute_type(dst.dtype):
                     raise CompileError(f"op '{op}' produced {res.type}, expected "
                                        f"{dst.dtype.short}", where=f"kernel {self.kernel.name}")

@@ -34,6 +34,7 @@ through f32 or i8 with the bit manipulation of `codegen/cast_only.py`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -152,8 +153,12 @@ class ScalarEmitter:
 
     # ------------------------------------------------------------------------------------------
     def op(self, b: ir.IRBuilder, name: str, args: Sequence[ir.Value],
-           dtypes: Sequence[DType], dst: DType) -> ir.Value:
-        """`name`(args) where args[i] has dtype dtypes[i]; `dst` is the result dtype."""
+           dtypes: Sequence[DType], dst: DType, bound: float = math.inf) -> ir.Value:
+        """`name`(args) where args[i] has dtype dtypes[i]; `dst` is the result dtype; `bound`
+        bounds |args[0]| (see `ir.loop_ranges`: math functions may then take a cheaper form)."""
+        if name in _MATH and _kind(dtypes[0]) == "f":
+            res = self.math.call(b, name, args[0], bound)
+            return self.round_narrow(b, res, dst) if dst in NARROW_FLOATS else res
         res = self._op(b, name, args, dtypes, dst)
         if dst in NARROW_FLOATS and name not in _EXACT_ON_NARROW:
             res = self.round_narrow(b, res, dst)

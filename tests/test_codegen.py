@@ -462,3 +462,75 @@ def test_batched_matmul_with_var_offsets_and_strided_windows() -> None:
     rng = np.random.default_rng(1)
     check(Program([a, b, c], [Kernel("bmm", bld.body)]),
           [_rand(dt, a.shape, rng), _rand(dt, b.shape, rng)], rtol=1e-5, atol=1e-5)
+
+
+# range-specialised math -----------------------------------------------------------------------
+# tools/fit_math.py: tanh_small 1.22, erf_small 2.31, sigmoid_small 0.77 ulp on |x| <= 1.
+SMALL_MAX_ULP = {"tanh": 1.5, "erf": 3.0, "sigmoid": 1.0}
+
+
+def bounded_program(n: int, ops: list[str], inner: str | None) -> Program:
+    """out_<op>[i] = op(t) with t = clamp(x[i], -1, 1), or t = inner(x[i]) when given."""
+    x = Buffer("x", F32, (n,), "input", slot=0)
+    outs, bld = [], Builder()
+    with bld.loop(0, n) as i:
+        v = bld.load(x, i)
+        t = (bld.op(inner, v) if inner else
+             bld.op("min", bld.op("max", v, const(-1.0, F32)), const(1.0, F32)))
+        for k, op in enumerate(ops):
+            out = Buffer(op, F32, (n,), "output", slot=1 + k)
+            outs.append(out)
+            bld.store(out, i, bld.op(op, t))
+    return Program([x] + outs, [Kernel("bounded", bld.body)])
+
+
+def test_value_ranges() -> None:
+    """Intervals flow through bounded functions and arithmetic; loads, accumulators and
+    unknown ops stay unbounded."""
+    from onnxjit.ir.loop_ranges import magnitude, value_ranges
+    x = Buffer("x", F32, (8,), "input", slot=0)
+    bld = Builder()
+    with bld.loop(0, 8) as i:
+        v = bld.load(x, i)
+        t = bld.op("tanh", v)
+        e = bld.op("erf", bld.op("mul", t, const(0.5, F32)))
+        s = bld.op("sigmoid", bld.op("add", e, bld.op("abs", t)))
+        q = bld.op("sqrt", t)
+    r = value_ranges(bld.body)
+    assert magnitude(r, v) == np.inf and magnitude(r, q) == np.inf
+    assert magnitude(r, t) == 1.0
+    assert abs(magnitude(r, e) - 0.5205) < 1e-3
+    lo, hi = r[s]
+    assert 0.35 < lo < 0.38 and 0.82 < hi < 0.83
+    acc = bld.var(const(0.0, F32))
+    with bld.loop(0, 8) as i:
+        bld.assign(acc, bld.op("add", acc, bld.op("tanh", bld.load(x, i))))
+    assert magnitude(value_ranges(bld.body), acc) == np.inf
+
+
+@pytest.mark.parametrize("inner", [None, "tanh"])
+def test_small_range_math(inner: str | None) -> None:
+    """With |arg| <= 1 known, tanh/erf/sigmoid take their short odd-polynomial forms: within
+    SMALL_MAX_ULP of float64 on a dense sample of [-1, 1] (and NaN stays NaN)."""
+    x = np.concatenate([np.linspace(-1, 1, 200001), np.linspace(-4, 4, 20001),
+                        [0.0, -0.0, 1e-30, -1e-30, 1e-6, np.nan, np.inf, -np.inf]]
+                       ).astype(np.float32)
+    dump: dict[str, str] = {}
+    p = bounded_program(x.size, list(SMALL_MAX_ULP), inner)
+    got = native(p, True, dump).run((x,))
+    for name in SMALL_MAX_ULP:
+        assert f"onnxjit.{name}_small.f32" in dump["llvm.ll"], name
+    x64 = x.astype(np.float64)
+    # the argument: tanh(x) exactly, or the clamp of x (exact in float32)
+    arg = np.tanh(x64) if inner else np.clip(x64, -1, 1)
+    refs = {"tanh": np.tanh, "erf": erf64, "sigmoid": lambda v: 1 / (1 + np.exp(-v))}
+    fin = ~np.isnan(arg)
+    for name, y in zip(SMALL_MAX_ULP, got):
+        ref = refs[name](arg)
+        assert np.isnan(y[~fin]).all(), name
+        if inner:  # the inner tanh's own error (<= 3 ulp of t) shifts the result slightly
+            np.testing.assert_allclose(y[fin], ref[fin], rtol=4e-7, atol=1e-30, err_msg=name)
+        else:
+            err = ulps(y[fin], ref[fin])
+            assert err.max() <= SMALL_MAX_ULP[name], (name, err.max())
+    assert np.signbit(got[0][x.size - 7]) and np.signbit(got[1][x.size - 7])  # tanh, erf(-0)

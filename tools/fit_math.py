@@ -27,6 +27,7 @@ MAGIC = F(12582912.0)  # 1.5 * 2^23: adding it rounds a float of magnitude < 2^2
 EXP_LO, EXP_HI = F(-104.0), F(89.0)
 TANH_ONE = F(9.1)  # tanh(x) rounds to 1.0f beyond 9.011
 ERF_ONE = F(3.92)  # erf(x) rounds to 1.0f beyond 3.9192
+SMALL = 1.0  # bound of |x| for the range-specialised odd polynomials
 erf64 = np.vectorize(math.erf, otypes=[np.float64])
 erfc64 = np.vectorize(math.erfc, otypes=[np.float64])
 
@@ -148,6 +149,26 @@ def fit_erf(deg: int = 7) -> list[float]:
     return minimax(a, deg, np.log(erfc64(a)) / a, a * erfc64(a) / erf64(a))
 
 
+def fit_odd(target_fn, degree: int, offset: float = 0.0) -> list[float]:
+    """f(x) = offset + x P(x^2) on |x| <= SMALL (the range-specialised forms); P minimises the
+    error relative to f(x) (for sigmoid, relative to the smaller of f(x) and f(-x))."""
+    x = cheb(1e-4, SMALL)
+    fx = target_fn(x)
+    weight = x / np.minimum(np.abs(fx), np.abs(2 * offset - fx)) if offset else np.ones_like(x)
+    return minimax(x * x, degree, (fx - offset) / x, weight)
+
+
+def odd32(x: np.ndarray, p: list[float], offset: float = 0.0) -> np.ndarray:
+    """offset + x P(x^2) as mathlib emits it (one fma with an offset, else one multiply)."""
+    x = x.astype(F)
+    q = horner(p, x * x)
+    return fma(x, q, F(offset)) if offset else x * q
+
+
+def sigmoid64(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
 # measurement ------------------------------------------------------------------------------------
 def ulp_err(got: np.ndarray, ref: np.ndarray) -> float:
     """Worst |got - ref| in units of the spacing (np.spacing) of ref rounded to float32;
@@ -187,6 +208,14 @@ def main() -> None:
         x = sample(-5, 5)
         print("  erf max ulp", ulp_err(erf32(x, ph, pe), erf64(x.astype(np.float64))))
         print("LOG_P =", tuple(pl))
+        small = {"TANH_SMALL": (np.tanh, 8, 0.0), "ERF_SMALL": (erf64, 5, 0.0),
+                 "SIGMOID_SMALL": (sigmoid64, 5, 0.5)}
+        x = sample(-SMALL, SMALL)
+        for name, (f, deg, off) in small.items():
+            p = fit_odd(f, deg, off)
+            print(f"{name} =", tuple(p))
+            print(f"  max ulp on |x| <= {SMALL}",
+                  ulp_err(odd32(x, p, off), f(x.astype(np.float64))))
         x = sample(0, 3.4e38)
         x = x[x > 0]
         print("  log max ulp", ulp_err(log32(x, pl), np.log(x.astype(np.float64))))
