@@ -29,6 +29,7 @@ from onnxjit.importer_graph import GraphImporter, import_type
 from onnxjit.ir.graph import Function, Model
 from onnxjit.model_source import is_model_text, model_hash, read_model_bytes
 from onnxjit.proto import onnx_pb2 as P
+from onnxjit.tensors import sparse_to_numpy, to_numpy
 
 __all__ = ["load_model", "model_hash", "read_model_bytes", "parse_model", "import_type"]
 
@@ -83,6 +84,22 @@ def import_proto(proto: P.ModelProto, base_dir: str | os.PathLike | None = None)
         producer_name=proto.producer_name, producer_version=proto.producer_version,
         domain=proto.domain, model_version=proto.model_version, doc=proto.doc_string,
         metadata={e.key: e.value for e in proto.metadata_props}, functions=functions)
+
+
+def input_defaults(data: bytes, base_dir: str | os.PathLike | None = None
+                   ) -> dict[str, Any]:
+    """The default values of the main graph's inputs (initializers, dense or sparse, named like
+    an input) straight from the serialized model, without importing the graph: a warm start
+    from the disk cache needs only these. `data` is a model that imported successfully."""
+    proto = parse_model(data)
+    names = {v.name for v in proto.graph.input}
+    reader = ExternalReader(base_dir)
+    out: dict[str, Any] = {t.name: to_numpy(t, reader) for t in proto.graph.initializer
+                           if t.name in names}
+    for s in proto.graph.sparse_initializer:
+        if s.values.name in names:
+            out[s.values.name] = sparse_to_numpy(s, reader)
+    return out
 
 
 def _opset_imports(entries: Any, ir_version: int, owner: str) -> dict[str, int]:

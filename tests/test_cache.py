@@ -115,3 +115,42 @@ def test_disabled_disk_cache_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("ONNXJIT_CACHE_DIR", str(tmp_path))
     onnxjit.compile(mlp(seed=5), cache_dir=False)(np.ones((1, 784), np.float32))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_warm_start_with_defaulted_inputs_skips_import(tmp_path):
+    """An input with a default (an initializer named like it, IR < 4 style) omitted at the
+    call: a warm start reads the default from the model bytes without importing the graph."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    b = np.arange(4, dtype=np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(b, "b")])
+    path = tmp_path / "defaults.onnx"
+    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+                     .SerializeToString())
+    script = textwrap.dedent("""
+        import json, sys
+        import numpy as np, onnxjit
+        if sys.argv[3] == "warm":
+            import onnxjit.codegen, onnxjit.driver
+            def boom(*a, **k):
+                raise AssertionError("compiler invoked on a warm cache")
+            onnxjit.codegen.compile_program = onnxjit.driver.import_model = boom
+        fn = onnxjit.compile(sys.argv[1], cache_dir=sys.argv[2])
+        y, = fn(np.ones(4, np.float32))
+        y2, = fn(np.ones(4, np.float32), b=np.zeros(4, np.float32))
+        print(json.dumps({"y": y.tolist(), "y2": y2.tolist(), "info": fn.cache_info()}))
+    """)
+    runs = []
+    for mode in ("cold", "warm"):
+        out = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "c"), mode],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for r in runs:
+        assert r["y"] == [1.0, 2.0, 3.0, 4.0] and r["y2"] == [1.0] * 4
+    assert runs[1]["info"]["misses"] == 0
