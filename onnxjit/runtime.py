@@ -284,7 +284,15 @@ class CompiledModel:
         return art
 
     def _dump_folder(self, name: str) -> Path | None:
-        return None if self.options.dump_ir is None else self.options.dump_ir / name
+        """The dump folder of a signature: its id, shortened with a hash of the whole id when
+        it would exceed file-name limits (a model with hundreds of inputs)."""
+        if self.options.dump_ir is None:
+            return None
+        if len(name) > 120:
+            import hashlib
+
+            name = f"{name[:100]}..{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+        return self.options.dump_ir / name
 
     def _native(self, sig: tuple, key: str, bound: Model, dumper: Any) -> Artifact:
         """Lower a specialised graph, generate and load its code, and store it in the cache."""

@@ -47,3 +47,21 @@ def test_env_var_enables_dumps(tmp_path, monkeypatch):
     monkeypatch.setenv("ONNXJIT_DUMP_IR", str(tmp_path))
     onnxjit.compile(chain(16), cache_dir=False)(np.ones(16, np.float32))
     assert any(p.name.endswith("fuse.graph.txt") for p in tmp_path.rglob("*"))
+
+
+def test_dump_folder_of_many_inputs_fits_a_file_name(tmp_path):
+    """A signature of 300 inputs names its dump folder with a shortened, hashed id."""
+    from onnx import TensorProto, helper
+
+    n = 300
+    names = [f"x{i}" for i in range(n)]
+    g = helper.make_graph([helper.make_node("Sum", names, ["y"])], "g",
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [3])
+                           for x in names],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    fn = onnxjit.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+                         dump_ir=tmp_path, cache_dir=False)
+    y, = fn(*[np.ones(3, np.float32)] * n)
+    assert y.tolist() == [300.0] * 3
+    (sig,) = [p for p in tmp_path.iterdir() if p.name != "graph"]
+    assert len(sig.name) <= 120 and any(sig.glob("*asm.s"))
