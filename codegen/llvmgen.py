@@ -49,6 +49,7 @@ from onnxjit.codegen.scalar import (
     to_storage,
 )
 from onnxjit.errors import CompileError, UnsupportedError
+from onnxjit.ir.loop_canon import kernel_key
 from onnxjit.ir.loop_ranges import magnitude, value_ranges
 from onnxjit.ir.loops import (
     Buffer,
@@ -88,11 +89,7 @@ class KernelTranslator:
         self.scalar = scalar
         self.kernel = kernel
         self.check_index = check_index
-        self.roots: list[Buffer] = []
-        for buf in kernel.buffers():
-            r = buf.root()
-            if all(r is not x for x in self.roots):
-                self.roots.append(r)
+        self.roots = kernel_roots(kernel)
         self.has_checks = any(isinstance(s, Check) for s in walk(kernel.body))
         self.ranges = value_ranges(kernel.body)
         ret = I32 if self.has_checks else ir.VoidType()
@@ -251,14 +248,41 @@ def build_module(program: Program, prefix: str, triple: str, data_layout: str
         for s in walk(k.body):
             if isinstance(s, Check):
                 check_index[id(s)] = len(check_index)
-    kernels = []
+    kernels: list[KernelTranslator | _Twin] = []
+    compiled: dict[str, KernelTranslator] = {}
     for n, k in enumerate(program.kernels):
+        key = kernel_key(k)
+        twin = compiled.get(key) if key is not None else None
+        if twin is not None:  # the same code on other buffers: call the earlier function
+            kernels.append(_Twin(twin, k))
+            continue
         kt = KernelTranslator(module, scalar, k, f"{prefix}.k{n}.{_ident(k.name)}", check_index)
         kt.translate()
         kernels.append(kt)
+        if key is not None:
+            compiled[key] = kt
     entry = _entry(module, program, kernels, f"{prefix}_entry", len(program.consts))
     entry_py = _entry_py(module, program, entry, f"{prefix}_entry_py")
     return module, entry.name, entry_py.name
+
+
+class _Twin:
+    """A kernel whose canonical text (`ir.loop_canon`) equals an earlier kernel's: the entry
+    calls that kernel's function with this kernel's root buffers."""
+
+    def __init__(self, of: KernelTranslator, kernel: Kernel):
+        self.fn, self.plan, self.has_checks = of.fn, of.plan, of.has_checks
+        self.roots = kernel_roots(kernel)
+
+
+def kernel_roots(kernel: Kernel) -> list[Buffer]:
+    """The root buffers a kernel's function takes, in order of first use."""
+    roots: list[Buffer] = []
+    for buf in kernel.buffers():
+        r = buf.root()
+        if all(r is not x for x in roots):
+            roots.append(r)
+    return roots
 
 
 def uses_pool(program: Program) -> bool:
@@ -272,7 +296,7 @@ def n_io(program: Program) -> int:
     return max(len(slots), max(slots, default=-1) + 1)
 
 
-def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator],
+def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator | _Twin],
            name: str, n_consts: int) -> ir.Function:
     fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR]), name)
     fn.attributes.add("nounwind")

@@ -534,3 +534,28 @@ def test_small_range_math(inner: str | None) -> None:
             err = ulps(y[fin], ref[fin])
             assert err.max() <= SMALL_MAX_ULP[name], (name, err.max())
     assert np.signbit(got[0][x.size - 7]) and np.signbit(got[1][x.size - 7])  # tanh, erf(-0)
+
+
+def test_identical_kernels_share_one_function() -> None:
+    """Kernels that differ only in the buffers they touch compile to one function, called with
+    each kernel's pointers; a kernel with other shapes or ops gets its own."""
+    n = 64
+    x = Buffer("x", F32, (n,), "input", slot=0)
+    t = Buffer("t", F32, (n,), "temp", offset=0)
+    y = Buffer("y", F32, (n,), "output", slot=1)
+    z = Buffer("z", F32, (n,), "output", slot=2)
+    kernels = []
+    for name, (src, dst, op) in {"a": (x, t, "tanh"), "b": (t, y, "tanh"),
+                                 "c": (y, z, "exp")}.items():
+        bld = Builder()
+        elementwise(bld, dst, [src], lambda b, a, op=op: b.op(op, a[0]))
+        kernels.append(Kernel(name, bld.body))
+    p = Program([x, t, y, z], kernels)
+    dump: dict[str, str] = {}
+    xs = np.linspace(-3, 3, n, dtype=np.float32)
+    yv, zv = native(p, True, dump).run((xs,))
+    defined = [line for line in dump["llvm.ll"].splitlines() if line.startswith("define")]
+    assert sum(".k0.a" in d for d in defined) == 1 and not any(".k1.b" in d for d in defined)
+    assert sum(".k2.c" in d for d in defined) == 1
+    np.testing.assert_allclose(yv, np.tanh(np.tanh(xs)), rtol=1e-6)
+    np.testing.assert_allclose(zv, np.exp(yv), rtol=1e-6)
