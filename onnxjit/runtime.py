@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxjit import cache as cache_mod
-from onnxjit.artifact import Artifact, pyobject_layout_ok, sized_for_call
+from onnxjit.artifact import Artifact, pyobject_layout_ok
 from onnxjit.errors import InputError, InputTypeError, OnnxJitError
 from onnxjit.ir.types import DType
 from onnxjit.options import CompileOptions
@@ -166,11 +166,8 @@ class CompiledModel:
         if not kwargs:
             # The builtin of the last signature (`onnxjit.fastcall`): a tuple when the arrays
             # match it exactly, else -2 (take the checked path) or a failed check's number.
-            fast, messages, art = self._fastcall
-            try:
-                r = fast(*args)
-            except MemoryError as e:  # its outputs
-                raise art._out_of_memory(e) from None
+            fast, messages, _ = self._fastcall
+            r = fast(*args)
             if r.__class__ is tuple:
                 return r
             if r > 0:
@@ -274,12 +271,11 @@ class CompiledModel:
         from onnxjit.staged import Stage, Staged, first_dynamic
 
         dumper = Dumper(self._dump_folder(signature_id(sig)))
-        with sized_for_call(describe(self.input_names, sig)):
-            bound = bind_signature(model, sig, self._with_base(), dumper)
-            if first_dynamic(bound) is not None:
-                self._disk.put(key, cache_mod.Entry({"staged": True}))
-                return Staged(sig, Stage(self, bound, key))
-            art = self._native(sig, key, bound, dumper)
+        bound = bind_signature(model, sig, self._with_base(), dumper)
+        if first_dynamic(bound) is not None:
+            self._disk.put(key, cache_mod.Entry({"staged": True}))
+            return Staged(sig, Stage(self, bound, key))
+        art = self._native(sig, key, bound, dumper)
         art.compile_seconds = time.perf_counter() - t0
         return art
 
@@ -314,7 +310,6 @@ class CompiledModel:
             use_py_entry=_layout_ok(),
             program=program,
             num_threads=self.options.num_threads,
-            out_names=[b.name for b in program.outputs],
         )
         self._store(key, art, obj, pool_code)
         return art
@@ -353,8 +348,7 @@ class CompiledModel:
                 "n_consts": obj.n_consts, "uses_pool": obj.uses_pool,
                 "arena_size": art.arena_size,
                 "messages": art.messages,
-                "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs],
-                "out_names": art.out_names}
+                "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs]}
         blobs = {"object": obj.object_code}
         if pool_code is not None:
             blobs["pool"] = pool_code
@@ -380,8 +374,7 @@ class CompiledModel:
             _ensure_pool(obj.uses_pool, self.options.num_threads, entry.blobs.get("pool"))
             return Artifact(sig, [(tuple(s), np.dtype(d)) for s, d in m["outputs"]], consts,
                             m["arena_size"], list(m["messages"]), lib, _layout_ok(),
-                            source="disk", num_threads=self.options.num_threads,
-                            out_names=m.get("out_names"))
+                            source="disk", num_threads=self.options.num_threads)
         except (KeyError, TypeError, ValueError, OnnxJitError):
             cache_mod.STATS.disk_errors += 1
             return None
@@ -446,14 +439,14 @@ def compile_model(source: Any, **options: Any) -> CompiledModel:
     or finds its metadata in the disk cache)."""
     import os
 
-    from onnxjit.model_source import is_model_text, model_folder, model_hash
+    from onnxjit.model_source import is_model_text, model_hash
 
     opts = CompileOptions.from_user(options)
     data, digest = model_hash(source, opts.base_dir)
     base_dir = opts.base_dir
     text = isinstance(source, str) and is_model_text(source)
     if base_dir is None and isinstance(source, (str, os.PathLike)) and not text:
-        base_dir = model_folder(source)  # external data lives beside the model file
+        base_dir = Path(source).resolve().parent  # external data lives beside the model file
     if text:
         name = "<model text>"
     elif isinstance(source, (str, os.PathLike)):
