@@ -6,7 +6,10 @@ Lookups go memory -> disk -> compile; this module is the disk part. An entry is 
     b"ONNXJIT\\x00" | u32 format | u64 header length | header (JSON) | payload
 
 The header lists the payload's sections (name, offset, length, dtype, shape) and the payload's
-SHA-256. Writes go to a temp file in the same folder, then `os.replace` (atomic on POSIX), so
+SHA-256; the payload and each section start at a multiple of 64 bytes, so a reader that loads the
+file into an aligned buffer uses the arrays in place (no copy: a warm start of a model with
+100 MB of weights holds them once), and a writer writes arrays without copying them.
+Writes go to a temp file in the same folder, then `os.replace` (atomic on POSIX), so
 readers see a whole entry or none. A read checks magic, format, lengths and digest; anything off
 (truncated, corrupt, foreign, from another format) is treated as a miss and rebuilt. Entries are
 native code, so files are created owner-only (0600, folder 0700) and an entry owned by another
@@ -31,7 +34,8 @@ from typing import Any
 import numpy as np
 
 MAGIC = b"ONNXJIT\x00"
-FORMAT = 1
+FORMAT = 2
+ALIGN = 64  # payload and sections start at multiples of this (arrays are used in place)
 _PREFIX = struct.Struct("<8sIQ")
 _warned: set[str] = set()
 _lock = threading.Lock()
@@ -111,8 +115,11 @@ class DiskCache:
                     or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
                 STATS.disk_errors += 1
                 return None
+            data = aligned_buffer(st.st_size)
             with os.fdopen(fd, "rb", closefd=False) as f:
-                data = f.read()
+                if f.readinto(memoryview(data)) != st.st_size:
+                    STATS.disk_errors += 1  # changed while being read
+                    return None
         finally:
             os.close(fd)
         entry = decode(data, key)
@@ -123,12 +130,12 @@ class DiskCache:
     def put(self, key: str, entry: Entry) -> None:
         if not self._ready() or self.folder is None:
             return
-        data = encode(entry, key)
+        parts = encode_parts(entry, key)
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=self.folder)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(data)
+                    f.writelines(parts)
                     f.flush()
                     os.fsync(f.fileno())
                 os.chmod(tmp, 0o600)
@@ -151,45 +158,76 @@ class _suppress:
         return True
 
 
-def encode(entry: Entry, key: str = "") -> bytes:
-    """The bytes of an entry; `key` is recorded so a file copied or renamed to another key's
-    name is recognised as foreign."""
+def encode_parts(entry: Entry, key: str = "") -> list[bytes | memoryview]:
+    """The bytes of an entry as a list of parts to write in order (arrays are not copied);
+    `key` is recorded so a file copied or renamed to another key's name is recognised as
+    foreign. The header is padded with spaces so the payload starts at a multiple of ALIGN
+    bytes, and every section starts at a multiple of ALIGN within the payload: a reader that
+    loads the file into an aligned buffer can use the arrays in place."""
     sections = []
-    chunks = []
+    chunks: list[bytes | memoryview] = []
+    digest = hashlib.sha256()
     offset = 0
-    for name, blob in entry.blobs.items():
-        sections.append({"name": name, "kind": "blob", "offset": offset, "length": len(blob)})
-        chunks.append(blob)
-        offset += len(blob)
-    for name, arr in entry.arrays.items():
-        raw = np.ascontiguousarray(arr).tobytes()
-        sections.append({"name": name, "kind": "array", "offset": offset, "length": len(raw),
-                         "dtype": arr.dtype.str, "shape": list(arr.shape)})
+
+    def add(raw: bytes | memoryview) -> None:
+        nonlocal offset
+        pad = -offset % ALIGN
+        if pad:
+            chunks.append(bytes(pad))
+            digest.update(bytes(pad))
         chunks.append(raw)
-        offset += len(raw)
-    payload = b"".join(chunks)
+        digest.update(raw)
+        offset += pad + len(raw)
+
+    for name, blob in entry.blobs.items():
+        add(blob)
+        sections.append({"name": name, "kind": "blob", "offset": offset - len(blob),
+                         "length": len(blob)})
+    for name, arr in entry.arrays.items():
+        raw = memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+        add(raw)
+        sections.append({"name": name, "kind": "array", "offset": offset - len(raw),
+                         "length": len(raw), "dtype": arr.dtype.str, "shape": list(arr.shape)})
     header = json.dumps({"key": key, "meta": entry.meta, "sections": sections,
-                         "sha256": hashlib.sha256(payload).hexdigest()}).encode()
-    return _PREFIX.pack(MAGIC, FORMAT, len(header)) + header + payload
+                         "sha256": digest.hexdigest()}).encode()
+    header += b" " * (-(_PREFIX.size + len(header)) % ALIGN)
+    return [_PREFIX.pack(MAGIC, FORMAT, len(header)) + header] + chunks
 
 
-def decode(data: bytes, key: str | None = None) -> Entry | None:
+def encode(entry: Entry, key: str = "") -> bytes:
+    """The bytes of an entry (see `encode_parts`)."""
+    return b"".join(encode_parts(entry, key))
+
+
+def aligned_buffer(size: int) -> np.ndarray:
+    """A writeable uint8 buffer of `size` bytes whose start is a multiple of ALIGN."""
+    raw = np.empty(size + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + size]
+
+
+def decode(data: bytes | bytearray | memoryview | np.ndarray, key: str | None = None
+           ) -> Entry | None:
     """The entry in `data`, or None if it is not a whole, intact entry of this format (and,
     when `key` is given, one written under that key). The header is not covered by the digest,
-    so every section is checked against the payload before anything is allocated."""
+    so every section is checked against the payload before anything is allocated. Arrays are
+    views of `data` when it is a writeable buffer with ALIGN-aligned sections (what
+    `DiskCache.get` reads into), else fresh aligned copies."""
     try:
+        data = memoryview(data).cast("B")
         magic, fmt, hlen = _PREFIX.unpack_from(data, 0)
         if magic != MAGIC or fmt != FORMAT or _PREFIX.size + hlen > len(data):
             return None
-        header = json.loads(data[_PREFIX.size:_PREFIX.size + hlen])
+        header = json.loads(bytes(data[_PREFIX.size:_PREFIX.size + hlen]))
         if not isinstance(header, dict) or not isinstance(header.get("meta"), dict):
             return None
         if key is not None and header.get("key") != key:
             return None
-        payload = memoryview(data)[_PREFIX.size + hlen:]
+        payload = data[_PREFIX.size + hlen:]
         if hashlib.sha256(payload).hexdigest() != header["sha256"]:
             return None
         entry = Entry(header["meta"])
+        in_place = not data.readonly
         for s in header["sections"]:
             offset, length = int(s["offset"]), int(s["length"])
             if offset < 0 or length < 0 or offset + length > len(payload):
@@ -197,15 +235,19 @@ def decode(data: bytes, key: str | None = None) -> Entry | None:
             chunk = payload[offset:offset + length]
             if s["kind"] == "blob":
                 entry.blobs[s["name"]] = bytes(chunk)
+                continue
+            dtype = np.dtype(s["dtype"])
+            shape = [int(d) for d in s["shape"]]
+            if dtype.hasobject or any(d < 0 for d in shape) or \
+                    int(np.prod(shape, dtype=object)) * dtype.itemsize != length:
+                return None
+            flat = np.frombuffer(chunk, np.uint8)
+            if in_place and flat.ctypes.data % ALIGN == 0:
+                arr = flat.view(dtype).reshape(shape)
             else:
-                dtype = np.dtype(s["dtype"])
-                shape = [int(d) for d in s["shape"]]
-                if dtype.hasobject or any(d < 0 for d in shape) or \
-                        int(np.prod(shape, dtype=object)) * dtype.itemsize != length:
-                    return None
                 arr = np.empty(shape, dtype)  # a fresh, aligned, writeable copy
-                arr.reshape(-1).view(np.uint8)[:] = np.frombuffer(chunk, np.uint8)
-                entry.arrays[s["name"]] = arr
+                arr.reshape(-1).view(np.uint8)[:] = flat
+            entry.arrays[s["name"]] = arr
         return entry
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, MemoryError,
             struct.error, json.JSONDecodeError):

@@ -154,3 +154,25 @@ def test_warm_start_with_defaulted_inputs_skips_import(tmp_path):
     for r in runs:
         assert r["y"] == [1.0, 2.0, 3.0, 4.0] and r["y2"] == [1.0] * 4
     assert runs[1]["info"]["misses"] == 0
+
+
+def test_entry_arrays_are_used_in_place(tmp_path):
+    """A read entry's arrays are aligned, writeable views of the one buffer the file was read
+    into (a warm start holds its weights once); odd sizes and dtypes keep their alignment."""
+    from onnxjit import cache
+
+    arrays = {"a": np.arange(7, dtype=np.float32), "b": np.ones((3, 5), np.float64),
+              "c": np.arange(3, dtype=np.int8), "d": np.zeros((0, 4), np.float32)}
+    disk = cache.DiskCache(tmp_path)
+    disk.put("k" * 64, cache.Entry({"x": 1}, {"code": b"\x01\x02\x03"}, arrays))
+    got = disk.get("k" * 64)
+    assert got is not None and got.meta == {"x": 1} and got.blobs == {"code": b"\x01\x02\x03"}
+    for name, arr in arrays.items():
+        g = got.arrays[name]
+        np.testing.assert_array_equal(g, arr)
+        assert g.dtype == arr.dtype and g.flags.writeable
+        if g.size:
+            assert g.ctypes.data % cache.ALIGN == 0 and g.base is not None
+    # bytes (read-only) decode to copies, equal all the same
+    copy = cache.decode(cache.encode(cache.Entry({}, {}, arrays), "k"), "k")
+    assert copy is not None and all(copy.arrays[n].flags.writeable for n in arrays)
