@@ -95,13 +95,15 @@ def test_gridsample_modes_vs_reference(mode, pad, align, rank):
 
 def test_gridsample_opset16_names_and_float64():
     # Opset 16 spells the modes bilinear/bicubic (onnx.reference only knows the opset-20
-    # names): compare with the opset-20 reference.
+    # names): compare with the opset-20 reference. That reference rounds its sample
+    # coordinates through float32 (errors up to ~2e-6 on float64 inputs; onnxruntime agrees
+    # with onnxjit to 1e-15 on bilinear), hence the tolerance.
     x = RNG.standard_normal((1, 2, 3, 3))
     g = RNG.uniform(-1.2, 1.2, (1, 2, 2, 2))
     for old, new in (("bicubic", "cubic"), ("bilinear", "linear")):
         m16, feeds = model("GridSample", [x, g], opset=16, mode=old, padding_mode="border")
         m20, _ = model("GridSample", [x, g], opset=20, mode=new, padding_mode="border")
-        compare(run_via_loop_ir(m16, feeds), reference(m20, [x, g]), 1e-6, 1e-6)
+        compare(run_via_loop_ir(m16, feeds), reference(m20, [x, g]), 1e-5, 1e-5)
 
 
 def test_gridsample_size_one_dims_with_reflection():
