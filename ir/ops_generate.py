@@ -16,6 +16,8 @@ Tile is one box copy (`index_utils.strided_copy`) that walks each output dim as
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from onnxjit.errors import ModelError, UnsupportedError
@@ -47,6 +49,8 @@ def _out_dtype(node: Node, dtype: object, what: str = "output") -> DType:
     except (KeyError, ValueError):
         raise UnsupportedError(f"op '{node.op}': {what} element type {dtype} is not "
                                "supported", where=node) from None
+    if dt == DType.STRING:  # none of these ops' ONNX type constraints has tensor(string)
+        raise ModelError(f"op '{node.op}' does not allow {what} element type str", where=node)
     if dt not in COMPUTE_DTYPES:
         raise UnsupportedError(f"op '{node.op}' with {what} element type {dt.short} is not "
                                f"supported (supported: {supported_dtypes_text()})", where=node)
@@ -59,8 +63,11 @@ _CONST_ATTRS = ("value", "sparse_value", "value_float", "value_floats", "value_i
                 "value_ints", "value_string", "value_strings")
 
 
-def _bytes(s: object) -> bytes:
-    return s.encode("utf-8") if isinstance(s, str) else bytes(s)  # type: ignore[arg-type]
+def _text(s: object) -> str:
+    # String tensors hold `str` (as the importer decodes them); undecodable bytes survive as
+    # lone surrogates.
+    return s if isinstance(s, str) else bytes(s).decode(  # type: ignore[arg-type]
+        "utf-8", "surrogateescape")
 
 
 def constant_array(node: Node) -> np.ndarray:
@@ -85,9 +92,9 @@ def constant_array(node: Node) -> np.ndarray:
         return np.array(v, dtype=np.int64).reshape(-1)
     out = np.empty(() if name == "value_string" else (len(v),), dtype=object)
     if name == "value_string":
-        out[()] = _bytes(v)
+        out[()] = _text(v)
     else:
-        out[:] = [_bytes(s) for s in v]
+        out[:] = [_text(s) for s in v]
     return out
 
 
@@ -184,7 +191,14 @@ def _range_len(node: Node, start: object, limit: object, delta: object, dt: DTyp
         raise ModelError("Range delta cannot be 0", where=node)
     if dt.is_int:
         return max(0, -((int(start) - int(limit)) // int(delta)))  # type: ignore[call-overload]
-    return len(np.arange(start, limit, delta, dtype=dt.numpy))  # type: ignore[call-overload]
+    # np.arange's own length rule (the scalars' arithmetic, then ceil), without allocating
+    # the range: a call may ask for 1e15 elements, which the size check then refuses.
+    with np.errstate(all="ignore"):
+        span = float((limit - start) / delta)  # type: ignore[operator]
+    if not math.isfinite(span):
+        raise ModelError(f"Range from {start} to {limit} by {delta} has no finite length",
+                         where=node)
+    return max(0, math.ceil(span))
 
 
 def _range_infer(node: Node) -> list[ValueType | None]:
@@ -307,6 +321,10 @@ def _trilu_infer(node: Node) -> list[ValueType | None]:
 def _trilu_eval(node: Node, inputs: list) -> list[np.ndarray]:
     k = 0 if len(inputs) < 2 or inputs[1] is None else int(np.asarray(inputs[1]).reshape(-1)[0])
     x = np.asarray(inputs[0])
+    if x.dtype == object:  # strings: the cleared triangle holds "" (a string's zero)
+        ones = np.ones(x.shape[-2:], bool)
+        keep = np.triu(ones, k) if node.attr("upper", 1) else np.tril(ones, k)
+        return [np.where(keep, x, np.array("", dtype=object))]
     return [np.triu(x, k) if node.attr("upper", 1) else np.tril(x, k)]
 
 

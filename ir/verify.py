@@ -18,7 +18,9 @@ order, keeping one table of the values visible at the current point, shared by e
 Values are compared by identity: names are hints, except the main graph's interface names.
 Types, attributes, domains and versions are checked as each thing is reached, and so are the
 counts of inputs and outputs between a control-flow node and its regions (`verify_regions`).
-Errors inside a region name the subgraph and the node.
+Errors inside a region name the node at fault and then, one clause per level as the error
+leaves each region, the subgraph and the attribute and node owning it ("...; in subgraph 'b'
+(attribute 'then_branch' of node 'if1' (If)); in subgraph ...").
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.errors import ModelError
+from onnxjit.errors import ModelError, OnnxJitError, add_context
 from onnxjit.ir.graph import AttrRef, Function, Graph, Model, Node, TypeAttr, Value
 from onnxjit.ir.types import (
     DType,
@@ -307,9 +309,16 @@ class _Verifier:
                                  "graphs or types)", where=node)
             for x in a:
                 if isinstance(x, Graph):
-                    self._graph(x, nested=True)
+                    self._region(x, what, node)
         elif kind == "graph":
-            self._graph(a, nested=True)
+            self._region(a, what, node)
+
+    def _region(self, g: Graph, what: str, node: Node) -> None:
+        """Verify a subgraph; an error inside it also names the subgraph and its owner."""
+        try:
+            self._graph(g, nested=True)
+        except OnnxJitError as e:
+            raise add_context(e, f"subgraph '{g.name}' ({what} of {node.describe()})") from None
 
     def _attr_kind(self, a: Any, what: str, node: Node) -> str:
         if isinstance(a, bool):

@@ -9,18 +9,29 @@ with two slots for parallel loops (`codegen.pool_slots`): the worker pool's `par
 `num_threads` (0: all cores). No `ndarray.ctypes` or `__array_interface__` on this path. If
 the entry reports a non-contiguous, misaligned or read-only array (-1), the call is retried with
 contiguous copies; a failed `Check` (k > 0) raises `InputError` with its message.
+
+Sizes: a call's input shapes (or values, in staged graphs) fix the sizes of the outputs and the
+arena. Before anything is allocated, each is checked against `memory_limit()` (the machine's
+RAM plus swap, at most 2**47 bytes): a buffer that can never be filled is refused with an
+`InputError` naming the output (or the arena) and the size, instead of a bare MemoryError or,
+under `vm.overcommit_memory=1`, a process killed while writing it. A MemoryError of an
+allocation that fits the limit (memory in use elsewhere) becomes the same `InputError`.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from onnxjit.errors import InputError
+from onnxjit.errors import InputError, SizeLimitError, format_size
 
 #: Byte offsets of `data` and `flags` in numpy's PyArrayObject_fields on 64-bit CPython
 #: (ob_refcnt, ob_type, data, nd, dimensions, strides, base, descr, flags); checked at start-up.
@@ -45,6 +56,62 @@ def pyobject_layout_ok(data_offset: int, flags_offset: int) -> bool:
         return False
 
 
+#: No x86-64/AArch64 process can address more (47-bit user space).
+MAX_BYTES = 1 << 47
+
+
+@functools.lru_cache(maxsize=None)
+def memory_limit() -> int:
+    """The most bytes one buffer may take: RAM plus swap (Linux `/proc/meminfo`, else RAM from
+    sysconf), capped at MAX_BYTES; MAX_BYTES when the platform does not say."""
+    total = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "SwapTotal"):
+                    total += int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        total = 0
+    if not total:
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, OSError, ValueError):
+            total = 0
+    return min(total, MAX_BYTES) if total > 0 else MAX_BYTES
+
+
+def too_large(what: str, nbytes: int, detail: str = "") -> InputError:
+    """The error for a buffer of `nbytes` that this call needs but cannot have."""
+    limit = memory_limit()
+    why = (f"more than this machine's memory ({format_size(limit)})" if nbytes > limit
+           else "more than could be allocated now")
+    return InputError(f"{what} would need {format_size(nbytes)}, {why}; the shapes or values of "
+                      f"this call's inputs make it this large{detail}")
+
+
+@contextmanager
+def sized_for_call(what: str) -> Iterator[None]:
+    """Around specialising, compiling or running for one call (`what` describes its inputs):
+    a value too large for a process (`SizeLimitError` of shape inference) or an allocation
+    that fails is the call's fault, an `InputError`."""
+    try:
+        yield
+    except SizeLimitError as e:
+        raise InputError(f"{e}; the shapes or values of this call's inputs ({what}) make it "
+                         "this large") from None
+    except MemoryError as e:
+        raise InputError(f"not enough memory for this call's inputs ({what}): "
+                         f"{e or 'MemoryError'}") from None
+
+
+def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
+    n = np.dtype(dtype).itemsize
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 @dataclass
 class Artifact:
     """Everything needed to run one signature, whether just compiled or loaded from disk."""
@@ -61,7 +128,10 @@ class Artifact:
     source: str = "compiled"  # "compiled" | "disk" | "memory"
     num_threads: int = 0  # threads for parallel loops; 0: all cores
 
+    out_names: list[str] | None = None  # names of the outputs, for messages
+
     def __post_init__(self) -> None:
+        self._check_sizes()
         n_io = len(self.signature) + len(self.out_specs)
         self._n_in = len(self.signature)
         from onnxjit.codegen import pool_slots
@@ -101,10 +171,36 @@ class Artifact:
         io_bytes = sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
                        for d, s in self.signature_arrays() + [(d, s) for s, d in self.out_specs])
         release = io_bytes + self.arena_size > (1 << 16)
-        return fastcall.FastCall(addr, self.library.entry_addr, self.consts_ptr,
-                                 self.signature_arrays(),
-                                 [(np.dtype(d), tuple(s)) for s, d in self.out_specs],
-                                 self.arena_size, release)
+        try:
+            return fastcall.FastCall(addr, self.library.entry_addr, self.consts_ptr,
+                                     self.signature_arrays(),
+                                     [(np.dtype(d), tuple(s)) for s, d in self.out_specs],
+                                     self.arena_size, release)
+        except MemoryError as e:  # its arena
+            raise self._out_of_memory(e) from None
+
+    def _output_name(self, k: int) -> str:
+        names = self.out_names or []
+        return f"output '{names[k]}'" if k < len(names) and names[k] else f"output {k}"
+
+    def _check_sizes(self) -> None:
+        """Refuse outputs and an arena that no allocation could hold (see the docstring)."""
+        limit = memory_limit()
+        for k, (shape, dtype) in enumerate(self.out_specs):
+            nbytes = _nbytes(shape, dtype)
+            if nbytes > limit:
+                raise too_large(f"{self._output_name(k)} (shape {list(shape)}, "
+                                f"{np.dtype(dtype).name})", nbytes)
+        if self.arena_size + 64 > limit:
+            raise too_large("the temporary values of this call", self.arena_size + 64)
+
+    def _out_of_memory(self, e: MemoryError) -> InputError:
+        sizes = [_nbytes(s, d) for s, d in self.out_specs]
+        k = max(range(len(sizes)), key=sizes.__getitem__) if sizes else -1
+        if k >= 0 and sizes[k] >= self.arena_size:
+            what = f"{self._output_name(k)} (shape {list(self.out_specs[k][0])})"
+            return too_large(what, sizes[k], f" ({e})")
+        return too_large("the temporary values of this call", self.arena_size + 64, f" ({e})")
 
     def signature_arrays(self) -> list[tuple[np.dtype, tuple[int, ...]]]:
         return [(dt.numpy, tuple(shape)) for dt, shape in self.signature]
@@ -115,7 +211,10 @@ class Artifact:
         ptr = getattr(self._tls, "ptr", None)
         if ptr is None:
             # 64 bytes of slack so the arena base can be aligned to a cache line.
-            buf = np.empty(self.arena_size + 64, np.uint8)
+            try:
+                buf = np.empty(self.arena_size + 64, np.uint8)
+            except MemoryError as e:
+                raise self._out_of_memory(e) from None
             self._tls.buf = buf
             ptr = self._tls.ptr = (buf.ctypes.data + 63) // 64 * 64
         return ptr
@@ -123,7 +222,10 @@ class Artifact:
     def run(self, args: tuple | list) -> tuple:
         """Run on validated input arrays (dtypes and shapes of `signature`)."""
         empty = np.empty
-        outs = [empty(s, d) for s, d in self.out_specs]
+        try:
+            outs = [empty(s, d) for s, d in self.out_specs]
+        except MemoryError as e:
+            raise self._out_of_memory(e) from None
         if self.use_py_entry:
             try:  # the hot path: no arena, or this thread's arena already exists
                 arena = self._tls.ptr if self.arena_size else None

@@ -101,7 +101,7 @@ def run_passes(ir: Any, names: list[str], ctx: PassContext | None = None,
         t0 = time.perf_counter()
         try:
             ir = p.run(ir, ctx).ir
-        except OnnxJitError:
+        except (OnnxJitError, MemoryError):  # a MemoryError is the sizes', not a pass bug
             raise
         except Exception as e:
             raise CompileError(f"pass '{p.name}' failed: {type(e).__name__}: {e}") from e

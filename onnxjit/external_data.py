@@ -10,15 +10,19 @@ reader guarantees that nothing outside the model's folder is ever opened:
    letter), contain no NUL, and have no `..` component at all (even `a/../b`, which would stay
    inside: refusing every `..` keeps the rule simple to audit). Both `/` and `\\` separate parts.
 3. The path is resolved with `realpath` (following symlinks); the result must lie strictly inside
-   the realpath of the folder, exist, and be a regular file; `offset`/`length` must lie within it.
+   the realpath of the folder, or inside the folder of the model file's real path when the
+   model was loaded from a path that is a symlink (`model_source.ModelFolder.real_dir`: a
+   HuggingFace snapshot links `model.onnx` and `model.onnx_data` into `blobs/`); it must exist
+   and be a regular file; `offset`/`length` must lie within it.
 4. The file is opened component by component from a descriptor of the folder, each step with
    O_NOFOLLOW (and O_DIRECTORY for folders), so a symlink swapped in after step 3 is not followed;
    where the platform lacks `dir_fd` support the resolved path is opened with O_NOFOLLOW. O_NONBLOCK
    keeps a FIFO swapped in from blocking the open. Finally the opened descriptor's st_dev/st_ino
    must equal those checked in step 3, and it must still be a regular file.
 
-Symlinks *inside* the folder that point inside it are followed (step 3 resolves them; step 4 then
-opens the resolved path). Hard links: a hard link inside the folder to a file elsewhere has the
+Symlinks *inside* the folder that point inside it (or into the model file's real folder) are
+followed (step 3 resolves them; step 4 then opens the resolved path, walking down from the folder
+that contains it). Hard links: a hard link inside the folder to a file elsewhere has the
 same inode wherever it is named, so where its other names are cannot be found out cheaply.
 A data file with more than one link (`st_nlink > 1`) is therefore refused, in steps 3 and 4
 (the error says to copy the file): a hard link planted in a shared folder would otherwise read
@@ -81,17 +85,28 @@ def check_location(location: str, where: str) -> list[str]:
     return parts
 
 
+def _inside(root: str, real: str) -> bool:
+    return real != root and os.path.commonpath([root, real]) == root
+
+
 def resolve(base_dir: Path, location: str, where: str) -> tuple[str, str, os.stat_result]:
-    """(realpath of the folder, realpath of the file, its stat) after steps 2 and 3."""
+    """(the allowed folder holding the file, realpath of the file, its stat) after steps 2
+    and 3."""
     parts = check_location(location, where)
     base = os.path.realpath(base_dir)
     if not os.path.isdir(base):
         raise ModelError(f"the model folder '{base_dir}' for external data is not a folder",
                          where=where)
+    roots = [base]
+    real_dir = getattr(base_dir, "real_dir", None)
+    if real_dir:
+        roots.append(os.path.realpath(real_dir))
     real = os.path.realpath(os.path.join(base, *parts))
-    if os.path.commonpath([base, real]) != base or real == base:
+    root = next((r for r in roots if _inside(r, real)), None)
+    if root is None:
+        allowed = " or ".join(f"'{r}'" for r in dict.fromkeys(roots))
         raise ModelError(f"external data location '{location}' resolves outside the model's "
-                         f"folder '{base}'", where=where)
+                         f"folder {allowed} (to '{real}')", where=where)
     try:
         st = os.stat(real)
     except FileNotFoundError:
@@ -104,7 +119,7 @@ def resolve(base_dir: Path, location: str, where: str) -> tuple[str, str, os.sta
         raise ModelError(f"external data location '{location}' is not a regular file",
                          where=where)
     _check_links(st, location, where)
-    return base, real, st
+    return root, real, st
 
 
 def _check_links(st: os.stat_result, location: str, where: str) -> None:
@@ -138,7 +153,9 @@ class ExternalReader:
     """Reads EXTERNAL tensors of one model; `base_dir` None refuses them all."""
 
     def __init__(self, base_dir: str | os.PathLike | None):
-        self.base_dir = None if base_dir is None else Path(base_dir)
+        # A Path is kept as it is: a `model_source.ModelFolder` carries a second folder.
+        self.base_dir = base_dir if base_dir is None or isinstance(base_dir, Path) \
+            else Path(base_dir)
 
     def __call__(self, t: P.TensorProto, where: str) -> bytes:
         location, offset, length = external_info(t, where)
@@ -188,7 +205,8 @@ def fingerprint(base_dir: str | os.PathLike, location: str) -> str:
     """A cheap identity of an external data file for cache keys: size and mtime, or a marker
     when the location is refused or missing (the import then reports the real error)."""
     try:
-        _, real, st = resolve(Path(base_dir), location, "external data")
+        folder = base_dir if isinstance(base_dir, Path) else Path(base_dir)
+        _, real, st = resolve(folder, location, "external data")
     except ModelError:
         return f"{location}:invalid"
     return f"{location}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from onnxjit.errors import ModelError
+from onnxjit.errors import ModelError, OnnxJitError, add_context
 from onnxjit.external_data import ExternalReader
 from onnxjit.ir.graph import AttrRef, Graph, Node, TypeAttr, Value
 from onnxjit.ir.types import (
@@ -87,8 +87,9 @@ def _check_kind(a: P.AttributeProto, desc: str) -> None:
 class _Scope:
     """The names visible in one graph, chained to the enclosing graph's scope."""
 
-    def __init__(self, parent: _Scope | None):
+    def __init__(self, parent: _Scope | None, name: str = ""):
         self.parent = parent
+        self.name = name  # of the graph, for messages
         self.values: dict[str, Value] = {}
         self.defined_by: dict[str, str] = {}  # name -> what defined it, for SSA messages
         self.pending: dict[str, str] = {}  # names later nodes of this graph define -> node
@@ -102,11 +103,12 @@ class _Scope:
             s = s.parent
         return None
 
-    def pending_def(self, name: str) -> str | None:
+    def pending_def(self, name: str) -> tuple[str, str] | None:
+        """(the node that defines `name` later, the name of its graph) or None."""
         s: _Scope | None = self
         while s is not None:
             if name in s.pending:
-                return s.pending[name]
+                return s.pending[name], s.name
             s = s.parent
         return None
 
@@ -178,8 +180,8 @@ class GraphImporter:
 
     # graphs -------------------------------------------------------------------------------
     def import_graph(self, g: P.GraphProto, parent: _Scope | None) -> Graph:
-        scope = _Scope(parent)
         gname = g.name or "main"
+        scope = _Scope(parent, gname)
         self._mark_pending(g.node, scope)
         infos = {vi.name: vi for vi in g.value_info}
 
@@ -230,7 +232,7 @@ class GraphImporter:
                      [vi.name for vi in g.output], g.doc_string)
 
     def import_function_body(self, f: P.FunctionProto, owner: str) -> Graph:
-        scope = _Scope(None)
+        scope = _Scope(None, owner)
         self._mark_pending(f.node, scope)
         infos = {vi.name: vi for vi in f.value_info}
         inputs = []
@@ -258,6 +260,8 @@ class GraphImporter:
     def _node(self, n: P.NodeProto, scope: _Scope, infos: dict[str, P.ValueInfoProto],
               gname: str) -> Node:
         desc = _node_desc(n, None)
+        if not n.op_type:
+            raise ModelError("the node has no op_type", where=desc)
         domain = "" if n.domain == "ai.onnx" else n.domain
         if domain in self.opsets:
             version = self.opsets[domain]
@@ -275,8 +279,8 @@ class GraphImporter:
             if v is None:
                 later = scope.pending_def(name)
                 if later is not None:
-                    raise ModelError(f"input '{name}' is used before {later} defines it: the "
-                                     f"nodes of graph '{gname}' are not in topological order "
+                    raise ModelError(f"input '{name}' is used before {later[0]} defines it: the "
+                                     f"nodes of graph '{later[1]}' are not in topological order "
                                      "(or there is a cycle)", where=desc)
                 raise ModelError(f"input '{name}' is an undefined value in graph '{gname}'",
                                  where=desc)
@@ -327,7 +331,7 @@ class GraphImporter:
         if t == _A.TENSOR:
             return to_numpy(a.t, self.reader)
         if t == _A.GRAPH:
-            return self.import_graph(a.g, scope)
+            return self._region(a.g, scope, a.name, desc)
         if t == _A.SPARSE_TENSOR:
             return sparse_to_numpy(a.sparse_tensor, self.reader)
         if t == _A.TYPE_PROTO:
@@ -341,7 +345,7 @@ class GraphImporter:
         if t == _A.TENSORS:
             return tuple(to_numpy(x, self.reader) for x in a.tensors)
         if t == _A.GRAPHS:
-            return tuple(self.import_graph(g, scope) for g in a.graphs)
+            return tuple(self._region(g, scope, a.name, desc) for g in a.graphs)
         if t == _A.SPARSE_TENSORS:
             return tuple(sparse_to_numpy(s, self.reader) for s in a.sparse_tensors)
         if t == _A.TYPE_PROTOS:
@@ -350,6 +354,14 @@ class GraphImporter:
             raise ModelError("attribute has no type (AttributeProto.type is UNDEFINED)",
                              where=where)
         raise ModelError(f"attribute has unknown type {t}", where=where)
+
+    def _region(self, g: P.GraphProto, scope: _Scope | None, attr: str, desc: str) -> Graph:
+        """Import a subgraph; an error inside it also names the subgraph and its owner."""
+        try:
+            return self.import_graph(g, scope)
+        except OnnxJitError as e:
+            raise add_context(e, f"subgraph '{g.name or 'main'}' (attribute '{attr}' of "
+                                 f"{desc})") from None
 
     @staticmethod
     def _type_attr(tp: P.TypeProto, where: str) -> TypeAttr:

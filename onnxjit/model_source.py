@@ -8,6 +8,19 @@ A warm start (artifacts in the disk cache) needs only the model's bytes and a di
 this module does that much without importing protobuf, the graph IR or the passes. Only a
 model whose bytes may reference external data (they contain `location`) is parsed, to hash
 the external files' identities in as well.
+
+The folder for external data of a model given by path is the folder of the path AS GIVEN
+(`model_folder`), not of its symlink target: in a HuggingFace snapshot `snap/model.onnx` links
+to `../../blobs/<hash>`, and the data file `snap/model.onnx_data` is a link too, so only the
+folder as given holds both names. Rule (enforced by `onnxjit.external_data`):
+1) the location must be relative and stay inside that folder lexically (no absolute path, no
+   `..`); 2) the real path of the file it names (symlinks resolved) must lie inside
+   realpath(folder as given) OR inside the folder of realpath(model file) (`ModelFolder.
+   real_dir`): `snap/model.onnx -> blobs/X` with `snap/model.onnx_data -> blobs/Y` is allowed,
+   a link to /etc/passwd is refused; 3) the file is then opened without following symlinks
+   (O_NOFOLLOW, component by component). A hard link inside either folder to a file elsewhere
+   cannot be told from a plain file by its path; data files with more than one link are
+   therefore refused outright (see `onnxjit.external_data`).
 """
 
 from __future__ import annotations
@@ -24,9 +37,9 @@ def read_model_bytes(src: Any, base_dir: str | os.PathLike | None = None
                      ) -> tuple[bytes, Path | None]:
     """(serialized model, folder for its external data) of a path, bytes, ModelProto or text."""
     if isinstance(src, (bytes, bytearray, memoryview)):
-        return bytes(src), None if base_dir is None else Path(base_dir)
+        return bytes(src), _as_path(base_dir)
     if isinstance(src, str) and is_model_text(src) and not os.path.exists(src):
-        return _text_to_bytes(src), None if base_dir is None else Path(base_dir)
+        return _text_to_bytes(src), _as_path(base_dir)
     if isinstance(src, (str, os.PathLike)):
         path = Path(src)
         try:
@@ -39,15 +52,39 @@ def read_model_bytes(src: Any, base_dir: str | os.PathLike | None = None
             raise ModelError(f"cannot read model file '{path}': {e.strerror}") from None
         if not data:
             raise ModelError(f"model file '{path}' is empty")
-        folder = Path(base_dir) if base_dir is not None else path.resolve().parent
+        folder = _as_path(base_dir) if base_dir is not None else model_folder(path)
         if path.suffix == ".onnxtxt":
             return _text_to_bytes(data, f"model file '{path}': "), folder
         return data, folder
     serialize = getattr(src, "SerializeToString", None)
     if callable(serialize):
-        return serialize(), None if base_dir is None else Path(base_dir)
+        return serialize(), _as_path(base_dir)
     raise ModelError(f"cannot load a model from a {type(src).__name__}: expected a path, bytes, "
                      "a ModelProto (an object with SerializeToString) or ONNX model text")
+
+
+class ModelFolder(type(Path())):  # type: ignore[misc]
+    """The folder of a model file as given, remembering `real_dir`, the folder of the model
+    file's real path: external data may resolve into either (see the module docstring)."""
+
+    real_dir: str | None = None
+
+
+def model_folder(path: str | os.PathLike) -> Path:
+    """The folder for a model file's external data: its folder as given (absolute, symlinks
+    not resolved), with the folder of its real path as `real_dir`."""
+    # absolute() keeps `..` (abspath would drop it lexically, which a symlinked folder
+    # before it makes wrong); realpath of this folder is then what the OS would open.
+    folder = ModelFolder(Path(path).absolute().parent)
+    folder.real_dir = os.path.dirname(os.path.realpath(path))
+    return folder
+
+
+def _as_path(base_dir: str | os.PathLike | None) -> Path | None:
+    """A caller's base_dir as a Path (a ModelFolder is kept, with its second folder)."""
+    if base_dir is None or isinstance(base_dir, Path):
+        return base_dir
+    return Path(base_dir)
 
 
 def is_model_text(s: str) -> bool:

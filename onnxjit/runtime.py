@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxjit import cache as cache_mod
-from onnxjit.artifact import Artifact, pyobject_layout_ok
-from onnxjit.errors import InputError, InputTypeError, OnnxJitError
+from onnxjit.artifact import Artifact, pyobject_layout_ok, sized_for_call
+from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
 from onnxjit.options import CompileOptions
 from onnxjit.signature import (
@@ -138,7 +138,12 @@ class CompiledModel:
 
                 dumper = Dumper(self.options.dump_ir / "graph" if self.options.dump_ir else None)
                 src: Any = self._data
-                self._model = import_model(src, self._with_base(), dumper)
+                try:
+                    self._model = import_model(src, self._with_base(), dumper)
+                except OnnxJitError as e:  # the bytes have no name: say which file they are
+                    if self._source_name.startswith("<"):
+                        raise
+                    raise add_context(e, f"model file '{self._source_name}'") from None
                 for i, v in enumerate(self._model.graph.inputs):
                     if v.const is not None:
                         self._defaults[i] = v.const
@@ -166,8 +171,11 @@ class CompiledModel:
         if not kwargs:
             # The builtin of the last signature (`onnxjit.fastcall`): a tuple when the arrays
             # match it exactly, else -2 (take the checked path) or a failed check's number.
-            fast, messages, _ = self._fastcall
-            r = fast(*args)
+            fast, messages, art = self._fastcall
+            try:
+                r = fast(*args)
+            except MemoryError as e:  # its outputs
+                raise art._out_of_memory(e) from None
             if r.__class__ is tuple:
                 return r
             if r > 0:
@@ -271,11 +279,12 @@ class CompiledModel:
         from onnxjit.staged import Stage, Staged, first_dynamic
 
         dumper = Dumper(self._dump_folder(signature_id(sig)))
-        bound = bind_signature(model, sig, self._with_base(), dumper)
-        if first_dynamic(bound) is not None:
-            self._disk.put(key, cache_mod.Entry({"staged": True}))
-            return Staged(sig, Stage(self, bound, key))
-        art = self._native(sig, key, bound, dumper)
+        with sized_for_call(describe(self.input_names, sig)):
+            bound = bind_signature(model, sig, self._with_base(), dumper)
+            if first_dynamic(bound) is not None:
+                self._disk.put(key, cache_mod.Entry({"staged": True}))
+                return Staged(sig, Stage(self, bound, key))
+            art = self._native(sig, key, bound, dumper)
         art.compile_seconds = time.perf_counter() - t0
         return art
 
@@ -310,6 +319,7 @@ class CompiledModel:
             use_py_entry=_layout_ok(),
             program=program,
             num_threads=self.options.num_threads,
+            out_names=[b.name for b in program.outputs],
         )
         self._store(key, art, obj, pool_code)
         return art
@@ -348,7 +358,8 @@ class CompiledModel:
                 "n_consts": obj.n_consts, "uses_pool": obj.uses_pool,
                 "arena_size": art.arena_size,
                 "messages": art.messages,
-                "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs]}
+                "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs],
+                "out_names": art.out_names}
         blobs = {"object": obj.object_code}
         if pool_code is not None:
             blobs["pool"] = pool_code
@@ -374,7 +385,8 @@ class CompiledModel:
             _ensure_pool(obj.uses_pool, self.options.num_threads, entry.blobs.get("pool"))
             return Artifact(sig, [(tuple(s), np.dtype(d)) for s, d in m["outputs"]], consts,
                             m["arena_size"], list(m["messages"]), lib, _layout_ok(),
-                            source="disk", num_threads=self.options.num_threads)
+                            source="disk", num_threads=self.options.num_threads,
+                            out_names=m.get("out_names"))
         except (KeyError, TypeError, ValueError, OnnxJitError):
             cache_mod.STATS.disk_errors += 1
             return None
@@ -439,14 +451,14 @@ def compile_model(source: Any, **options: Any) -> CompiledModel:
     or finds its metadata in the disk cache)."""
     import os
 
-    from onnxjit.model_source import is_model_text, model_hash
+    from onnxjit.model_source import is_model_text, model_folder, model_hash
 
     opts = CompileOptions.from_user(options)
     data, digest = model_hash(source, opts.base_dir)
     base_dir = opts.base_dir
     text = isinstance(source, str) and is_model_text(source)
     if base_dir is None and isinstance(source, (str, os.PathLike)) and not text:
-        base_dir = Path(source).resolve().parent  # external data lives beside the model file
+        base_dir = model_folder(source)  # external data lives beside the model file
     if text:
         name = "<model text>"
     elif isinstance(source, (str, os.PathLike)):

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.errors import ModelError, UnsupportedError
+from onnxjit.errors import InputError, ModelError, UnsupportedError
 from onnxjit.ir.graph import Graph, Model, Node, Value, clone_model
 from onnxjit.ir.ops_control import join
 from onnxjit.ir.types import DType, OptionalType, SequenceType, TensorType
@@ -342,7 +342,11 @@ def _evaluate(node: Node, env: dict[Value, Any]) -> list[Any]:
     sequences and optionals, and the interpreter of control-flow regions)."""
     from onnxjit.ir.host_eval import evaluate_node
 
-    return evaluate_node(node, lambda v: _value(v, env))
+    try:
+        return evaluate_node(node, lambda v: _value(v, env))
+    except MemoryError as e:  # the sizes come from the call's inputs
+        raise InputError(f"not enough memory to evaluate it for this call's inputs: "
+                         f"{e or 'MemoryError'}", where=node) from None
 
 
 class Staged:
@@ -355,6 +359,11 @@ class Staged:
         self.compile_seconds = 0.0
 
     def run(self, args: tuple | list) -> tuple:
-        # np.ascontiguousarray would turn a 0-d array into shape (1,).
-        return tuple(self.root.run([np.asarray(a, order="C") if isinstance(a, np.ndarray)
-                                    else a for a in args]))
+        from onnxjit.artifact import sized_for_call
+        from onnxjit.signature import describe
+
+        # A later stage's shapes come from this call's values: too large is the call's fault.
+        with sized_for_call(describe(self.root.owner.input_names, self.signature)):
+            # np.ascontiguousarray would turn a 0-d array into shape (1,).
+            return tuple(self.root.run([np.asarray(a, order="C") if isinstance(a, np.ndarray)
+                                        else a for a in args]))

@@ -12,7 +12,7 @@ control-flow ops' own rules.
 
 from __future__ import annotations
 
-from onnxjit.errors import ModelError
+from onnxjit.errors import ModelError, SizeLimitError, format_size
 from onnxjit.ir.graph import Model, Node, Value
 from onnxjit.ir.opdef import resolve
 from onnxjit.ir.types import TensorType, ValueType
@@ -77,8 +77,9 @@ def _check_size(v: Value, node: Node) -> None:
     except Exception:  # dtypes without a numpy equivalent: count elements only
         size = n
     if size > MAX_BYTES:
-        raise ModelError(f"output '{v.name}' would have shape {list(t.shape)}: {n} elements, "
-                         f"{size} bytes, more than a process can address", where=node)
+        raise SizeLimitError(f"output '{v.name}' would have shape {list(t.shape)}: {n} "
+                             f"elements, {format_size(size)}, more than a process can address",
+                             where=node)
 
 
 def run(model: Model, ctx: PassContext) -> PassResult:

@@ -267,3 +267,94 @@ def test_model_hash_covers_external_files(tmp_path):
     (tmp_path / "w.bin").write_bytes(W.tobytes() + b"more")
     _, h2 = model_hash(p)
     assert h2 != h1
+
+
+# ------------------------------------------------- a model reached through a symlink (HF hub)
+
+
+def hf_snapshot(tmp_path: Path, location: str = "model.onnx_data") -> Path:
+    """The HuggingFace cache layout: snapshots/<rev>/model.onnx -> ../../blobs/<hash>, and the
+    data file beside it a link into blobs/ too. Returns the snapshot folder."""
+    repo = tmp_path / "hub" / "models--acme--net"
+    blobs, snap = repo / "blobs", repo / "snapshots" / "rev1"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    (blobs / "aaaa").write_bytes(make_model(location).SerializeToString())
+    (blobs / "bbbb").write_bytes(W.tobytes())
+    os.symlink("../../blobs/aaaa", snap / "model.onnx")
+    os.symlink("../../blobs/bbbb", snap / "model.onnx_data")
+    return snap
+
+
+def test_hf_snapshot_layout_loads(tmp_path):
+    import onnxjit
+
+    snap = hf_snapshot(tmp_path)
+    np.testing.assert_array_equal(weights(load_model(snap / "model.onnx")), W)
+    np.testing.assert_array_equal(weights(load_model(str(snap / "model.onnx"))), W)
+    for cache in (False, tmp_path / "cache"):
+        fn = onnxjit.compile(snap / "model.onnx", cache_dir=cache)
+        np.testing.assert_array_equal(fn()[0], W)
+    assert "invalid" not in repr(model_hash(snap / "model.onnx"))
+
+
+def test_hf_snapshot_reached_by_a_relative_path(tmp_path, monkeypatch):
+    snap = hf_snapshot(tmp_path)
+    monkeypatch.chdir(snap.parent)
+    np.testing.assert_array_equal(weights(load_model("rev1/model.onnx")), W)
+    np.testing.assert_array_equal(weights(load_model(Path("rev1") / ".." / "rev1" /
+                                                     "model.onnx")), W)
+
+
+def test_hf_blobs_folder_counts_only_for_the_model_path(tmp_path):
+    """Bytes with base_dir=snapshot have no model file: the blobs folder is not allowed."""
+    snap = hf_snapshot(tmp_path)
+    data = (snap / "model.onnx").read_bytes()
+    with pytest.raises(ModelError, match="'w'.*resolves outside"):
+        load_model(data, base_dir=snap)
+
+
+@pytest.mark.parametrize("escape", ["link-to-outside", "link-to-dir-outside", "dotdot",
+                                    "absolute", "dotdot-into-blobs"])
+def test_hf_snapshot_escapes_are_refused(tmp_path, escape):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(W.tobytes())
+    location = {"link-to-outside": "evil.bin", "link-to-dir-outside": "up/secret.bin",
+                "dotdot": "../../../outside/secret.bin",
+                "absolute": str(outside / "secret.bin"),
+                "dotdot-into-blobs": "../../blobs/bbbb"}[escape]
+    snap = hf_snapshot(tmp_path, location)
+    os.symlink(outside / "secret.bin", snap / "evil.bin")
+    os.symlink(outside, snap / "up")
+    with pytest.raises(ModelError, match="'w'.*(outside|absolute|'\\.\\.')"):
+        load_model(snap / "model.onnx")
+    model_hash(snap / "model.onnx")  # hashing leaves the refusal to the import: no error
+
+
+def test_model_symlink_target_folder_is_the_only_second_folder(tmp_path):
+    """A model link into a folder allows that folder, not its parent or a sibling."""
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "sibling").mkdir()
+    (tmp_path / "sibling" / "w.bin").write_bytes(W.tobytes())
+    (tmp_path / "real" / "sub" / "w.bin").write_bytes(W.tobytes())
+    save(tmp_path / "real", make_model("w.bin"))
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    os.symlink(tmp_path / "real" / "model.onnx", snap / "model.onnx")
+    os.symlink(tmp_path / "sibling" / "w.bin", snap / "w.bin")
+    with pytest.raises(ModelError, match="'w'.*resolves outside"):
+        load_model(snap / "model.onnx")
+    os.remove(snap / "w.bin")
+    os.symlink(tmp_path / "real" / "sub" / "w.bin", snap / "w.bin")
+    np.testing.assert_array_equal(weights(load_model(snap / "model.onnx")), W)
+
+
+def test_hard_link_to_a_file_outside_is_refused(tmp_path):
+    outside = tmp_path / "secret.bin"
+    outside.write_bytes(W.tobytes())
+    folder = tmp_path / "m"
+    folder.mkdir()
+    os.link(outside, folder / "w.bin")
+    with pytest.raises(ModelError, match="'w'.*hard link"):
+        load_model(save(folder, make_model("w.bin")))

@@ -200,6 +200,57 @@ PROBES = [
 ]
 
 
+def _nested_if(inner_nodes, inner_outs=("o",)):
+    """If 'outer' whose then_branch 'ob' holds If 'inner' whose then_branch 'ib' holds
+    `inner_nodes` (its outputs `inner_outs`)."""
+    c = numpy_helper.from_array(np.array(True), "c")
+    inner = _node("If", ["c"], ["io"], "inner",
+                  then_branch=helper.make_graph(inner_nodes, "ib", [],
+                                                [_vi(o) for o in inner_outs]),
+                  else_branch=helper.make_graph([_node("Relu", ["x"], ["e2"], "ie")], "ie", [],
+                                                [_vi("e2")]))
+    outer = _node("If", ["c"], ["y"], "outer",
+                  then_branch=helper.make_graph([inner], "ob", [], [_vi("io")]),
+                  else_branch=helper.make_graph([_node("Neg", ["x"], ["e1"], "oe")], "oe", [],
+                                                [_vi("e1")]))
+    return _graph([outer], inits=[c])
+
+
+_CHAIN = ["subgraph 'ib'", "'then_branch'", "'inner'", "subgraph 'ob'", "'outer'"]
+PROBES += [
+    ("nested-undefined-outer-name", lambda: _nested_if([_node("Relu", ["ghost"], ["o"], "deep")]),
+     ModelError, ["'deep'", "'ghost'", *_CHAIN]),
+    ("nested-undefined-if-condition", lambda: _nested_if([_node(
+        "If", ["ghost"], ["o"], "deepif",
+        then_branch=helper.make_graph([_node("Relu", ["x"], ["t"], "t")], "t", [], [_vi("t")]),
+        else_branch=helper.make_graph([_node("Relu", ["x"], ["u"], "u")], "u", [], [_vi("u")]))]),
+     ModelError, ["'deepif'", "'ghost'", *_CHAIN]),
+    ("nested-shadows-outer-name", lambda: _nested_if([_node("Relu", ["x"], ["x"], "shadower"),
+                                                      _node("Relu", ["x"], ["o"], "deep")]),
+     ModelError, ["'shadower'", "'x'", "shadows", *_CHAIN]),
+    ("nested-shadows-initializer", lambda: _nested_if([_node("Relu", ["x"], ["c"], "shadower"),
+                                                       _node("Relu", ["x"], ["o"], "deep")]),
+     ModelError, ["'shadower'", "'c'", "initializer", *_CHAIN]),
+    ("nested-undefined-graph-output", lambda: _nested_if([_node("Relu", ["x"], ["o"], "deep")],
+                                                         inner_outs=("zzz",)),
+     ModelError, ["'zzz'", *_CHAIN]),
+    ("nested-branch-output-count", lambda: _nested_if(
+        [_node("Relu", ["x"], ["o"], "deep"), _node("Neg", ["x"], ["o3"], "deep2")],
+        inner_outs=("o", "o3")),
+     ModelError, ["'inner'", "subgraph 'ib'", "then_branch", "2 outputs", "subgraph 'ob'",
+                  "'outer'"]),
+    ("nested-used-before-outer-definition", lambda: _graph(
+        [_node("If", ["c"], ["y"], "early",
+               then_branch=helper.make_graph([_node("Relu", ["late"], ["o"], "reader")], "b", [],
+                                             [_vi("o")]),
+               else_branch=helper.make_graph([_node("Relu", ["x"], ["o2"], "r2")], "e", [],
+                                             [_vi("o2")])),
+         _node("Relu", ["x"], ["late"], "definer")],
+        inits=[numpy_helper.from_array(np.array(True), "c")]),
+     ModelError, ["'reader'", "'late'", "'definer'", "graph 'g'", "subgraph 'b'", "'early'"]),
+]
+
+
 def _duplicate_attr_model():
     m = _graph([_node("Softmax", ["x"], ["y"], "sm", axis=0)])
     m.graph.node[0].attribute.append(helper.make_attribute("axis", 0))
@@ -302,8 +353,10 @@ CHILD = textwrap.dedent("""
             fn = onnxjit.compile(m, cache_dir=False)
             fn(np.ones(2, np.float32))
             out[name] = "ok"
-        except onnxjit.OnnxJitError as e:
-            out[name] = type(e).__name__ + ": " + str(e)
+        except onnxjit.OnnxJitError as e:  # labelled by the public type it is
+            kinds = (onnxjit.InputError, onnxjit.ModelError, onnxjit.UnsupportedError)
+            label = next((k.__name__ for k in kinds if isinstance(e, k)), type(e).__name__)
+            out[name] = label + ": " + str(e)
         except Exception as e:
             out[name] = "BARE " + type(e).__name__ + ": " + str(e)
     print(json.dumps(out))

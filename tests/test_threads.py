@@ -116,7 +116,6 @@ def test_small_loops_stay_serial() -> None:
     np.testing.assert_array_equal(artifact(p, 2).run((v,))[0], v + 1)
 
 
-# ONNX models -----------------------------------------------------------------------------------
 def test_elementwise_same_for_1_and_2_threads() -> None:
     x = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
     m = chain(1 << 20)
@@ -227,6 +226,68 @@ def test_concurrent_callers_with_different_shapes() -> None:
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_new_signatures_compile_while_others_run() -> None:
+    """8 threads on one CompiledModel: 4 keep calling compiled shapes (big ones, on the pool)
+    while 4 compile new shapes, a data-dependent (staged) model runs alongside, and bad
+    calls get their InputError; every result is checked."""
+    fn = compiled(chain("n"), 2)
+    ref = compiled(chain("n"), 1)
+    old = [N + 7 * k for k in range(4)]
+    new = [[1000 + 31 * k + 5 * j for j in range(2)] for k in range(4)]
+    xs = {n: np.random.default_rng(n).standard_normal(n).astype(np.float32)
+          for n in old + [m for ms in new for m in ms]}
+    wants = {n: ref(x)[0] for n, x in xs.items()}
+    for n in old:
+        fn(xs[n])  # compiled before the race starts
+    staged = compiled(helper.make_model(helper.make_graph(
+        [helper.make_node("Expand", ["x", "s"], ["t"]), helper.make_node("Neg", ["t"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+              helper.make_tensor_value_info("s", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m"])]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8), 2)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    counts = [0] * 8
+    start = threading.Barrier(8)
+
+    def runner(k: int) -> None:
+        n = old[k]
+        while not stop.is_set():
+            np.testing.assert_array_equal(fn(xs[n])[0], wants[n])
+            np.testing.assert_array_equal(staged(np.ones(1, np.float32),
+                                                 np.array([k + 1]))[0], -np.ones(k + 1))
+            with pytest.raises(InputError, match="rank"):
+                fn(xs[n].reshape(1, -1))
+            counts[k] += 1
+
+    def compiler(k: int) -> None:
+        for n in new[k]:
+            for _ in range(3):
+                np.testing.assert_array_equal(fn(xs[n])[0], wants[n])
+            counts[4 + k] += 1
+
+    def guard(work, k: int) -> None:
+        try:
+            start.wait()
+            work(k)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=guard, args=(runner, k)) for k in range(4)]
+    threads += [threading.Thread(target=guard, args=(compiler, k)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads[4:]:
+        t.join()
+    stop.set()
+    for t in threads[:4]:
+        t.join()
+    assert not errors, errors[0]
+    assert counts[4:] == [2] * 4 and all(c > 0 for c in counts[:4]), counts
+    assert len(fn.signatures) == 4 + 8
 
 
 def test_idle_pool_does_not_spin() -> None:
