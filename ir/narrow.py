@@ -11,6 +11,12 @@ conversions here define the semantics code generation reproduces bit for bit:
   NaN keeps its sign and top payload bits and gets the quiet bit (`bits >> 16 | 0x40`), so a
   NaN never rounds to inf;
 - f64 and ints -> bf16 go through f32 first (two roundings), as ml_dtypes does.
+
+Folds (`accumulator`): a sum over float16 values accumulates in f32 and rounds once at the
+end, as numpy's half loops do (its pairwise sum and its matmul carry a float accumulator);
+a sum over bfloat16 values rounds every step to bfloat16, as ml_dtypes' add loop does (numpy
+has no wider accumulator for a user dtype). Reductions, the Softmax family, Attention's
+softmax and depthwise Conv follow this rule, so they agree with numpy / onnx.reference.
 """
 
 from __future__ import annotations
@@ -56,6 +62,11 @@ def narrow(x: np.ndarray, dtype: DType) -> np.ndarray:
 def narrow_value(value: float, dtype: DType) -> float:
     """A Python float rounded to the narrow float `dtype`, as a Python float."""
     return float(widen(narrow(np.asarray([value], np.float64), dtype))[0])
+
+
+def accumulator(dt: DType) -> DType:
+    """The dtype a fold (sum, dot) over `dt` values accumulates in (module docstring)."""
+    return DType.FLOAT if dt == DType.FLOAT16 else dt
 
 
 def is_narrow_array(x: np.ndarray) -> bool:

@@ -162,7 +162,7 @@ def _to(r: np.ndarray, dt: np.dtype) -> np.ndarray:
     if dt.kind in "iu" and np.asarray(r).dtype.kind == "f":
         info = np.iinfo(dt)
         r = np.nan_to_num(np.clip(np.trunc(r), info.min, info.max), nan=0)  # saturating cast
-    return np.ascontiguousarray(r, dtype=dt)
+    return np.asarray(r, dtype=dt, order="C")  # ascontiguousarray would make 0-d 1-d
 
 
 def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:

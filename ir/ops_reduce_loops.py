@@ -32,6 +32,7 @@ import numpy as np
 
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Const, Operand, i64
+from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.types import DType
 
 D = DType
@@ -178,7 +179,9 @@ def _register_acc(b: Builder, kind: Kind, x: Buffer, y: Buffer, g: list, out_str
                   count: int, parallel: bool) -> None:
     kept = [k for k, (_, _, r) in enumerate(g) if not r]
     red = [k for k, (_, _, r) in enumerate(g) if r]
-    wide = D.DOUBLE if kind.lse and not x.dtype.is_float else x.dtype
+    # float16 folds accumulate in f32 (`narrow.accumulator`); an element transform (|x|, x*x)
+    # still rounds to the input type first, as the reference's elementwise step does.
+    wide = D.DOUBLE if kind.lse and not x.dtype.is_float else accumulator(x.dtype)
     # The innermost reduced group is folded by Lanes; any outer reduced groups loop around it.
     inner_n, inner_s = (g[red[-1]][0], g[red[-1]][1]) if red else (1, 0)
     outer_red = red[:-1]
@@ -186,12 +189,17 @@ def _register_acc(b: Builder, kind: Kind, x: Buffer, y: Buffer, g: list, out_str
         base = b.linear(kidx, [g[k][1] for k in kept])
         out = b.linear(kidx, [out_strides[k] for k in kept])
 
-        def fold(init: float, combine: str, fn: Callable[[Operand], Operand]) -> Operand:
+        def fold(init: float, combine: str, fn: Callable[[Operand], Operand],
+                 elem_first: bool = False) -> Operand:
             lanes = Lanes(b, const(init, wide), combine, inner_n)
             with b.nest([g[k][0] for k in outer_red]) as ridx:
                 row = b.iadd(base, b.linear(ridx, [g[k][1] for k in outer_red]))
-                lanes.run(inner_n, lambda j: fn(b.cast(
-                    b.load(x, b.iadd(row, b.imul(j, inner_s))), wide)))
+
+                def value(j: Operand) -> Operand:
+                    v = b.load(x, b.iadd(row, b.imul(j, inner_s)))
+                    return b.cast(fn(v), wide) if elem_first else fn(b.cast(v, wide))
+
+                lanes.run(inner_n, value)
             return lanes.result()
 
         if kind.lse:
@@ -204,8 +212,9 @@ def _register_acc(b: Builder, kind: Kind, x: Buffer, y: Buffer, g: list, out_str
             r = b.op("add", b.op("log", s), shift)
         else:
             acc = fold(identity(kind.combine, wide), kind.combine,
-                       lambda v: _elem(b, kind, v))
-            r = _final(b, kind, acc, count)
+                       lambda v: _elem(b, kind, v), elem_first=x.dtype.is_float)
+            r = _final(b, kind, b.cast(acc, y.dtype) if wide != y.dtype and
+                       y.dtype.is_float else acc, count)
         b.store(y, out, b.cast(r, y.dtype))
 
 

@@ -8,9 +8,11 @@ so n = prod(shape[axis:]) and inner = 1; from opset 13 they work along the singl
 
 Lowering, one kernel per node, a loop over `outer` (parallel) and one over `inner`, then per row:
 - Softmax: max pass; pass storing e = exp(x - max) into y; sum pass over y; pass scaling y by
-  1/sum. The max and sum folds keep several partial accumulators (`ops_reduce_loops.Lanes`) so
-  they vectorize without fast-math; exp runs in a plain loop of its own, which vectorizes like
-  any elementwise loop (inside an unrolled fold it would not). Subtracting the max keeps exp
+  1/sum (float16/bfloat16: dividing by the sum, accumulated as `narrow.accumulator` says and
+  rounded once, so every step rounds where numpy's formula on f16 arrays does). The max and
+  sum folds keep several partial accumulators (`ops_reduce_loops.Lanes`) so they vectorize
+  without fast-math; exp runs in a plain loop of its own, which vectorizes like any
+  elementwise loop (inside an unrolled fold it would not). Subtracting the max keeps exp
   from overflowing (numerically stable); a NaN anywhere in a row makes the row NaN (max
   propagates NaN), as numpy's formula does.
 - LogSoftmax: the same first three passes (y as scratch), then y = (x - max) - log(sum).
@@ -32,11 +34,12 @@ from onnxjit.ir.elementwise_utils import tensor
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Buffer, Operand, Var, i64
+from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops_elementwise import BF16, FLOATS, INTS, Types, accept, arity, int_attr
 from onnxjit.ir.ops_reduce_loops import Lanes
 from onnxjit.ir.shape_utils import normalize_axis, tensor_input
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import NARROW_FLOATS, DType
 
 _FLOAT_TYPES: Types = ((1, FLOATS), (13, FLOATS | BF16))
 _ARG_TYPES: Types = ((1, FLOATS | INTS), (13, FLOATS | INTS | BF16))
@@ -156,10 +159,15 @@ def _softmax_lower(ctx: LowerContext, node: Node) -> None:
         # exp into y in a plain loop (it vectorizes like any elementwise loop), then sum y.
         with b.loop(0, n, hint="j") as j:
             b.store(y, at(j), b.op("exp", b.op("sub", b.load(x, at(j)), m)))
-        sm = Lanes(b, const(0, dt), "add", n, hint="sum")
-        sm.run(n, lambda j: b.load(y, at(j)))
-        s = sm.result()
-        if node.op == "Softmax":
+        acc = accumulator(dt)
+        sm = Lanes(b, const(0, acc), "add", n, hint="sum")
+        sm.run(n, lambda j: b.cast(b.load(y, at(j)), acc))
+        s = b.cast(sm.result(), dt)  # the sum is a tensor of dt in the reference: round once
+        if node.op == "Softmax" and dt in NARROW_FLOATS:
+            # Divide: a rounded reciprocal would add a rounding of 2^-11 (f16) per element.
+            with b.loop(0, n, hint="j") as j:
+                b.store(y, at(j), b.op("div", b.load(y, at(j)), s))
+        elif node.op == "Softmax":
             r = b.op("div", const(1, dt), s)
             with b.loop(0, n, hint="j") as j:
                 b.store(y, at(j), b.op("mul", b.load(y, at(j)), r))
