@@ -13,8 +13,9 @@ Algorithm:
    in memory and an i1 in registers; f16/bf16 are 16 bits in memory and f32 in registers,
    see `scalar.py`); `Op` goes to `ScalarEmitter`; `Matmul` to `matmul.py` (on f16/bf16
    buffers to `narrow_matmul.py`).
-   A top-level `parallel` loop worth it (and a large top-level Matmul, split over its rows)
-   is outlined into a task run by the process's worker pool (`parallel.py`, `pool.py`); the
+   A top-level `parallel` loop worth it, or one directly inside a serial top-level loop (a
+   recurrence's steps: one dispatch per step), and a large top-level Matmul (split over its
+   rows) is outlined into a task run by the process's worker pool (`parallel.py`, `pool.py`); the
    kernel then takes two more arguments, the pool's `parallel_for` and the thread count.
    Other parallel loops run serially.
 3) `<prefix>_entry(io, consts, arena)` computes every root buffer's pointer (io[slot] for inputs
@@ -122,15 +123,7 @@ class KernelTranslator:
             self.pool_args[0].name, self.pool_args[1].name = "parallel_for", "nthreads"
 
     def translate(self) -> ir.Function:
-        for s in self.kernel.body:
-            planned = self.plan.get(id(s))
-            if planned is None:
-                self.stmt(s)
-            else:
-                loop, captured, after = planned
-                emit_parallel(self, loop, captured, self.n_outlined)
-                self.n_outlined += 1
-                self.stmts(after)
+        self.stmts(self.kernel.body)
         if self.has_checks:
             self.b.ret(ir.Constant(I32, 0))
         else:
@@ -165,7 +158,14 @@ class KernelTranslator:
     # statements --------------------------------------------------------------------------------
     def stmts(self, body: list[Stmt]) -> None:
         for s in body:
-            self.stmt(s)
+            planned = self.plan.get(id(s))  # top-level, or directly in a serial top-level loop
+            if planned is None:
+                self.stmt(s)
+            else:
+                loop, captured, after = planned
+                emit_parallel(self, loop, captured, self.n_outlined)
+                self.n_outlined += 1
+                self.stmts(after)
 
     def stmt(self, s: Stmt) -> None:
         b = self.b

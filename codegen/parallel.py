@@ -1,9 +1,12 @@
 """Parallel loops: outlining a kernel's top-level `parallel` Loop into a task for the pool.
 
 Algorithm (per kernel, planned before its function is built so its signature is known):
-1) `plan_kernel` picks the top-level statements to run on the pool: a `parallel` Loop whose
+1) `plan_kernel` picks the statements to run on the pool: a top-level `parallel` Loop whose
    estimated work (trip count x `body_cost`) can reach `SERIAL_OPS` and which reads no variable
-   it writes from outside the loop (`_vars`); and a large top-level `Matmul`
+   it writes from outside the loop (`_vars`); a `parallel` Loop directly inside a serial
+   top-level loop (a recurrence's steps), dispatched once per outer iteration, from the lower
+   `NESTED_OPS` (the workers are still spinning from the previous dispatch); a large top-level
+   `Matmul`
    (m*n*k >= MATMUL_SPLIT_WORK), which `split_matmul` rewrites as a parallel loop over blocks
    of MB rows of C (plus a serial Matmul for the leftover rows). A kernel with a plan takes two
    extra arguments: the pool's `parallel_for` pointer and the thread count.
@@ -57,6 +60,10 @@ I64 = ir.IntType(64)
 SERIAL_OPS = 1 << 20
 #: minimum work per chunk handed to a thread
 CHUNK_OPS = SERIAL_OPS // 4
+#: a parallel loop directly inside a serial top-level loop of at least NESTED_MIN_TRIP
+#: iterations dispatches from this much work: only the first dispatch wakes sleeping workers,
+#: the later ones find them spinning (`pool_ir.SPIN`) and cost a few microseconds
+NESTED_OPS, NESTED_MIN_TRIP = SERIAL_OPS // 4, 8
 #: a top-level Matmul is split over its rows from this many multiply-adds
 MATMUL_SPLIT_WORK = 1 << 20
 #: rough cost of the scalar ops expanded to polynomials or guarded sequences
@@ -177,17 +184,27 @@ def _window(s: Matmul, c_off: Operand, a_off: Operand, m: int) -> Matmul:
 
 
 def plan_kernel(kernel: Kernel) -> dict[int, tuple[Loop, list[Var], list[Stmt]]]:
-    """Top-level statements (by id) to run on the pool: (parallel loop, captured vars, serial
-    statements to run after it)."""
+    """Statements (by id: top-level, or parallel loops directly inside a serial top-level loop)
+    to run on the pool: (parallel loop, captured vars, serial statements to run after it)."""
     plan: dict[int, tuple[Loop, list[Var], list[Stmt]]] = {}
+
+    def consider(loop: Loop, threshold: int) -> None:
+        t = trip_count(loop)
+        if t is not None and (t < 2 or t * body_cost(loop.body) < threshold):
+            return
+        captured = _vars(kernel.body, loop)
+        if captured is not None:
+            plan[id(loop)] = (loop, captured, [])
+
     for s in kernel.body:
         if isinstance(s, Loop) and s.parallel:
-            t = trip_count(s)
-            if t is not None and (t < 2 or t * body_cost(s.body) < SERIAL_OPS):
-                continue
-            captured = _vars(kernel.body, s)
-            if captured is not None:
-                plan[id(s)] = (s, captured, [])
+            consider(s, SERIAL_OPS)
+        elif isinstance(s, Loop):
+            outer = trip_count(s)
+            threshold = NESTED_OPS if outer is None or outer >= NESTED_MIN_TRIP else SERIAL_OPS
+            for inner in s.body:
+                if isinstance(inner, Loop) and inner.parallel:
+                    consider(inner, threshold)
         elif isinstance(s, Matmul):
             split = split_matmul(s)
             if split is not None:

@@ -54,6 +54,9 @@ class LowerContext(Protocol):
     def scratch(self, hint: str, dtype: DType, shape: tuple[int, ...]) -> Buffer:
         """A temporary buffer no graph value owns (im2col panels, partial results)."""
 
+    def constant(self, hint: str, data: np.ndarray) -> Buffer:
+        """A new constant buffer holding `data` (weights repacked at compile time)."""
+
 
 @dataclass
 class OpDef:

@@ -4,72 +4,66 @@ Per direction d (bidirectional = two passes, the second in reverse), with S step
 hidden H and G gates (semantics and shapes: `ops_rnn`):
 1) `<op>_proj`: the input projection of ALL steps as one Matmul, xw[S*N, G*H] = X[S*N, I] x
    W[d]^T into a scratch buffer (rows in X's own order: t*N + n, or n*S + t for layout 1);
-   it is large, so code generation splits it over threads;
-2) `<op>_init`: the state scratch h[N, H] (and c for LSTM) from initial_h/c or zeros; checks
-   every sequence_lens entry is in [0, S];
-3) `<op>_steps`: a serial Loop over the steps t (t = S-1-s in reverse) holding
-   - one Matmul accumulating h x R[d]^T into xw's rows of step t (so xw then holds every
-     gate's pre-activation but the biases), and
-   - one loop nest over (n, j) adding the biases and running the cell (`ops_rnn.cell_*`
-     through `LoopArith`: the same rules numpy evaluation runs); it writes the new state and
-     Y; with sequence_lens, entries past their length keep their state and get Y = 0
-     (selects, no branches, so the nest stays vectorizable).
-   GRU needs r before its h-gate product: z and r first (storing r*h and z in scratch), then
-   a second Matmul (r*h) x Rh^T into the h gate's columns, then the output nest. With
-   linear_before_reset the whole h x R^T product goes into its own scratch instead, since
-   r multiplies the h gate's recurrent part only;
-4) `<op>_final`: Y_h (and Y_c) from the state (0 for an entry of sequence length 0).
+   it is large, so code generation splits it over threads; a constant W is transposed at
+   compile time (the kernel then packs B by copying rows, not by gathering columns);
+2) R packed for the steps (`pack_r`): per gate group and block of JB hidden units, the block's
+   gate rows of R[d] transposed into a contiguous [H, gates*w] panel. A constant R is packed
+   here, at compile time (a new constant: stored in the disk cache with the code); any other R
+   by an `<op>_pack` kernel at the start of each call;
+3) `<op>_init`: the state h[2, N, H] (double-buffered: `rnn_steps`; the first half holds the
+   initial state) and c[N, H] for LSTM, from initial_h/c or zeros; checks every
+   sequence_lens entry is in [0, S];
+4) `<op>_steps`: the serial loop over the steps, each a parallel loop over blocks of hidden
+   units running the block's recurrent product and cell (`rnn_steps`);
+5) `<op>_final`: Y_h (and Y_c) from the state (h's half S % 2; 0 for an entry of sequence
+   length 0).
 Omitted outputs (empty names) are not written.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import numpy as np
 
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
+from onnxjit.ir.loops import Buffer, Matmul, Operand, Stmt, i64
 from onnxjit.ir.opdef import LowerContext, op
-from onnxjit.ir.ops_rnn import (
-    Act,
-    RnnAttrs,
-    attrs_of,
-    cell_lstm,
-    cell_rnn,
-    gru_gates,
-    gru_out,
-    rnn_infer,
-)
+from onnxjit.ir.ops_rnn import RnnAttrs, attrs_of, rnn_infer
 from onnxjit.ir.ops_rnn_eval import rnn_evaluate
+from onnxjit.ir.rnn_steps import StepEmitter
 from onnxjit.ir.types import DType
 
+#: gate columns of one block's product: a few vector widths, so the register-tiled kernel
+#: keeps full tiles and a step splits into enough blocks to balance the threads
+BLOCK_COLS = 64
 
-class LoopArith:
-    """`ops_rnn.Arith` emitting loop-IR scalar ops through a Builder."""
 
-    def __init__(self, b: Builder, dtype: DType, clip: float | None):
-        self.b, self.dt, self.clip_value = b, dtype, clip
+def block_width(hidden: int, gates: int) -> int:
+    """Hidden units per block of the step loop (JB): gates * JB near BLOCK_COLS, JB a multiple
+    of 16 (whole vectors of every gate's slice), at most `hidden`."""
+    return min(hidden, 16 * max(1, round(BLOCK_COLS / (16 * gates))))
 
-    def add(self, x: Operand, y: Operand) -> Operand:
-        return self.b.op("add", x, y)
 
-    def sub(self, x: Operand, y: Operand) -> Operand:
-        return self.b.op("sub", x, y)
+def gate_groups(a: RnnAttrs) -> tuple[tuple[int, ...], ...]:
+    """The gates each recurrent product covers: plain GRU needs r before its h gate's product."""
+    if a.kind == "GRU" and not a.linear_before_reset:
+        return ((0, 1), (2,))
+    return (tuple(range(a.gates)),)
 
-    def mul(self, x: Operand, y: Operand) -> Operand:
-        return self.b.op("mul", x, y)
 
-    def one_minus(self, x: Operand) -> Operand:
-        return self.b.op("sub", const(1, self.dt), x)
-
-    def clip(self, x: Operand) -> Operand:
-        if self.clip_value is None:
-            return x
-        c = self.clip_value
-        return self.b.op("min", self.b.op("max", x, const(-c, self.dt)), const(c, self.dt))
-
-    def act(self, a: Act, x: Operand) -> Operand:
-        return a.emit(self.b, x)
+def pack_r(r: np.ndarray, groups: tuple[tuple[int, ...], ...], jb: int) -> np.ndarray:
+    """R [D, G*H, H] packed for the step loop (flat): per direction, gate group and block of
+    hidden units j0 .. j0+w, the rows g*H + j0 + jj (g in the group, jj < w) transposed, so
+    packed[k, gi*w + jj] = R[d, gl[gi]*H + j0 + jj, k] is a row-major [H, len(gl)*w] panel."""
+    dirs, _, hid = r.shape
+    parts = []
+    for d in range(dirs):
+        for gl in groups:
+            for j0 in range(0, hid, jb):
+                w = min(jb, hid - j0)
+                rows = [g * hid + j0 + jj for g in gl for jj in range(w)]
+                parts.append(r[d][rows, :].T.reshape(-1))
+    return np.ascontiguousarray(np.concatenate(parts) if parts else r.reshape(-1))
 
 
 class _Plan:
@@ -77,7 +71,11 @@ class _Plan:
 
     def __init__(self, ctx: LowerContext, node: Node, a: RnnAttrs):
         self.a = a
-        self.x, self.w, self.r = (ctx.buf(node.inputs[i]) for i in range(3))
+        self.x = ctx.buf(node.inputs[0])
+        # constant W and R are repacked at compile time: their own buffers are never read
+        self.w_value, self.r_value = node.inputs[1], node.inputs[2]
+        self.w, self.r = (None if v.const is not None else ctx.buf(v)
+                          for v in (self.w_value, self.r_value))
         opt = [node.input(i) for i in range(8)]
         self.bias, self.lens, self.h0 = (None if v is None else ctx.buf(v) for v in opt[3:6])
         self.c0 = self.peep = None
@@ -90,9 +88,15 @@ class _Plan:
         xs = self.x.shape
         self.S, self.N = (xs[1], xs[0]) if a.layout else (xs[0], xs[1])
         self.I = xs[2]
-        self.H = self.r.shape[2]
+        self.H = int(self.r_value.type.shape[2])
         self.G = a.gates
         self.GH = self.G * self.H
+        self.groups = gate_groups(a)
+        self.group_offsets = [sum(len(g) for g in self.groups[:k]) * self.H
+                              for k in range(len(self.groups))]
+        self.jb = block_width(self.H, self.G) if self.H else 1
+        self.nfull, self.tail = divmod(self.H, self.jb)
+        self.rp: Buffer | None = None  # R packed for the steps (`_lower`)
 
     def xw_row(self, b: Builder, t: Operand, n: Operand) -> Operand:
         """Row of xw (X's row order) holding step t of batch entry n."""
@@ -121,26 +125,40 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     kind = a.kind.lower()
     if p.N * p.H == 0:
         return
-    xw = ctx.scratch(f"{kind}_xw", p.dt, (p.S * p.N, p.GH))
-    h = ctx.scratch(f"{kind}_h", p.dt, (p.N, p.H))
-    c = ctx.scratch(f"{kind}_c", p.dt, (p.N, p.H)) if a.kind == "LSTM" else None
-    extra: dict[str, Buffer] = {}
-    if a.kind == "GRU":
-        if a.linear_before_reset:
-            extra["rec"] = ctx.scratch("gru_rec", p.dt, (p.N, p.GH))
+    sc = {"xw": ctx.scratch(f"{kind}_xw", p.dt, (p.S * p.N, p.GH)),
+          "h": ctx.scratch(f"{kind}_h", p.dt, (2, p.N, p.H)),
+          "rec": ctx.scratch(f"{kind}_rec", p.dt, (p.N, p.GH))}
+    if a.kind == "LSTM":
+        sc["c"] = ctx.scratch(f"{kind}_c", p.dt, (p.N, p.H))
+    if a.kind == "GRU" and not a.linear_before_reset:
+        sc["rh"] = ctx.scratch("gru_rh", p.dt, (p.N, p.H))
+        sc["z"] = ctx.scratch("gru_z", p.dt, (p.N, p.H))
+    if p.S > 0:
+        if p.r is None:
+            data = np.asarray(p.r_value.const, dtype=p.dt.numpy).reshape(a.dirs, p.GH, p.H)
+            p.rp = ctx.constant(f"{kind}_r_packed", pack_r(data, p.groups, p.jb))
         else:
-            extra["rh"] = ctx.scratch("gru_rh", p.dt, (p.N, p.H))
-            extra["z"] = ctx.scratch("gru_z", p.dt, (p.N, p.H))
+            p.rp = ctx.scratch(f"{kind}_r_packed", p.dt, (a.dirs * p.GH * p.H,))
+            ctx.kernel(f"{kind}_pack", _pack_kernel(p))
+    wt = None
+    if p.w is None:  # W[d]^T, so the projection's B is read by rows (packing it is a copy)
+        data = np.asarray(p.w_value.const, dtype=p.dt.numpy).reshape(a.dirs, p.GH, p.I)
+        wt = ctx.constant(f"{kind}_wt", np.ascontiguousarray(data.transpose(0, 2, 1)))
     for d in range(a.dirs):
         b = Builder()
-        b.emit(Matmul(xw, i64(0), p.GH, p.x, i64(0), p.I, p.w, i64(d * p.GH * p.I), p.I,
-                      p.S * p.N, p.GH, p.I, b_trans=True))
+        if wt is not None:
+            b.emit(Matmul(sc["xw"], i64(0), p.GH, p.x, i64(0), p.I, wt, i64(d * p.GH * p.I),
+                          p.GH, p.S * p.N, p.GH, p.I))
+        else:
+            b.emit(Matmul(sc["xw"], i64(0), p.GH, p.x, i64(0), p.I, p.w, i64(d * p.GH * p.I),
+                          p.I, p.S * p.N, p.GH, p.I, b_trans=True))
         ctx.kernel(f"{kind}_proj", b.body)
-        ctx.kernel(f"{kind}_init", _init(p, d, h, c))
+        ctx.kernel(f"{kind}_init", _init(p, d, sc["h"], sc.get("c")))
         if p.S > 0:
-            ctx.kernel(f"{kind}_steps", _steps(p, d, xw, h, c, extra))
+            ctx.kernel(f"{kind}_steps", StepEmitter(p, d, sc).emit())
         b = Builder()
-        for out, st in ((p.yh, h), (p.yc, c)):
+        final = (p.S % 2) * p.N * p.H  # the half of h the last step wrote
+        for out, st, off in ((p.yh, sc["h"], final), (p.yc, sc.get("c"), 0)):
             if out is None or st is None:
                 continue
             with b.loop(0, p.N, hint="n") as n:
@@ -148,12 +166,38 @@ def _lower(ctx: LowerContext, node: Node) -> None:
                 if p.lens is not None:  # an entry of length 0 ends in state 0 (onnxruntime)
                     live = b.op("gt", b.load(p.lens, n), const(0, DType.INT32))
                 with b.loop(0, p.H, hint="j") as j:
-                    v: Operand = b.load(st, b.iadd(b.imul(n, p.H), j))
+                    v: Operand = b.load(st, b.iadd(i64(off), b.iadd(b.imul(n, p.H), j)))
                     if live is not None:
                         v = b.op("select", live, v, const(0, p.dt))
                     b.store(out, p.state_index(b, d, n, j), v)
         if b.body:
             ctx.kernel(f"{kind}_final", b.body)
+
+
+def _pack_kernel(p: _Plan) -> list[Stmt]:
+    """`pack_r` as loops, for an R known only at run time."""
+    b = Builder()
+    H, GH = p.H, p.GH
+
+    def block(d: int, gl: tuple[int, ...], dst0: Operand, j0: Operand, w: int) -> None:
+        with b.loop(0, H, hint="k") as k:
+            row = b.iadd(dst0, b.imul(k, len(gl) * w))
+            for gi, g in enumerate(gl):
+                with b.loop(0, w, hint="jj") as jj:
+                    src = b.iadd(b.imul(b.iadd(i64(d * GH + g * H), b.iadd(j0, jj)), H), k)
+                    b.store(p.rp, b.iadd(row, b.iadd(jj, i64(gi * w))), b.load(p.r, src))
+
+    for d in range(p.a.dirs):
+        for gl, goff in zip(p.groups, p.group_offsets):
+            base = d * GH * H + goff * H
+            if p.nfull:
+                with b.loop(0, p.nfull, parallel=True, hint="blk") as blk:
+                    j0 = b.imul(blk, p.jb)
+                    block(d, gl, b.iadd(i64(base), b.imul(j0, len(gl) * H)), j0, p.jb)
+            if p.tail:
+                j0c = p.nfull * p.jb
+                block(d, gl, i64(base + j0c * len(gl) * H), i64(j0c), p.tail)
+    return b.body
 
 
 def _init(p: _Plan, d: int, h: Buffer, c: Buffer | None) -> list:
@@ -171,122 +215,6 @@ def _init(p: _Plan, d: int, h: Buffer, c: Buffer | None) -> list:
                     continue
                 v = const(0, p.dt) if init is None else b.load(init, p.state_index(b, d, n, j))
                 b.store(st, at, v)
-    return b.body
-
-
-def _step_matmul(p: _Plan, b: Builder, d: int, t: Operand, c_buf: Buffer, a_buf: Buffer,
-                 first_gate: int, n_gates: int, into_xw: bool) -> None:
-    """c_buf's gate columns [first_gate, first_gate + n_gates) += a_buf x R[d]'s rows."""
-    H, GH = p.H, p.GH
-    if into_xw:  # the N rows of step t in xw
-        off = b.imul(t, GH) if p.a.layout else b.imul(t, p.N * GH)
-        ldc = p.S * GH if p.a.layout else GH
-        c_off = b.iadd(off, i64(first_gate * H))
-    else:
-        c_off, ldc = i64(first_gate * H), GH
-    b.emit(Matmul(c_buf, c_off, ldc, a_buf, i64(0), H, p.r,
-                  i64(d * GH * H + first_gate * H * H), H, p.N, n_gates * H, H,
-                  b_trans=True, accumulate=into_xw))
-
-
-def _steps(p: _Plan, d: int, xw: Buffer, h: Buffer, c: Buffer | None,
-           extra: dict[str, Buffer]) -> list:
-    a, H, GH = p.a, p.H, p.GH
-    b = Builder()
-    o = LoopArith(b, p.dt, a.clip)
-    acts = a.acts[d]
-    with b.loop(0, p.S, hint="s") as s:
-        t: Operand = b.op("sub", i64(p.S - 1), s) if a.reverse(d) else s
-
-        def nest(body: Any) -> None:
-            with b.loop(0, p.N, hint="n") as n:
-                valid = None
-                if p.lens is not None:
-                    valid = b.op("lt", t, b.cast(b.load(p.lens, n), DType.INT64))
-                row = b.imul(p.xw_row(b, t, n), GH)
-                with b.loop(0, H, hint="j") as j:
-                    body(n, j, row, valid)
-
-        def pre(row: Operand, j: Operand, g: int, wb: bool = True, rb: bool = True) -> Operand:
-            """Gate g's pre-activation from xw plus its biases."""
-            v: Operand = b.load(xw, b.iadd(row, b.iadd(j, i64(g * H))))
-            if p.bias is not None:
-                base = d * 2 * GH + g * H
-                if wb:
-                    v = b.op("add", v, b.load(p.bias, b.iadd(j, i64(base))))
-                if rb:
-                    v = b.op("add", v, b.load(p.bias, b.iadd(j, i64(base + GH))))
-            return v
-
-        def finish(n: Operand, j: Operand, valid: Any, hn: Operand, cn: Operand | None) -> None:
-            at = b.iadd(b.imul(n, H), j)
-            yv = hn
-            if valid is not None:
-                hn = b.op("select", valid, hn, b.load(h, at))
-                if cn is not None and c is not None:
-                    cn = b.op("select", valid, cn, b.load(c, at))
-                yv = b.op("select", valid, yv, const(0, p.dt))
-            if p.y is not None:
-                b.store(p.y, p.y_index(b, d, t, n, j), yv)
-            b.store(h, at, hn)
-            if cn is not None and c is not None:
-                b.store(c, at, cn)
-
-        if a.kind in ("RNN", "LSTM"):
-            _step_matmul(p, b, d, t, xw, h, 0, a.gates, True)
-
-            def cell(n: Operand, j: Operand, row: Operand, valid: Any) -> None:
-                if a.kind == "RNN":
-                    finish(n, j, valid, cell_rnn(o, acts, pre(row, j, 0)), None)
-                    return
-                assert c is not None
-                at = b.iadd(b.imul(n, H), j)
-                peep = None
-                if p.peep is not None:
-                    peep = tuple(b.load(p.peep, b.iadd(j, i64(d * 3 * H + k * H)))
-                                 for k in range(3))
-                hn, cn = cell_lstm(o, acts, a.input_forget, pre(row, j, 0), pre(row, j, 1),
-                                   pre(row, j, 2), pre(row, j, 3), b.load(c, at), peep)
-                finish(n, j, valid, hn, cn)
-
-            nest(cell)
-        elif a.linear_before_reset:
-            rec = extra["rec"]
-            _step_matmul(p, b, d, t, rec, h, 0, 3, False)
-
-            def gru_lbr(n: Operand, j: Operand, row: Operand, valid: Any) -> None:
-                rrow = b.imul(n, GH)
-                gz, gr = (b.op("add", pre(row, j, g),
-                               b.load(rec, b.iadd(rrow, b.iadd(j, i64(g * H)))))
-                          for g in (0, 1))
-                z, r = gru_gates(o, acts, gz, gr)
-                hr: Operand = b.load(rec, b.iadd(rrow, b.iadd(j, i64(2 * H))))
-                if p.bias is not None:
-                    hr = b.op("add", hr, b.load(p.bias, b.iadd(j, i64(d * 2 * GH + GH + 2 * H))))
-                gh = b.op("add", pre(row, j, 2, rb=False), b.op("mul", r, hr))
-                at = b.iadd(b.imul(n, H), j)
-                finish(n, j, valid, gru_out(o, acts, z, gh, b.load(h, at)), None)
-
-            nest(gru_lbr)
-        else:
-            rh, zb = extra["rh"], extra["z"]
-            _step_matmul(p, b, d, t, xw, h, 0, 2, True)
-
-            def gates(n: Operand, j: Operand, row: Operand, valid: Any) -> None:
-                at = b.iadd(b.imul(n, H), j)
-                z, r = gru_gates(o, acts, pre(row, j, 0), pre(row, j, 1))
-                b.store(zb, at, z)
-                b.store(rh, at, b.op("mul", r, b.load(h, at)))
-
-            nest(gates)
-            _step_matmul(p, b, d, t, xw, rh, 2, 1, True)
-
-            def gru(n: Operand, j: Operand, row: Operand, valid: Any) -> None:
-                at = b.iadd(b.imul(n, H), j)
-                hn = gru_out(o, acts, b.load(zb, at), pre(row, j, 2), b.load(h, at))
-                finish(n, j, valid, hn, None)
-
-            nest(gru)
     return b.body
 
 

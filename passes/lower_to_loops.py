@@ -78,6 +78,16 @@ class Lowering:
         """
         return self._new(hint, dtype, tuple(int(d) for d in shape), "temp")
 
+    def constant(self, hint: str, data: np.ndarray) -> Buffer:
+        """A new constant buffer holding `data` (weights repacked at compile time); like the
+        graph's constants it is passed by pointer and kept in the disk cache."""
+        data = np.ascontiguousarray(data)
+        b = self._new(hint, DType.from_numpy(data.dtype), data.shape, "const",
+                      slot=self._n_consts)
+        b.data = data
+        self._n_consts += 1
+        return b
+
     # helpers ----------------------------------------------------------------------------------
     def _unique(self, hint: str) -> str:
         hint = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "b"

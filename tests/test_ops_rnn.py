@@ -260,3 +260,66 @@ def test_hidden_size_mismatch_in_model():
 def test_onnx_checker_accepts_test_models():
     model, _ = make("LSTM", dirs=2, lens=[1, 2, 3], peep=True)
     onnx.checker.check_model(model)
+
+
+# --------------------------------------------------------------------------- blocked steps
+
+BLOCKED = {  # hidden sizes giving several blocks of hidden units and a narrower tail block
+    "lstm": ("LSTM", dict(H=100, peep=True, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
+    "gru": ("GRU", dict(H=150, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
+    "gru_lbr": ("GRU", dict(H=150, linear_before_reset=1)),
+    "rnn": ("RNN", dict(H=200, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
+}
+
+
+def _weights_as_inputs(model: onnx.ModelProto, feeds: dict) -> tuple[onnx.ModelProto, dict]:
+    """The same model with W and R graph inputs instead of initializers (packed at run time)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    feeds = dict(feeds)
+    for name in ("W", "R"):
+        init = next(t for t in m.graph.initializer if t.name == name)
+        feeds[name] = numpy_helper.to_array(init)
+        m.graph.initializer.remove(init)
+        m.graph.input.append(helper.make_tensor_value_info(name, init.data_type, init.dims))
+    return m, feeds
+
+
+@pytest.mark.parametrize("case", sorted(BLOCKED))
+def test_blocked_steps_on_two_threads(case):
+    # Big enough that each step's blocks dispatch to the pool (test_threads checks the plan);
+    # constant weights are packed at compile time, weights given as inputs by a pack kernel:
+    # both must match onnxruntime.
+    kind, kw = BLOCKED[case]
+    model, feeds = make(kind, S=9, N=8, I=16, dirs=2 if kind == "GRU" else 1, scale=0.2, **kw)
+    want = run_ort(model, feeds)
+    variants = [(model, feeds)]
+    if case == "gru":  # two gate groups: the pack kernel's layout for both
+        variants.append(_weights_as_inputs(model, feeds))
+    for m, f in variants:
+        fn = onnxjit.compile(m, cache_dir=False, num_threads=2)
+        close(list(fn(**f)), want, tol=2e-5)
+
+
+def test_blocked_steps_loop_ir():
+    # The loop-IR interpreter runs the same blocked lowering (both R forms).
+    model, feeds = make("LSTM", S=4, N=3, I=5, H=40, dirs=2, lens=[4, 0, 2])
+    want = run_ort(model, feeds)
+    close(run_via_loop_ir(model, list(feeds.values())), want)
+    m, f = _weights_as_inputs(model, feeds)
+    close(run_via_loop_ir(m, [f[v.name] for v in m.graph.input]), want)
+
+
+def test_pack_r_layout():
+    from onnxjit.ir.ops_rnn_loops import pack_r
+
+    r = np.arange(2 * 3 * 5 * 5, dtype=np.float32).reshape(2, 15, 5)  # D=2, G=3, H=5
+    packed = pack_r(r, ((0, 1), (2,)), 2)  # blocks of 2 units: widths 2, 2, 1
+    assert packed.shape == (r.size,)
+    # direction 1, group (0, 1), block j0=2 (w=2): after d0 (75), group block j0=0 (2*2*5)
+    at = 75 + 2 * 2 * 5
+    panel = packed[at:at + 5 * 4].reshape(5, 4)  # [k, gi*w + jj]
+    np.testing.assert_array_equal(panel[:, 1], r[1, 0 * 5 + 2 + 1, :])
+    np.testing.assert_array_equal(panel[:, 2], r[1, 1 * 5 + 2 + 0, :])
+    # the last group's tail block (one unit) is the direction's last panel
+    np.testing.assert_array_equal(packed[150 - 5:], r[1, 2 * 5 + 4, :])

@@ -116,6 +116,70 @@ def test_small_loops_stay_serial() -> None:
     np.testing.assert_array_equal(artifact(p, 2).run((v,))[0], v + 1)
 
 
+def _recurrence_program(steps: int, width: int = 1 << 15) -> Program:
+    """y[t, i] = 0.5 * y[t-1, i] + x[i] + t (y[-1] = 0), a serial loop over t holding a
+    parallel loop over blocks of i that reads the outer variable and a value computed before it
+    (both captured per step), with a check inside."""
+    x = Buffer("x", F32, (width,), "input", slot=0)
+    y = Buffer("y", F32, (steps, width), "output", slot=1)
+    blk = 1024
+    b = Builder()
+    with b.loop(0, steps, hint="t") as t:
+        tf = b.cast(t, F32)
+        prev = b.imul(b.op("sub", t, i64(1)), width)
+        with b.loop(0, width // blk, parallel=True, hint="blk") as k:
+            with b.loop(0, blk, hint="i") as i:
+                at = b.iadd(b.imul(k, blk), i)
+                old = b.load(y, b.op("max", b.iadd(prev, at), i64(0)))
+                old = b.op("select", b.op("gt", t, i64(0)), old, const(0, F32))
+                v = b.op("add", b.op("add", b.op("mul", old, const(0.5, F32)), b.load(x, at)),
+                         tf)
+                b.check(b.op("lt", v, const(1e6, F32)), "recurrence too large")
+                b.store(y, b.iadd(b.imul(t, width), at), v)
+    return Program([x, y], [Kernel("steps", b.body)])
+
+
+def test_parallel_loop_inside_serial_loop_dispatches_per_step() -> None:
+    """A recurrence's steps: the parallel loop directly inside a serial top-level loop is
+    outlined (one dispatch per step) once the serial loop has enough steps."""
+    p = _recurrence_program(12)
+    (outer,) = p.kernels[0].body
+    assert list(plan_kernel(p.kernels[0])) == [id(outer.body[-1])]
+    assert plan_kernel(_recurrence_program(3).kernels[0]) == {}  # too few steps to pay
+    text: dict[str, str] = {}
+    compile_program(p, dump=text.__setitem__)
+    assert ".task" in text["llvm.ll"]
+    x = np.random.default_rng(2).standard_normal(1 << 15).astype(np.float32)
+    want = np.zeros((12, x.size), np.float32)
+    for t in range(12):
+        want[t] = (want[t - 1] * np.float32(0.5) if t else 0) + x + np.float32(t)
+    for threads in (1, 2):
+        art = artifact(p, threads)
+        for _ in range(3):
+            np.testing.assert_allclose(art.run((x,))[0], want, rtol=1e-6)
+        bad = x.copy()
+        bad[20000] = 1e7
+        with pytest.raises(InputError, match="recurrence too large"):
+            art.run((bad,))
+
+
+def test_recurrent_op_steps_run_on_the_pool() -> None:
+    """An LSTM big enough: its step loop's blocks of hidden units are a nested dispatch."""
+    from onnxjit.bench_models import lstm
+    from onnxjit.driver import import_model, lower_signature
+    from onnxjit.options import CompileOptions
+
+    bm = lstm()
+    opts = CompileOptions(verify=False)
+    model = import_model(bm.model.SerializeToString(), opts)
+    _, prog = lower_signature(model, ((F32, (64, 8, 128)),), opts)
+    (steps,) = [k for k in prog.kernels if k.name.endswith("steps")]
+    (outer,) = steps.body
+    assert [id(s) for s in outer.body if getattr(s, "parallel", False)] == list(
+        plan_kernel(steps))
+
+
+# ONNX models -----------------------------------------------------------------------------------
 def test_elementwise_same_for_1_and_2_threads() -> None:
     x = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
     m = chain(1 << 20)
