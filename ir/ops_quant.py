@@ -4,7 +4,9 @@ QuantizeLinear: y = clamp(rint(x / scale) + zero_point) to the range of y's inte
 zero point's type, else `output_dtype`, else uint8), x / scale in f32 (f64 for an i32 x or
 with `precision` = f64); DequantizeLinear: y = (x - zero_point) *
 scale, computed in f32 like the reference. rint rounds half to even: r = floor(v) plus 1 when
-the fraction is above 1/2, or exactly 1/2 and floor(v) is odd.
+the fraction is above 1/2, or exactly 1/2 and floor(v) is odd. A NaN quantizes to the type's
+minimum (the spec leaves it undefined; onnxruntime's kernels give the minimum, and a model
+quantized from a calibration that saw -inf carries NaN scales).
 
 Scale/zero-point layouts (`axis`, default 1; `block_size` from opset 21): per tensor (one
 element), per axis (1-D of x.shape[axis]) or blocked (x's rank, dim axis = ceil(n / block)).
@@ -128,7 +130,8 @@ def _rint(b: Builder, v: Operand) -> Operand:
 
 def _saturate(b: Builder, v: Operand, dt: DType) -> Operand:
     lo, hi = _RANGES[dt]
-    v = b.op("max", v, const(lo, v.dtype))
+    low = const(lo, v.dtype)
+    v = b.op("select", b.op("gt", v, low), v, low)  # NaN -> lo (module docstring)
     return b.cast(b.op("min", v, const(hi, v.dtype)), dt)
 
 

@@ -262,4 +262,5 @@ def evaluate_elementwise(opdef: OpDef, node: Node, inputs: Sequence[np.ndarray |
     out_t = node.outputs[0].dtype
     if out_t is not None and out.dtype != out_t.numpy:
         out = eval_op("cast", [out], out_t)
-    return [np.ascontiguousarray(np.broadcast_to(out, shape))]
+    # asarray(order="C"), not ascontiguousarray, which turns a 0-d result into shape (1,).
+    return [np.asarray(np.broadcast_to(out, shape), order="C")]
