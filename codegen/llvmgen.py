@@ -9,7 +9,8 @@ Algorithm:
    `Program.messages()` order), otherwise void. Kernels stay separate (`noinline`) functions.
 2) Statements are translated by a `match` on their type: each `Var` gets one alloca in the
    kernel's entry block (mem2reg promotes them); a `Loop` is an i64 counted loop (see
-   `irutil.for_range`); `Load`/`Store` GEP the element type with the flat index (bool is an i8
+   `irutil.for_range`; a `Break` in its body branches to an exit block joined after it);
+   `Load`/`Store` GEP the element type with the flat index (bool is an i8
    in memory and an i1 in registers; f16/bf16 are 16 bits in memory and f32 in registers,
    see `scalar.py`); `Op` goes to `ScalarEmitter`; `Matmul` to `matmul.py` (on f16/bf16
    buffers to `narrow_matmul.py`).
@@ -53,6 +54,7 @@ from onnxjit.errors import CompileError, UnsupportedError
 from onnxjit.ir.loop_canon import kernel_key
 from onnxjit.ir.loop_ranges import magnitude, value_ranges
 from onnxjit.ir.loops import (
+    Break,
     Buffer,
     Check,
     Const,
@@ -119,6 +121,8 @@ class KernelTranslator:
             self.assign(v, arg)
         self.pool_args: tuple[ir.Value, ...] = tuple(extra[len(self.params):])
         self.n_outlined = 0
+        #: exit blocks of the enclosing loops, innermost last (None: the loop has no Break)
+        self.breaks: list[ir.Block | None] = []
         if self.plan:
             self.pool_args[0].name, self.pool_args[1].name = "parallel_for", "nthreads"
 
@@ -200,7 +204,27 @@ class KernelTranslator:
                 md = (interleave_md(self.fn.module, 2)
                       if any(isinstance(t, Op) and t.op in _CHAINED for t in body)
                       and not any(isinstance(t, (Loop, Matmul)) for t in body) else None)
+                # a Break in the body jumps to an exit block joined after the loop's own exit
+                brk = (self.fn.append_basic_block("loop.break")
+                       if any(isinstance(t, Break) for t in body) else None)
+                self.breaks.append(brk)
                 for_range(b, lo, hi, step, loop_body, name=_ident(var.hint or "i"), loop_md=md)
+                self.breaks.pop()
+                if brk is not None:
+                    after = self.fn.append_basic_block("loop.after")
+                    b.branch(after)
+                    b.position_at_end(brk)
+                    b.branch(after)
+                    b.position_at_end(after)
+            case Break(cond=cond):
+                go = self.operand(cond)
+                if go.type != I1:
+                    go = self.scalar.cast(b, go, cond.dtype, DType.BOOL)
+                if not self.breaks or self.breaks[-1] is None:
+                    raise CompileError("break outside a loop", where=f"kernel {self.kernel.name}")
+                cont = self.fn.append_basic_block("break.no")
+                b.cbranch(go, self.breaks[-1], cont)
+                b.position_at_end(cont)
             case Check(cond=cond, message=_):
                 ok = self.operand(cond)
                 if ok.type != I1:

@@ -29,11 +29,28 @@ from onnxjit.ir.types import (
 #: Accepted-dtype classes: "float", "num" (no bool), "int" (i32/i64), "bool", "any".
 KINDS = ("float", "num", "int", "bool", "any")
 
+#: Ops whose ONNX schema allows tensor(string) where they accept "any" type, and the first
+#: opset version that does. A node with a string input or output runs on the host
+#: (`host_eval.is_host_only`) through its numpy `evaluate`, which moves object arrays as well.
+STRING_OPS = {"Identity": 1, "Reshape": 5, "Flatten": 9, "Squeeze": 1, "Unsqueeze": 1,
+              "Transpose": 1, "Concat": 4, "Split": 2, "Gather": 1, "GatherElements": 11,
+              "GatherND": 11, "Slice": 1, "Expand": 8, "Tile": 6, "Compress": 9,
+              "Trilu": 14, "ReverseSequence": 10, "DepthToSpace": 1, "SpaceToDepth": 1,
+              "ScatterElements": 11, "ScatterND": 11, "Scatter": 9, "Unique": 11,
+              "NonZero": 9, "Equal": 19, "Where": 9}
+
 
 def check_dtype(node: Node, i: int, kind: str = "any") -> DType:
     """The dtype of input i, checked to be computable and of the accepted `kind`."""
     t = tensor_input(node, i)
     dt = t.dtype
+    if dt == DType.STRING and kind == "any" and node.op in STRING_OPS and not node.domain:
+        # Strings are data to these ops: they run on the host with object arrays.
+        if node.version < STRING_OPS[node.op]:
+            raise ModelError(f"op '{node.op}' accepts string tensors from opset "
+                             f"{STRING_OPS[node.op]} on, the model imports opset "
+                             f"{node.version}", where=node)
+        return dt
     if dt not in COMPUTE_DTYPES:
         raise UnsupportedError(f"op '{node.op}' on element type {dt.short} (input {i}) is not "
                                f"supported (supported: {supported_dtypes_text()})", where=node)

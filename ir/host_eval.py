@@ -43,14 +43,21 @@ def _tables() -> None:
 
 
 def is_host_only(node: Node) -> bool:
-    """A node that must run on the host: a region op, a host-table op, or one whose inputs or
-    outputs are sequences/optionals/maps."""
+    """A node that must run on the host: a region op (but a Loop or Scan of fixed shapes that
+    compiles natively), a host-table op, or one whose inputs or outputs are
+    sequences/optionals/maps or string tensors."""
     _tables()
-    if (node.domain if node.domain != "ai.onnx" else "", node.op) in HOST:
+    key = (node.domain if node.domain != "ai.onnx" else "", node.op)
+    if key in HOST:
+        if key in (("", "Loop"), ("", "Scan")):  # unless it compiles to a native loop
+            from onnxjit.ir import control_native as cn
+
+            return not (cn.loop_native(node) if node.op == "Loop" else cn.scan_native(node))
         return True
     for v in list(node.inputs) + list(node.outputs):
-        if v is not None and v.type is not None and not isinstance(v.type, TensorType):
-            return True
+        if v is not None and v.type is not None and (not isinstance(v.type, TensorType)
+                                                     or v.type.dtype == DType.STRING):
+            return True  # strings are numpy object arrays: never in native code
     return False
 
 

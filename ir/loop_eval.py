@@ -2,7 +2,8 @@
 
 Algorithm: give every root buffer a flat numpy array (inputs copied from the caller's arrays,
 consts from `data`, outputs and temps zero-filled; a view shares its root's array), then run the
-kernels in order, walking statements recursively: loops in Python, each scalar op through
+kernels in order, walking statements recursively: loops in Python (a taken `Break` raises an
+internal signal that its innermost loop catches), each scalar op through
 `scalar_eval.eval_op` on 0-d arrays of the variable's dtype (so wrap-around, float32 rounding and
 the integer division guards are exactly codegen's semantics). A failing `Check` raises
 `InputError(message)`, as the runtime does. Loads and stores are bounds-checked: an out-of-range
@@ -16,8 +17,24 @@ from collections.abc import Sequence
 import numpy as np
 
 from onnxjit.errors import CompileError, InputError
-from onnxjit.ir.loops import Buffer, Check, Load, Loop, Matmul, Op, Program, Stmt, Store, Var
+from onnxjit.ir.loops import (
+    Break,
+    Buffer,
+    Check,
+    Load,
+    Loop,
+    Matmul,
+    Op,
+    Program,
+    Stmt,
+    Store,
+    Var,
+)
 from onnxjit.ir.scalar_eval import eval_op, operand_value
+
+
+class _Break(Exception):
+    """A taken Break: unwinds to its innermost enclosing loop."""
 
 
 class _Machine:
@@ -73,12 +90,18 @@ class _Machine:
                 stop = int(operand_value(s.stop, env))
                 for i in range(start, stop, s.step):
                     env[s.var] = np.asarray(i, dtype=np.int64)
-                    self.run(s.body)
+                    try:
+                        self.run(s.body)
+                    except _Break:
+                        break
             elif isinstance(s, Matmul):
                 self.matmul(s)
             elif isinstance(s, Check):
                 if not bool(operand_value(s.cond, env)):
                     raise InputError(s.message)
+            elif isinstance(s, Break):
+                if bool(operand_value(s.cond, env)):
+                    raise _Break()
             else:
                 raise CompileError(f"unknown statement {type(s).__name__}")
 

@@ -7,8 +7,8 @@ Recursive descent over the tokens of `text_lexer`. Algorithm:
    after the last buffer, since a view may be declared before its base;
 3) each kernel with its own table from printed name to Var: a name followed by `: dtype` makes a
    new Var (the printer writes the dtype at a variable's first appearance), a bare name must be
-   known; statements are told apart by their first words (`for`, `store`, `check`, `matmul`,
-   or `%dst = load` / `%dst = <op>`).
+   known; statements are told apart by their first words (`for`, `store`, `check`, `break if`,
+   `matmul`, or `%dst = load` / `%dst = <op>`).
 Every error is a `ModelError` naming the line and column and what was expected there.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from onnxjit.errors import ModelError
 from onnxjit.ir.loops import (
+    Break,
     Buffer,
     Check,
     Const,
@@ -150,10 +151,13 @@ class _Parser:
             cond = self.operand()
             cur.expect(",")
             return Check(cond, str(unquote(cur.expect_kind("string", "a message in quotes"))))
+        if cur.accept("break"):
+            cur.expect("if")
+            return Break(self.operand())
         if cur.accept("matmul"):
             return self.matmul()
         if cur.tok.kind != "ref":
-            raise cur.error("a statement (for, store, check, matmul, or %var = ...)")
+            raise cur.error("a statement (for, store, check, break, matmul, or %var = ...)")
         dst = self.var()
         cur.expect("=")
         if cur.accept("load"):

@@ -12,6 +12,7 @@
           store %t[%i0], %1
         }
         check %ok: bool, "index out of range"
+        break if %done
         matmul %t[0, ld=6] += %x[%o, ld=8]^T * %w[0, ld=8] {m = 2, n = 6, k = 8, alpha = 1.0}
       }
     }
@@ -31,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.ir.loops import (
+    Break,
     Buffer,
     Check,
     Const,
@@ -51,7 +53,8 @@ from onnxjit.ir.text_lexer import Namer, name_text, quote
 from onnxjit.ir.types import DType, TensorType
 
 #: Words that follow `=` or start a statement; op names spelled like them are quoted.
-STMT_WORDS = frozenset({"load", "store", "check", "matmul", "for", "kernel", "buffer"})
+STMT_WORDS = frozenset({"load", "store", "check", "break", "matmul", "for", "kernel",
+                        "buffer"})
 
 
 def print_program(program: Program) -> str:
@@ -136,6 +139,8 @@ class _Printer:
             return f"store {self.buf(s.buf)}[{self.operand(s.index)}], {self.operand(s.value)}"
         if isinstance(s, Check):
             return f"check {self.operand(s.cond)}, {quote(s.message)}"
+        if isinstance(s, Break):
+            return f"break if {self.operand(s.cond)}"
         if isinstance(s, Matmul):
             c = self.window(s.c, s.c_off, s.ldc, False)
             a = self.window(s.a, s.a_off, s.lda, s.a_trans)

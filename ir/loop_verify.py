@@ -14,7 +14,8 @@ Algorithm:
    Consts; every Op has its arity and its result dtype (`loops.result_dtype`); loads and stores
    move the buffer's dtype at an i64 index (constant indexes are bounds-checked); nothing
    stores into an input or const buffer; loop bounds are i64 with a positive step; a Check's
-   condition is a bool; a Matmul's windows have consistent dtypes and, for constant offsets,
+   or Break's condition is a bool, and a Break sits inside a loop whose innermost enclosing
+   loop is serial; a Matmul's windows have consistent dtypes and, for constant offsets,
    fit inside their buffers.
 """
 
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import (
     SCALAR_OPS,
+    Break,
     Buffer,
     Check,
     Const,
@@ -106,6 +108,8 @@ class _KernelChecker:
         self.kernel = kernel
         self.buffers = buffers
         self.defined: set[Var] = set()
+        #: parallel flags of the enclosing loops, innermost last
+        self.loops: list[bool] = []
 
     def fail(self, stmt: Stmt, message: str) -> CompileError:
         return CompileError(f"kernel @{self.kernel.name}: {type(stmt).__name__}: {message}")
@@ -170,10 +174,18 @@ class _KernelChecker:
             if not isinstance(s.step, int) or s.step <= 0:
                 raise self.fail(s, f"loop step must be a positive int, got {s.step!r}")
             self.assign(s, s.var, DType.INT64)
+            self.loops.append(s.parallel)
             self.body(s.body)
+            self.loops.pop()
         elif isinstance(s, Check):
             if self.operand(s, s.cond) != DType.BOOL:
                 raise self.fail(s, "condition must be a bool")
+        elif isinstance(s, Break):
+            if self.operand(s, s.cond) != DType.BOOL:
+                raise self.fail(s, "condition must be a bool")
+            if not self.loops or self.loops[-1]:
+                raise self.fail(s, "a break must be inside a loop, and its innermost "
+                                   "enclosing loop must be serial")
         elif isinstance(s, Matmul):
             self.matmul(s)
         else:

@@ -8,6 +8,8 @@ and a list of `Kernel`s run in order. A kernel body is a list of statements:
 - `Load(dst, buf, index)` / `Store(buf, index, value)`: flat element index into a buffer;
 - `Check(cond, message)`: if the bool `cond` is false, the whole call stops and the runtime raises
   `InputError(message)` (data-dependent errors such as an index out of range: never a crash);
+- `Break(cond)`: if the bool `cond` is true, leave the innermost enclosing (serial) loop (a
+  Loop op whose condition ends it early: see `ir.control_native`);
 - `Matmul(...)`: `C = alpha * op(A) @ op(B)` (or `C += ...`) on 2-D row-major windows of buffers,
   a first-class statement so that code generation can emit a register-blocked microkernel for it
   (the loop nest a scalar lowering would give is far from the machine's peak).
@@ -154,6 +156,13 @@ class Check:
 
 
 @dataclass(eq=False)
+class Break:
+    """Leave the innermost enclosing Loop (never a parallel one) when the bool `cond` is true."""
+
+    cond: Operand
+
+
+@dataclass(eq=False)
 class Matmul:
     """`C[i, j] (+)= alpha * sum_k A'[i, k] * B'[k, j]` for i < m, j < n, k < k.
 
@@ -184,7 +193,7 @@ class Matmul:
     accumulate: bool = False
 
 
-Stmt = Union[Loop, Op, Load, Store, Check, Matmul]
+Stmt = Union[Loop, Op, Load, Store, Check, Break, Matmul]
 
 
 @dataclass(eq=False)

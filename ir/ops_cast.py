@@ -31,6 +31,8 @@ from onnxjit.ir.types import STORAGE_DTYPES, DType, supported_dtypes_text
 
 
 def _computable(node: Node, dt: DType, what: str) -> DType:
+    if dt == DType.STRING and node.version >= 9:
+        return dt  # converted on the host (`_string_cast`): string nodes never compile
     if dt not in STORAGE_DTYPES:
         raise UnsupportedError(f"op '{node.op}' {what} element type {dt.short} is not supported "
                                f"(supported: {supported_dtypes_text(STORAGE_DTYPES)})",
@@ -103,8 +105,40 @@ def _cast(b: Builder, node: Node, a: list[Operand]) -> Operand:
     return emit_cast(b, a[0], DType(int(node.attrs["to"])), _saturate(node))
 
 
+def _string_cast(node: Node, x: np.ndarray, target: DType) -> np.ndarray:
+    """Cast from or to strings (`ops_strings.to_strings` / `parse_numbers`, then the numeric
+    rules), on the host."""
+    from onnxjit.ir.ops_strings import parse_numbers, to_strings
+
+    if target == DType.STRING:
+        return to_strings(x)
+    return _numeric_cast(parse_numbers(x, target, node), target, _saturate(node))
+
+
+def _numeric_cast(x: np.ndarray, target: DType, saturate: bool) -> np.ndarray:
+    from onnxjit.ir.scalar_eval import run_ops
+
+    b = Builder()
+    var = Var(DType.from_numpy(x.dtype), "x")
+    res = emit_cast(b, var, target, saturate)
+    env = {var: x}
+    run_ops(b.body, env)
+    return np.asarray(env[res], order="C").reshape(x.shape)  # type: ignore[index]
+
+
+def _cast_evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
+    x = np.asarray(inputs[0])
+    target = DType(int(node.attrs["to"]))
+    if x.dtype == object or target == DType.STRING:
+        return [_string_cast(node, x, target)]
+    from onnxjit.ir.opdef import lookup
+    from onnxjit.ir.scalar_eval import evaluate_elementwise
+
+    return evaluate_elementwise(lookup("", "Cast"), node, inputs)  # type: ignore[arg-type]
+
+
 op("Cast", (1, 6, 9, 13, 19, 21, 23, 24, 25, 28), infer=_cast_infer, scalar=_cast,
-   doc="convert to the element type 'to'")
+   evaluate=_cast_evaluate, doc="convert to the element type 'to'")
 
 
 def _castlike_infer(node: Node) -> list:
@@ -131,12 +165,14 @@ def _castlike_evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.n
     from onnxjit.ir.scalar_eval import run_ops
 
     x = np.asarray(inputs[0])
+    if x.dtype == object or tensor_input(node, 1).dtype == DType.STRING:
+        return [_string_cast(node, x, tensor_input(node, 1).dtype)]
     b = Builder()
     var = Var(DType.from_numpy(x.dtype), "x")
     res = emit_cast(b, var, tensor_input(node, 1).dtype, _saturate(node))
     env = {var: x}
     run_ops(b.body, env)
-    return [np.ascontiguousarray(env[res])]  # type: ignore[index]
+    return [np.asarray(env[res], order="C")]  # type: ignore[index]  # keeps 0-d 0-d
 
 
 # Not a `scalar` op: the second input only lends its type (it may even be empty), and a scalar

@@ -2,16 +2,20 @@
 
 Shape inference runs through the regions: a branch or body gets its input types (Loop: the
 iteration number, the condition and the carried values; Scan: the states and one slice of each
-scan input), every node inside is inferred with its op's rule, and the op's outputs take the
+scan input), its Constant nodes become region initializers, every node inside is inferred with
+its op's rule, and the op's outputs take the
 region outputs' types. A Loop whose carried shapes change per iteration is inferred to a fixed
 point: the dims that differ between the carried input and the body's result become unknown.
 An If whose branches produce different shapes gets the dims they share.
 
-Execution: an If whose condition is known when a stage of the run-time shape phase
+Execution: a Loop or Scan whose carried shapes are fixed and whose body compiles natively is
+lowered into one serial loop over its iterations (`ir.control_native`), compiled with the
+nodes around it. An If whose condition is known when a stage of the run-time shape phase
 (`onnxjit.staged`) reaches it is replaced by the selected branch, compiled natively with what
-follows. Otherwise (and always for Loop and Scan) the node runs on the host: its region is run
-by the interpreter of `ir.host_eval` once per branch taken or iteration, each iteration reading
-the carried values, the slices of the scan inputs and the outer values in scope.
+follows; a short Loop or Scan of the staged phase is unrolled (`ir.control_unroll`).
+Otherwise the node runs on the host: its region is run by the interpreter of `ir.host_eval`
+once per branch taken or iteration, each iteration reading the carried values, the slices of
+the scan inputs and the outer values in scope.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit.errors import ModelError
-from onnxjit.ir.graph import Graph, Node
+from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.host_eval import HOST, Lookup, const_lookup, run_graph
 from onnxjit.ir.opdef import op
 from onnxjit.ir.types import DType, OptionalType, SequenceType, TensorType, ValueType
@@ -33,12 +37,40 @@ def infer_graph(graph: Graph, input_types: list[ValueType | None]) -> list[Value
     """Give a region's inputs these types (where known), infer its nodes, return output types."""
     from onnxjit.passes.infer_shapes import infer_node
 
+    _fold_constant_nodes(graph)
     for v, t in zip(graph.inputs, input_types):
         if t is not None:
             v.type = t
     for n in graph.nodes:
         infer_node(n)
     return [v.type for v in graph.outputs]
+
+
+def _fold_constant_nodes(graph: Graph) -> None:
+    """A region's numeric Constant nodes become its initializers (constant folding does not
+    enter regions): the rules that read operand values (a Reshape's target, a Slice's
+    starts) then see them, so the region's shapes are as static as at top level."""
+    from onnxjit.ir.opdef import resolve
+    from onnxjit.passes.simplify import replace_uses
+
+    keep = []
+    for n in graph.nodes:
+        d = resolve(n) if n.op == "Constant" and n.domain in ("", "ai.onnx") else None
+        arr = None
+        if d is not None and d.evaluate is not None and not n.inputs and len(n.outputs) == 1:
+            try:
+                arr = np.asarray(d.evaluate(n, [])[0])
+            except Exception:  # an invalid attribute: inference reports it
+                arr = None
+        if arr is None or arr.dtype.kind not in "biuf":
+            keep.append(n)
+            continue
+        out = n.outputs[0]
+        v = Value(TensorType(DType.from_numpy(arr.dtype), tuple(arr.shape)), out.name, None,
+                  arr)
+        graph.initializers.append(v)
+        replace_uses(graph, out, v)
+    graph.nodes = keep
 
 
 def _reset(graph: Graph) -> None:
@@ -185,7 +217,19 @@ def _eval_loop(node: Node, ins: list[Any], lookup: Lookup) -> list[Any]:
                     for p, v in zip(scans, body.outputs[1 + n_car:])]
 
 
-op("Loop", (1, 11, 13, 16, 19, 21, 23, 24, 25), infer=_infer_loop,
+def _lower_loop(ctx: Any, node: Node) -> None:
+    from onnxjit.ir.control_native import lower_loop
+
+    lower_loop(ctx, node)
+
+
+def _lower_scan(ctx: Any, node: Node) -> None:
+    from onnxjit.ir.control_native import lower_scan
+
+    lower_scan(ctx, node)
+
+
+op("Loop", (1, 11, 13, 16, 19, 21, 23, 24, 25), infer=_infer_loop, lower=_lower_loop,
    evaluate=lambda node, ins: _eval_loop(node, ins, const_lookup))
 HOST[("", "Loop")] = _eval_loop
 
@@ -291,6 +335,6 @@ def _eval_scan(node: Node, ins: list[Any], lookup: Lookup) -> list[Any]:
     return [np.stack([r[k] for r in per_batch]) for k in range(len(node.outputs))]
 
 
-op("Scan", (8, 9, 11, 16, 19, 21, 23, 24, 25), infer=_infer_scan,
+op("Scan", (8, 9, 11, 16, 19, 21, 23, 24, 25), infer=_infer_scan, lower=_lower_scan,
    evaluate=lambda node, ins: _eval_scan(node, ins, const_lookup))
 HOST[("", "Scan")] = _eval_scan

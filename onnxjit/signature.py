@@ -4,7 +4,9 @@ A signature is a tuple of (DType, shape) per graph input, with concrete shapes. 
 is a sequence or an optional (a Python list of arrays, or an array or None) has the entry
 (its declared ValueType, the entries of its contents): a tuple of (DType, shape) per element of
 a sequence; None or the held value's entry for an optional; `entry_type` turns an entry back
-into the type a specialised graph input gets. `check` turns a
+into the type a specialised graph input gets. A map input is a dict (keys as declared, values
+converted like inputs of the value type) with the entry (its MapType, "map"): no ai.onnx op
+reads a map, so its contents never shape the compiled code. `check` turns a
 call's arguments into arrays and validates them against the declared input types: dtype, rank,
 fixed dims, and symbolic dims (a symbol shared by several inputs must have one size). Python
 scalars and lists are converted to the declared dtype; numpy arrays of another dtype are refused
@@ -19,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from onnxjit.errors import InputError, InputTypeError, UnsupportedError
-from onnxjit.ir.types import DType, OptionalType, SequenceType, Sym, TensorType, ValueType
+from onnxjit.ir.types import (
+    DType,
+    MapType,
+    OptionalType,
+    SequenceType,
+    Sym,
+    TensorType,
+    ValueType,
+)
 
 #: A declared input: (name, kind, dims) where a dim is an int, a symbol name (str) or None;
 #: `kind` is a DType for a tensor, else the input's ValueType (sequence, optional; dims None).
@@ -28,11 +38,11 @@ Declared = tuple[str, Any, "tuple[int | str | None, ...] | None"]
 
 def declared_of(name: str, t: ValueType | None) -> Declared:
     """The declaration of a graph input of type `t`."""
-    if isinstance(t, (SequenceType, OptionalType)):
+    if isinstance(t, (SequenceType, OptionalType, MapType)):
         return (name, t, None)
     if not isinstance(t, TensorType):
-        raise UnsupportedError(f"graph input '{name}' has type {t}; tensors, sequences and "
-                               "optionals are supported as inputs (maps are not yet)")
+        raise UnsupportedError(f"graph input '{name}' has type {t}; tensors, sequences, "
+                               "optionals and maps are supported as inputs")
     dims = None if t.shape is None else tuple(
         d if isinstance(d, int) else (d.args[0] if isinstance(d, Sym) and d.op == "var"
                                       else None) for d in t.shape)
@@ -55,10 +65,33 @@ def to_value(name: str, x: Any, kind: Any) -> Any:
         if isinstance(inner, (SequenceType, OptionalType)):
             return to_value(name, x, inner)
         return _any_array(name, x, _elem_dtype(kind))
+    if isinstance(kind, MapType):
+        return _map(name, x, kind)
     if not isinstance(x, (list, tuple)):
         raise InputTypeError(f"input '{name}' is a sequence ({kind}); pass a list of arrays, "
                              f"got {type(x).__name__}")
     return [_any_array(f"{name}[{i}]", e, _elem_dtype(kind)) for i, e in enumerate(x)]
+
+
+def _map(name: str, x: Any, kind: MapType) -> dict:
+    """A map input: a dict whose keys are ints or strs as declared, its values converted
+    like an input of the value type (no ai.onnx op reads a map: it passes through)."""
+    if not isinstance(x, dict):
+        raise InputTypeError(f"input '{name}' is a map ({kind}); pass a dict, got "
+                             f"{type(x).__name__}")
+    value = kind.value.dtype if isinstance(kind.value, TensorType) else kind.value
+    out = {}
+    for k, v in x.items():
+        if kind.key == DType.STRING:
+            if not isinstance(k, str):
+                raise InputTypeError(f"input '{name}' has str keys; got {k!r}")
+            key: Any = k
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            key = int(k)
+        else:
+            raise InputTypeError(f"input '{name}' has {kind.key.short} keys; got {k!r}")
+        out[key] = to_value(f"{name}[{k!r}]", v, value)
+    return out
 
 
 def _any_array(name: str, x: Any, dtype: DType | None) -> np.ndarray:
@@ -71,6 +104,8 @@ def _any_array(name: str, x: Any, dtype: DType | None) -> np.ndarray:
 
 
 def _content(kind: Any, x: Any) -> Any:
+    if isinstance(kind, MapType):
+        return "map"  # its contents never shape the compiled code
     if isinstance(kind, SequenceType):
         return tuple(_content(kind.elem, e) for e in x)
     if isinstance(kind, OptionalType):
@@ -85,6 +120,8 @@ def entry_type(entry: tuple) -> ValueType:
     kind, content = entry
     if isinstance(kind, DType):
         return TensorType(kind, tuple(content))
+    if isinstance(kind, MapType):
+        return kind
     if isinstance(kind, OptionalType):
         if content is None:
             return kind
@@ -104,13 +141,18 @@ def _content_type(kind: Any, c: Any) -> ValueType:
 
 def fast_key(values: Sequence[Any]) -> tuple:
     """A hashable key of a call's converted arguments (dtype and shape of each array)."""
-    return tuple((a.dtype, a.shape) if isinstance(a, np.ndarray) else
-                 ("seq", fast_key(a)) if isinstance(a, list) else a for a in values)
+    # String arrays get a key no raw argument matches: their elements are checked per call.
+    return tuple(("str", a.shape) if isinstance(a, np.ndarray) and a.dtype == object else
+                 (a.dtype, a.shape) if isinstance(a, np.ndarray) else
+                 ("seq", fast_key(a)) if isinstance(a, list) else
+                 "map" if isinstance(a, dict) else a for a in values)
 
 
 def to_array(name: str, x: Any, dtype: DType) -> np.ndarray:
     if not isinstance(dtype, DType):
         return to_value(name, x, dtype)
+    if dtype == DType.STRING:
+        return _strings(name, x)
     if isinstance(x, np.ndarray):
         if x.dtype != dtype.numpy:
             if x.dtype.newbyteorder("=") == dtype.numpy:  # same type, other byte order
@@ -144,6 +186,40 @@ def to_array(name: str, x: Any, dtype: DType) -> np.ndarray:
         # Python ints that do not fit the declared type would wrap around silently.
         raise InputError(f"input '{name}' is {dtype.short}; values such as "
                          f"{_first_misfit(arr, out)} do not fit in it")
+    return out
+
+
+def _strings(name: str, x: Any) -> np.ndarray:
+    """A string input as an object array of `str`: from an object array, a numpy unicode
+    array or (nested) lists of str; UTF-8 `bytes` elements are decoded. Every element is
+    checked, since the host string ops would fail on anything else."""
+    if isinstance(x, np.ndarray) and x.dtype.kind == "U":
+        return x.astype(object)
+    if isinstance(x, np.ndarray) and x.dtype.kind == "S":
+        x = x.astype(object)  # bytes: decoded below
+    if isinstance(x, (str, bytes)):
+        x = np.array(x, dtype=object)
+    try:
+        arr = x if isinstance(x, np.ndarray) and x.dtype == object else np.array(x, object)
+    except ValueError as e:
+        raise InputTypeError(f"input '{name}' cannot be converted to an array: {e}") from None
+    if isinstance(x, np.ndarray) and x.dtype != object:
+        raise InputTypeError(f"input '{name}' must hold strings (str), got dtype {x.dtype}")
+    flat = arr.reshape(-1)
+    if all(type(v) is str for v in flat):
+        return arr
+    out = np.empty(arr.shape, dtype=object)
+    dst = out.reshape(-1)
+    for k, v in enumerate(flat):
+        if isinstance(v, bytes):
+            try:
+                v = v.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputTypeError(f"input '{name}' element {k} is not UTF-8") from None
+        if not isinstance(v, str):
+            raise InputTypeError(f"input '{name}' must hold strings (str), element {k} is "
+                                 f"{type(v).__name__}")
+        dst[k] = str(v)
     return out
 
 
@@ -223,6 +299,8 @@ def _entry_id(entry: tuple) -> str:
     kind, content = entry
     if isinstance(kind, DType):
         return f"{kind.short}-{'x'.join(map(str, content)) or 'scalar'}"
+    if isinstance(kind, MapType):
+        return "map"
     if isinstance(kind, OptionalType):
         return "opt-none" if content is None else "opt-" + _content_id(kind.elem, content)
     return f"seq{len(content)}-" + "-".join(_content_id(kind.elem, c) for c in content)

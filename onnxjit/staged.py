@@ -13,10 +13,13 @@ graph whose inputs are concrete arrays:
             every input's shape, and the VALUES of the small integer tensors that the next
             node reads (shape-like operands: targets, axes, pads, sizes), bound as constants
 
-Control flow and non-tensor values: a leading If is replaced in the child by the branch its
-condition selects, and a leading Loop with a known trip count (no early exit) or a Scan by its
-body unrolled (`ir.control_unroll`, up to `UNROLL_LIMIT` iterations), so they compile natively
-with what follows them; other Loops and Scans, and the sequence and optional ops, run on the
+Control flow and non-tensor values: a Loop or Scan of fixed carried shapes compiles natively
+like any node (`ir.control_native`), except a Loop with scan outputs whose trip count arrives
+at run time. A leading If is replaced in the child by the branch its condition selects, and a
+leading Loop with a known trip count (no early exit) by itself with the trip count bound when
+its body then compiles to a native loop, else (and a Scan) by its body unrolled
+(`ir.control_unroll`, up to `UNROLL_LIMIT` iterations), so they compile natively with what
+follows them; other Loops and Scans, and the sequence and optional ops, run on the
 host (`ir.host_eval`), their regions reading outer values through the stage's inputs (a
 region's free values count as reads of its node). Sequences are Python lists and optionals
 an array or None in the stage's environment; a child is specialised on each element's shape.
@@ -70,8 +73,9 @@ def first_dynamic(model: Model) -> int | None:
         if any(v is not None and v.const is None for v in _value_inputs(n, d)):
             return i
     g = model.graph
-    if any(not isinstance(v.type, TensorType) for v in g.inputs + g.outputs):
-        return len(g.nodes)  # a sequence or optional passes through: only stages carry them
+    if any(not isinstance(v.type, TensorType) or v.type.dtype == DType.STRING
+           for v in g.inputs + g.outputs):
+        return len(g.nodes)  # a sequence, optional or string passes through: only stages do
     return None
 
 
@@ -167,10 +171,10 @@ class Stage:
         with self.lock:
             if self.artifact is None:
                 g = self.model.graph
+                read = {v for n in self.prefix for v in _reads(n)}  # regions' reads too
                 sub = Graph(list(self.prefix), [g.inputs[i] for i in self.prefix_inputs],
                             list(self.boundary),
-                            [v for v in g.initializers
-                             if any(v in n.inputs for n in self.prefix)], name=g.name)
+                            [v for v in g.initializers if v in read], name=g.name)
                 for k, v in enumerate(sub.outputs):
                     v.name = v.name or f"stage_value{k}"
                 sub.output_names = [v.name for v in sub.outputs]
@@ -219,8 +223,8 @@ def _spliceable(node: Node) -> bool:
 
 
 def _choice(node: Node, env: dict[Value, Any]) -> Any:
-    """What replaces a splice node for these values: a branch name, ("unroll", n), or None
-    (run it on the host)."""
+    """What replaces a splice node for these values: a branch name, ("unroll", n),
+    ("native", n) (the trip count bound), or None (run it on the host)."""
     from onnxjit.ir import control_unroll as cu
 
     if node.op == "If":
@@ -230,7 +234,13 @@ def _choice(node: Node, env: dict[Value, Any]) -> Any:
                              where=node)
         return "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
     if node.op == "Loop":
+        from onnxjit.ir.control_native import loop_native
+
         trip = int(np.asarray(_value(node.inputs[0], env)).reshape(-1)[0])
+        # Binding the trip count fixes the scan outputs' shapes: a body of fixed shapes then
+        # compiles to a native loop (as fast as the unrolled body, and far faster to compile).
+        if trip >= 1 and node.inputs[0].const is None and loop_native(node, trip):
+            return ("native", trip)
         return ("unroll", trip) if 1 <= trip <= cu.UNROLL_LIMIT else None
     return ("unroll", cu.scan_length(node))
 
@@ -251,6 +261,12 @@ def _splice(graph: Graph, choice: Any) -> None:
             replace_uses(graph, out, res)
         graph.nodes = list(body.nodes) + rest
         graph.initializers.extend(body.initializers)
+        return
+    if choice[0] == "native":
+        trip = Value(TensorType(DType.INT64, ()), "trip_count", None,
+                     np.array(choice[1], np.int64))
+        graph.initializers.append(trip)
+        node.inputs[0] = trip
         return
     unroll = cu.unroll_loop if node.op == "Loop" else cu.unroll_scan
     graph.nodes = unroll(node, choice[1], graph.initializers) + rest
@@ -290,6 +306,8 @@ def _shape_key(a: Any) -> Any:
         return (a.dtype.str, a.shape)
     if isinstance(a, list):
         return ("seq", tuple(_shape_key(x) for x in a))
+    if isinstance(a, dict):
+        return "map"  # no op reads a map's contents (it passes through)
     if a is None:
         return None
     a = np.asarray(a)
@@ -309,6 +327,8 @@ def _type_of(a: Any, declared: Any) -> Any:
         return SequenceType(elem)
     if a is None:
         return declared if isinstance(declared, OptionalType) else OptionalType(None)
+    if isinstance(a, dict):
+        return declared
     a = np.asarray(a)
     t = TensorType(DType.from_numpy(a.dtype), tuple(a.shape))
     return OptionalType(t) if isinstance(declared, OptionalType) else t

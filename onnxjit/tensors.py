@@ -7,7 +7,7 @@ else `raw_data` if present, else the typed field the ONNX spec assigns to the el
 allocating anything, so a forged dims list cannot make us allocate terabytes; 4) decode: raw
 data is little-endian fixed width; `int32_data` holds the small ints, bool and float16 bit
 patterns; complex types are (real, imaginary) pairs of `float_data`/`double_data`; strings
-become an object array of `bytes`.
+become an object array of `str` (UTF-8 decoded; invalid bytes as lone surrogates).
 
 bfloat16 and the float8 family become `ml_dtypes` arrays (their `int32_data` entries hold the
 bit patterns). The 4-/2-bit types (int4, uint4, float4e2m1, int2, uint2) are packed in the proto,
@@ -115,7 +115,9 @@ def to_numpy(t: P.TensorProto, external: ExternalRead | None = None) -> np.ndarr
             raise ModelError(f"has {len(t.string_data)} strings in string_data, dims "
                              f"{list(dims)} need {n}", where=where)
         out = np.empty(n, dtype=object)
-        out[:] = list(t.string_data)
+        # Strings are UTF-8 (ONNX IR spec); bytes that are not decode losslessly to lone
+        # surrogates rather than fail the import.
+        out[:] = [s.decode("utf-8", "surrogateescape") for s in t.string_data]
         return out.reshape(dims)
     try:
         np_dtype = dtype.numpy

@@ -16,7 +16,7 @@ from __future__ import annotations
 from onnxjit.ir.graph import Graph, Model, Node, Value
 from onnxjit.ir.opdef import lookup
 from onnxjit.ir.ops_fused import FUSED_DOMAIN
-from onnxjit.ir.types import TensorType
+from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
 from onnxjit.passes.simplify import replace_uses
 
@@ -38,6 +38,9 @@ def _candidate(node: Node) -> tuple | None:
     t = node.outputs[0].type
     if not isinstance(t, TensorType) or not t.is_static:
         return None
+    if any(isinstance(v.type, TensorType) and v.type.dtype == DType.STRING
+           for v in node.inputs + node.outputs if v is not None):
+        return None  # string ops run on the host (onnxjit.staged), never fused
     return t.shape
 
 

@@ -11,6 +11,7 @@ entry is removed: the list only shrinks.
 import re
 import warnings
 
+import numpy as np
 import onnx.backend.test
 from backend_expected_failures import EXPECTED_FAILURES
 
@@ -18,7 +19,19 @@ import onnxjit.backend
 
 warnings.filterwarnings("ignore", category=RuntimeWarning)
 
-backend_test = onnx.backend.test.BackendTest(onnxjit.backend, __name__)
+
+class _BackendTest(onnx.backend.test.BackendTest):
+    @classmethod
+    def assert_similar_outputs(cls, ref_outputs, outputs, rtol, atol, model_dir=None):
+        # onnx's comparison recurses into a sequence output with bare elements and takes their
+        # len(), which fails on a 0-d element (test_loop16_seq_none): compare one element as a
+        # one-output list instead (the same checks: shape, dtype, values)
+        if isinstance(ref_outputs, np.ndarray) and isinstance(outputs, np.ndarray):
+            ref_outputs, outputs = [ref_outputs], [outputs]
+        super().assert_similar_outputs(ref_outputs, outputs, rtol, atol, model_dir=model_dir)
+
+
+backend_test = _BackendTest(onnxjit.backend, __name__)
 for pattern in EXPECTED_FAILURES:
     re.compile(pattern)
     backend_test.xfail(pattern)

@@ -4,7 +4,8 @@ Covers: If (per-step streaming, branches of different shapes, a branch invalid f
 not taken), Loop (a recurrent model, carried shapes that change per iteration, zero
 iterations, condition-driven exit), Scan (directions and axes), model-local functions
 (attribute parameters, `@ref` references, defaults, nested calls, their own opset imports),
-sequence and optional ops on tensor inputs, and the scoping errors of nested graphs.
+sequence and optional ops on tensor inputs, maps passing through as dicts, and the scoping
+errors of nested graphs (also inside a Loop body).
 """
 
 import numpy as np
@@ -15,7 +16,7 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 
 import onnxjit
-from onnxjit.errors import ModelError
+from onnxjit.errors import InputError, ModelError
 from onnxjit.ir.graph import Graph, Model, Node, Value
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.ir.verify import verify_model
@@ -96,11 +97,11 @@ def test_if_per_step_streaming_model_matches_onnxruntime():
 
 def _stage_keys(stage):
     """What the stages chose for their leading control-flow node: branch names, ("unroll", n),
-    "host"."""
+    ("native", n), "host"."""
     out = set()
     for key, child in stage.children.items():
         out.update(k for k in key if isinstance(k, str)
-                   or (isinstance(k, tuple) and k[:1] == ("unroll",)))
+                   or (isinstance(k, tuple) and k[:1] in (("unroll",), ("native",))))
         out |= _stage_keys(child)
     return out
 
@@ -172,12 +173,10 @@ def test_loop_recurrent_model_matches_onnxruntime():
     feeds = [{"xs": RNG.standard_normal((t, 1, 5)).astype(np.float32),
               "h0": RNG.standard_normal((1, 6)).astype(np.float32)} for t in (7, 3, 7, 1, 70)]
     fn = _against_ort(m, feeds)
-    # Short sequences are unrolled into native stages; a long one runs on the host.
-    chosen = set()
-    for art in fn._fast.values():
-        chosen |= _stage_keys(art.root)
-    assert {("unroll", 7), ("unroll", 3), ("unroll", 1)} <= chosen
-    assert ("unroll", 70) not in chosen
+    # The carried shape is fixed: every length compiles to one native loop, no staged phase.
+    assert len(fn._fast) == 4
+    assert all(not hasattr(art, "root") for art in fn._fast.values())
+    assert "for %iter" in fn.ir("loops")
 
 
 def test_loop_reads_a_value_computed_before_it_and_runs_zero_times():
@@ -417,3 +416,83 @@ def test_loop_body_with_wrong_inputs_names_subgraph_and_node():
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
     with pytest.raises(ModelError, match=r"the_loop.*short_body.*1 inputs"):
         onnxjit.compile(m, cache_dir=False)(np.array(1, np.int64))
+
+
+def _loop_with_body(nodes, outs):
+    body = oh.make_graph(nodes, "loop_body",
+                         [_vi("i", TP.INT64, []), _vi("cond", TP.BOOL, []), _vi("h", shape=[2])],
+                         [_vi("cond_out", TP.BOOL, [])] + [_vi(o, shape=[2]) for o in outs])
+    g = oh.make_graph([oh.make_node("Loop", ["n", "", "x"], ["y"], body=body, name="the_loop")],
+                      "main", [_vi("n", TP.INT64, []), _vi("x", shape=[2])],
+                      [_vi("y", shape=[2])])
+    return oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
+
+
+def _branches(then_nodes, then_outs):
+    return {"then_branch": oh.make_graph(then_nodes, "then_g", [],
+                                         [_vi(o, shape=[2]) for o in then_outs]),
+            "else_branch": oh.make_graph([oh.make_node("Neg", ["h"], ["e"])], "else_g", [],
+                                         [_vi("e", shape=[2])])}
+
+
+@pytest.mark.parametrize("nodes,pattern", [
+    ([oh.make_node("Add", ["h", "nope"], ["h2"], name="adder")],
+     r"'adder'.*'nope'.*subgraph 'loop_body'.*'the_loop'"),
+    ([oh.make_node("Neg", ["h"], ["x"], name="shadower")],
+     r"'shadower'.*'x'.*subgraph 'loop_body'.*'the_loop'"),
+    ([oh.make_node("If", ["cond"], ["h2"], name="inner_if",
+                   **_branches([oh.make_node("Neg", ["ghost"], ["t"], name="ghost_user")],
+                               ["t"]))],
+     r"'ghost_user'.*'ghost'.*subgraph 'then_g'.*'inner_if'.*subgraph 'loop_body'.*'the_loop'"),
+    ([oh.make_node("If", ["cond"], ["h2"], name="inner_if",
+                   **_branches([oh.make_node("Neg", ["h"], ["t"]),
+                                oh.make_node("Abs", ["h"], ["u"])], ["t", "u"]))],
+     r"'inner_if'.*'then_g'.*2 outputs.*subgraph 'loop_body'.*'the_loop'"),
+])
+def test_scoping_errors_inside_a_loop_body_name_subgraphs_and_nodes(nodes, pattern):
+    nodes = [oh.make_node("Identity", ["cond"], ["cond_out"]), *nodes]
+    out = nodes[-1].output[0]
+    with pytest.raises(ModelError, match=pattern):
+        fn = onnxjit.compile(_loop_with_body(nodes, [out]), cache_dir=False)
+        fn(np.array(2, np.int64), np.ones(2, np.float32))
+
+
+# ----------------------------------------------------------------------------------- maps
+
+
+def _map_model():
+    """Maps pass through a graph (no ai.onnx op takes one) next to tensor computations."""
+    ints = oh.make_value_info("ints", oh.make_map_type_proto(
+        TP.INT64, oh.make_tensor_type_proto(TP.FLOAT, [2])))
+    names = oh.make_value_info("names", oh.make_map_type_proto(
+        TP.STRING, oh.make_tensor_type_proto(TP.INT64, [])))
+    g = oh.make_graph([oh.make_node("Neg", ["x"], ["y"])], "main",
+                      [ints, _vi("x", shape=[2]), names], [names, _vi("y", shape=[2]), ints])
+    return _model(g.node, g.input, g.output)
+
+
+def test_map_inputs_and_outputs_are_dicts():
+    fn = onnxjit.compile(_map_model(), cache_dir=False)
+    names = {"a": 1, "b": np.int64(2)}
+    got_names, y, got_ints = fn({3: np.array([1.0, 2.0], np.float32), 7: [0.5, -1.0]},
+                                np.ones(2, np.float32), names)
+    assert set(got_ints) == {3, 7} and set(got_names) == {"a", "b"}
+    np.testing.assert_array_equal(got_ints[7], np.array([0.5, -1.0], np.float32))
+    assert got_ints[7].dtype == np.float32 and got_names["b"].dtype == np.int64
+    np.testing.assert_array_equal(y, -np.ones(2, np.float32))
+    # other contents reuse the signature: a map's contents never shape the compiled code
+    got_names, y, got_ints = fn({1: np.zeros(2, np.float32)}, np.ones(2, np.float32), {})
+    assert list(got_ints) == [1] and got_names == {}
+    assert len(fn.signatures) == 1
+
+
+@pytest.mark.parametrize("bad_ints,bad_names", [
+    ([np.zeros(2, np.float32)], {"a": 1}),          # a list for a map
+    ({1: np.zeros(2, np.float32)}, np.array([1])),  # an array for a map
+    ({"k": np.zeros(2, np.float32)}, {"a": 1}),     # a str key for an int64 key
+    ({1: np.zeros(2, np.float32)}, {2: 1}),         # an int key for a str key
+])
+def test_a_map_input_given_something_else_is_an_input_error(bad_ints, bad_names):
+    fn = onnxjit.compile(_map_model(), cache_dir=False)
+    with pytest.raises(InputError):
+        fn(bad_ints, np.ones(2, np.float32), bad_names)
