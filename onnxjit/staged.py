@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.errors import InputError, ModelError, UnsupportedError
+from onnxjit.errors import InputError, ModelError, SizeLimitError, UnsupportedError
 from onnxjit.ir.graph import Graph, Model, Node, Value, clone_model
 from onnxjit.ir.ops_control import join
 from onnxjit.ir.types import DType, OptionalType, SequenceType, TensorType
@@ -382,8 +382,19 @@ class Staged:
         from onnxjit.artifact import sized_for_call
         from onnxjit.signature import describe
 
-        # A later stage's shapes come from this call's values: too large is the call's fault.
-        with sized_for_call(describe(self.root.owner.input_names, self.signature)):
-            # np.ascontiguousarray would turn a 0-d array into shape (1,).
-            return tuple(self.root.run([np.asarray(a, order="C") if isinstance(a, np.ndarray)
-                                        else a for a in args]))
+        # A later stage's shapes come from this call's values: too large is the call's fault,
+        # and so is a shape the values make invalid (a negative dim, a Reshape that does not
+        # fit): everything the model alone determines was checked when it compiled.
+        what = describe(self.root.owner.input_names, self.signature)
+        with sized_for_call(what):
+            try:
+                # np.ascontiguousarray would turn a 0-d array into shape (1,).
+                return tuple(self.root.run([np.asarray(a, order="C")
+                                            if isinstance(a, np.ndarray) else a
+                                            for a in args]))
+            except SizeLimitError:
+                raise
+            except ModelError as e:
+                err = InputError(f"{e}; with the values of this call's inputs ({what})")
+                err.where = e.where
+                raise err from None

@@ -105,3 +105,26 @@ def test_lists_and_scalars_convert(fn):
     (a,) = fn([[1.0] * 8])
     (b,) = fn(np.ones((1, 8), np.float32))
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("target, pattern", [
+    ([-2, 3], r"node \(Reshape\): shape \[-2, 3\] has invalid dim -2"),
+    ([4, 3], r"cannot reshape \[6\] \(6 elements\) into \[4, 3\]"),
+    ([-1, -1], r"more than one -1"),
+])
+def test_shape_values_from_the_call_that_do_not_fit_are_input_errors(target, pattern):
+    # The target shape is an input: its values are only known at call time, so a bad one is
+    # the call's fault (InputError naming the node and the call's inputs), and the model
+    # keeps working for good values afterwards.
+    g = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    fn = onnxjit.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+                         cache_dir=False)
+    x = np.arange(6, dtype=np.float32)
+    with pytest.raises(InputError, match=pattern) as info:
+        fn(x, np.array(target, np.int64))
+    assert "this call's inputs (x: f32[6], s: i64[2])" in str(info.value)
+    np.testing.assert_array_equal(fn(x, np.array([3, 2], np.int64))[0], x.reshape(3, 2))
