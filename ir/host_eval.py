@@ -44,7 +44,8 @@ def _tables() -> None:
 
 def is_host_only(node: Node) -> bool:
     """A node that must run on the host: a region op (but a Loop or Scan of fixed shapes that
-    compiles natively), a host-table op, or one whose inputs or outputs are
+    compiles natively), a host-table op, one that draws random numbers, or one whose inputs or
+    outputs are
     sequences/optionals/maps or string tensors."""
     _tables()
     key = (node.domain if node.domain != "ai.onnx" else "", node.op)
@@ -54,6 +55,11 @@ def is_host_only(node: Node) -> bool:
 
             return not (cn.loop_native(node) if node.op == "Loop" else cn.scan_native(node))
         return True
+    from onnxjit.ir.opdef import lookup
+
+    d = lookup(node.domain, node.op)
+    if d is not None and d.draws is not None and d.draws(node):
+        return True  # a fresh random draw at every call
     for v in list(node.inputs) + list(node.outputs):
         if v is not None and v.type is not None and (not isinstance(v.type, TensorType)
                                                      or v.type.dtype == DType.STRING):

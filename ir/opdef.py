@@ -15,6 +15,8 @@ versions differ):
 - `value_inputs`: indexes of inputs whose VALUES the lowering needs at compile time (pads,
   sizes, scales, depth...). A node with such an input not constant after binding runs through
   the run-time shape phase (`onnxjit.staged`), which binds the value it receives.
+- `draws(node) -> bool`: the node draws random numbers (with these attributes and constant
+  inputs): it is never folded and runs on the host at every call (training-mode Dropout).
 
 Lookup is by (domain, op); `resolve` checks the node's version against what the table knows.
 """
@@ -69,6 +71,7 @@ class OpDef:
     lower: Callable[[LowerContext, Node], None] | None = None
     doc: str = ""
     value_inputs: tuple[int, ...] = ()
+    draws: Callable[[Node], bool] | None = None
 
     @property
     def fusible(self) -> bool:

@@ -1,4 +1,4 @@
-"""Shape ops: Identity, Dropout, Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze.
+"""Shape ops: Identity, Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze.
 
 Inference works on symbolic dims. Shape (and Size) publish the input's dims as the output's
 `sym_value`; Reshape/Squeeze/Unsqueeze/Identity forward it for rank <= 1 tensors, and Reshape
@@ -8,37 +8,34 @@ is bound; a -1 divides the input's product by the other dims after cancelling eq
 factors. A target that is data-dependent and unknown gives unknown (None) dims, never an
 error: per signature the dims become concrete once fold-constants runs.
 
-Lowering: Identity, Dropout, Reshape, Flatten, Squeeze and Unsqueeze alias the input's storage
+Lowering: Identity, Reshape, Flatten, Squeeze and Unsqueeze alias the input's storage
 (`ctx.view`, no copy); Shape and Size fold per signature, and their lowering stores the (then
-static) dims for completeness. Dropout is inference-only: it forwards its input and its mask is
-all true; training mode with a non-zero ratio is unsupported (a runtime `training_mode` input is
-checked at run time).
+static) dims for completeness. (Dropout, also a view in inference: `ops_dropout`.)
 """
 from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.errors import ModelError, UnsupportedError
+from onnxjit.errors import ModelError
 from onnxjit.ir.elementwise_utils import check_dtype, dims_of, tensor
 from onnxjit.ir.graph import Node
 from onnxjit.ir.index_utils import (
     axes_list,
     check_int_input,
     div_dims,
-    fill,
     input_length,
     int_values,
     prod_dims,
     static_lower,
 )
-from onnxjit.ir.loop_builder import Builder, const
+from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import i64
 from onnxjit.ir.opdef import LowerContext, op, since_version
 from onnxjit.ir.shape_utils import require_attr, tensor_input
 from onnxjit.ir.types import Dim, DType, TensorType, ValueType
 
 
-def _forward_sym(node: Node, shape: tuple | None) -> None:
+def forward_sym(node: Node, shape: tuple | None) -> None:
     """Dims held by a rank <= 1 input stay known through reshape-like ops."""
     x = node.inputs[0]
     out = node.outputs[0]
@@ -51,7 +48,7 @@ def _lower_view(ctx: LowerContext, node: Node) -> None:
     ctx.view(node.outputs[0], ctx.buf(node.inputs[0]))  # type: ignore[arg-type]
 
 
-# --------------------------------------------------------------------------- Identity, Dropout
+# --------------------------------------------------------------------------- Identity
 
 
 def _identity_infer(node: Node) -> list[ValueType | None]:
@@ -60,74 +57,8 @@ def _identity_infer(node: Node) -> list[ValueType | None]:
         raise ModelError("required input 0 is missing", where=node)
     if isinstance(x.type, TensorType):
         check_dtype(node, 0)
-        _forward_sym(node, x.type.shape)
+        forward_sym(node, x.type.shape)
     return [x.type]
-
-
-def _dropout_ratio_zero(node: Node) -> bool:
-    r = node.input(1)
-    return r is not None and r.const is not None and float(np.asarray(r.const)) == 0.0
-
-
-def _dropout_infer(node: Node) -> list[ValueType | None]:
-    dt = check_dtype(node, 0, "float")
-    shape = tensor_input(node, 0).shape
-    sv = since_version(node)
-    if sv >= 12:
-        r, mode = node.input(1), node.input(2)
-        if r is not None and (r.dtype is None or not r.dtype.is_float):
-            raise ModelError(f"input 1 (ratio) must be a float scalar, got {r.type}", where=node)
-        if mode is not None:
-            if mode.dtype != DType.BOOL:
-                raise ModelError(f"input 2 (training_mode) must be bool, got {mode.type}",
-                                 where=node)
-            if mode.const is not None and bool(np.asarray(mode.const)) \
-                    and not _dropout_ratio_zero(node):
-                raise UnsupportedError("Dropout with training_mode=true (random masks) is not "
-                                       "supported; onnxjit compiles inference only", where=node)
-    _forward_sym(node, shape)
-    out = tensor(dt, shape)
-    if len(node.outputs) > 1:
-        out += tensor(dt if sv < 10 else DType.BOOL, shape)
-    return out  # type: ignore[return-value]
-
-
-def _dropout_mask_dtype(node: Node, x: np.ndarray) -> np.dtype:
-    return x.dtype if since_version(node) < 10 else np.dtype(bool)
-
-
-def _dropout_eval(node: Node, inputs: list) -> list[np.ndarray]:
-    x = inputs[0]
-    if len(inputs) > 2 and inputs[2] is not None and bool(inputs[2]) \
-            and not _dropout_ratio_zero(node):
-        raise UnsupportedError("Dropout with training_mode=true is not supported", where=node)
-    out = [x]
-    if len(node.outputs) > 1:
-        out.append(np.ones(x.shape, dtype=_dropout_mask_dtype(node, x)))
-    return out
-
-
-def _dropout_lower(ctx: LowerContext, node: Node) -> None:
-    x = node.inputs[0]
-    assert x is not None
-    mode = node.input(2) if since_version(node) >= 12 else None
-    if mode is not None and mode.const is None and not _dropout_ratio_zero(node):
-        # training_mode is a runtime input: inference semantics only hold when it is false.
-        b = Builder()
-        ok = b.op("not", b.load(ctx.buf(mode), i64(0)))
-        r = node.input(1)
-        if r is not None and r.const is None:  # ratio 0 forwards even in training mode
-            rv = b.load(ctx.buf(r), i64(0))
-            ok = b.op("or", ok, b.op("eq", rv, const(0, rv.dtype)))
-        b.check(ok, f"{node.describe()}: training_mode=true with a non-zero ratio is not "
-                    "supported (onnxjit compiles inference only)")
-        ctx.kernel("dropout_check", b.body)
-    ctx.view(node.outputs[0], ctx.buf(x))
-    if len(node.outputs) > 1 and node.outputs[1].name:
-        mask = ctx.buf(node.outputs[1])
-        b = Builder()
-        fill(b, mask, const(1, mask.dtype))
-        ctx.kernel("dropout_mask", b.body)
 
 
 # --------------------------------------------------------------------------- Shape, Size
@@ -246,7 +177,7 @@ def _reshape_infer(node: Node) -> list[ValueType | None]:
         shape = None if n is None else (None,) * n
     else:
         shape = reshape_dims(node, src, target, _allowzero(node))
-    _forward_sym(node, shape)
+    forward_sym(node, shape)
     return tensor(dt, shape)  # type: ignore[return-value]
 
 
@@ -321,7 +252,7 @@ def _squeeze_infer(node: Node) -> list[ValueType | None]:
         shape = squeeze_shape(node, src, axes)
     else:
         shape = None if src is None or count is None else (None,) * (len(src) - count)
-    _forward_sym(node, shape)
+    forward_sym(node, shape)
     return tensor(dt, shape)  # type: ignore[return-value]
 
 
@@ -353,7 +284,7 @@ def _unsqueeze_infer(node: Node) -> list[ValueType | None]:
         shape = unsqueeze_shape(node, src, axes)  # type: ignore[arg-type]
     else:
         shape = None if src is None or count is None else (None,) * (len(src) + count)
-    _forward_sym(node, shape)
+    forward_sym(node, shape)
     return tensor(dt, shape)  # type: ignore[return-value]
 
 
@@ -371,8 +302,6 @@ def _view_eval(node: Node, inputs: list) -> list[np.ndarray]:
 
 op("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25), infer=_identity_infer, evaluate=_view_eval,
    lower=static_lower(_lower_view), doc="output = input (storage shared)")
-op("Dropout", (1, 6, 7, 10, 12, 13, 22), infer=_dropout_infer, evaluate=_dropout_eval,
-   lower=static_lower(_dropout_lower), doc="inference: output = input, mask all true")
 op("Shape", (1, 13, 15, 19, 21, 23, 24, 25), infer=_shape_infer, evaluate=_shape_eval,
    lower=static_lower(_shape_lower), doc="dims of the input (start/end from 15) as i64")
 op("Size", (1, 13, 19, 21, 23, 24, 25), infer=_size_infer, evaluate=_size_eval,

@@ -18,7 +18,7 @@ import numpy as np
 
 from onnxjit.errors import CompileError, OnnxJitError
 from onnxjit.ir.graph import Model, Node
-from onnxjit.ir.opdef import resolve
+from onnxjit.ir.opdef import lookup, resolve
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
 from onnxjit.passes.infer_shapes import infer_node
@@ -76,13 +76,18 @@ def _from_sym_values(node: Node) -> list[np.ndarray] | None:
     return outs
 
 
+def _draws(node: Node) -> bool:
+    d = lookup(node.domain, node.op)
+    return d is not None and d.draws is not None and d.draws(node)
+
+
 def run(model: Model, ctx: PassContext) -> PassResult:
     graph = model.graph
     kept: list[Node] = []
     changed = False
     for node in graph.nodes:
         infer_node(node)
-        if node.op in NONDETERMINISTIC or any(True for _ in node.regions()):
+        if node.op in NONDETERMINISTIC or any(True for _ in node.regions()) or _draws(node):
             kept.append(node)
             continue
         try:

@@ -43,8 +43,4 @@ EXPECTED_FAILURES: dict[str, str] = {
     '^test_qlinearmatmul_2D_uint8_float16_cpu$': 'UnsupportedError: node (QLinearMatMul): QLinearMatMul with a scale of element type f16 is not supported (supported: f32)',
     '^test_qlinearmatmul_3D_int8_float16_cpu$': 'UnsupportedError: node (QLinearMatMul): QLinearMatMul with a scale of element type f16 is not supported (supported: f32)',
     '^test_qlinearmatmul_3D_uint8_float16_cpu$': 'UnsupportedError: node (QLinearMatMul): QLinearMatMul with a scale of element type f16 is not supported (supported: f32)',
-    '^test_training_dropout_cpu$': 'InputError: node (Dropout): training_mode=true with a non-zero ratio is not supported (onnxjit compiles inference only)',
-    '^test_training_dropout_default_cpu$': 'InputError: node (Dropout): training_mode=true with a non-zero ratio is not supported (onnxjit compiles inference only)',
-    '^test_training_dropout_default_mask_cpu$': 'InputError: node (Dropout): training_mode=true with a non-zero ratio is not supported (onnxjit compiles inference only)',
-    '^test_training_dropout_mask_cpu$': 'InputError: node (Dropout): training_mode=true with a non-zero ratio is not supported (onnxjit compiles inference only)',
 }
