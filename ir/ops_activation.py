@@ -6,7 +6,8 @@ Compositions worth a note:
 - Softplus = max(x, 0) + log(1 + exp(-|x|)): never overflows, unlike log(exp(x) + 1);
 - Gelu "none" = x/2 * (1 + erf(x/sqrt 2)), "tanh" = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
 - Shrink on integers computes in f64 (lambd and bias are floats) and truncates back;
-- PRelu's slope broadcasts unidirectionally to X: the output has X's shape.
+- PRelu's slope broadcasts unidirectionally to X: the output has X's shape; in opsets 1 and 6
+  a 1-D slope that does not broadcast but has X's channel count applies per channel (axis 1).
 Attributes keep their per-version defaults (Selu-1's alpha/gamma differ from Selu-6's).
 """
 
@@ -14,12 +15,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from onnxjit.errors import ModelError
 from onnxjit.ir.elementwise_utils import out_shape, tensor
 from onnxjit.ir.graph import Node
-from onnxjit.ir.loop_builder import Builder
+from onnxjit.ir.loop_builder import Builder, coalesce, row_major_strides
 from onnxjit.ir.loops import Operand
-from onnxjit.ir.opdef import op
+from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops_elementwise import (
     BF16,
     FLOATS,
@@ -33,6 +36,8 @@ from onnxjit.ir.ops_elementwise import (
     float_attrs,
     unary,
 )
+from onnxjit.ir.ops_fused import lower_elementwise_nodes
+from onnxjit.ir.scalar_eval import evaluate_elementwise
 from onnxjit.ir.shape_utils import tensor_input
 from onnxjit.ir.types import DType
 
@@ -57,11 +62,25 @@ unary("LeakyRelu", (1, 6, 16), ((1, FLOATS), (16, FLOATS | BF16)), _leaky,
       "x < 0 ? alpha * x : x", check=float_attrs("alpha"))
 
 
+def _prelu_legacy(node: Node) -> bool:
+    """Opsets 1 and 6 (Caffe2's PRelu): a 1-D slope of X's channel count C that does not
+    broadcast numpy-style applies along axis 1, one slope per channel. Later opsets (and the
+    reference, which tries numpy broadcasting first) keep numpy's rule for every other case."""
+    if node.version >= 7:
+        return False
+    x, s = tensor_input(node, 0).shape, tensor_input(node, 1).shape
+    if x is None or s is None or len(s) != 1 or len(x) < 2 or not isinstance(x[-1], int):
+        return False
+    return s[0] != 1 and x[1] == s[0] and x[-1] != s[0]
+
+
 def _prelu_infer(node: Node) -> list:
     arity(node, 2)
     dt = accept_same(node, (0, 1), ((1, FLOATS), (9, FLOATS | WIDE_INTS),
                                     (16, FLOATS | BF16 | WIDE_INTS)))
     x = tensor_input(node, 0).shape
+    if _prelu_legacy(node):
+        return tensor(dt, x)
     shape = out_shape(node, (0, 1))
     if x is not None and shape is not None and (
             len(shape) != len(x) or any(isinstance(d, int) and isinstance(e, int) and d != e
@@ -76,8 +95,40 @@ def _prelu(b: Builder, node: Node, a: list[Operand]) -> Operand:
     return b.op("select", b.op("lt", x, c(0, x)), b.op("mul", x, slope), x)
 
 
-op("PRelu", (1, 6, 7, 9, 16), infer=_prelu_infer, scalar=_prelu,
-   doc="x < 0 ? slope * x : x, slope broadcast to x")
+def _prelu_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
+    x, slope = inputs
+    if _prelu_legacy(node):
+        slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+    return evaluate_elementwise(_PRELU, node, [x, slope])
+
+
+def _prelu_lower(ctx: LowerContext, node: Node) -> None:
+    if not _prelu_legacy(node):
+        ins = node.inputs[:2]
+        lower_elementwise_nodes(ctx, [node], ins, ins, node.outputs[:1], node.outputs[:1],
+                                "prelu")
+        return
+    # The legacy per-channel slope: the scalar rule over one nest, slope read with stride 1
+    # along axis 1 and 0 elsewhere (a broadcast `elementwise` cannot express).
+    x, slope, y = (ctx.buf(v) for v in (*node.inputs[:2], node.outputs[0]))
+    if y.numel == 0:
+        return
+    own = row_major_strides(y.shape)
+    sst = [1 if k == 1 else 0 for k in range(len(y.shape))]
+    shape, strides = coalesce(y.shape, [own, sst])
+    b = Builder()
+    with b.nest(shape, parallel_outer=True) as idx:
+        i = b.linear(idx, strides[0])
+        r = _prelu(b, node, [b.load(x, i), b.load(slope, b.linear(idx, strides[1]))])
+        b.store(y, i, b.cast(r, y.dtype))
+    ctx.kernel("prelu", b.body)
+
+
+# `lower`/`evaluate` handle the legacy per-channel rule; the scalar rule serves fusion (the
+# fuse pass only fuses nodes whose inputs broadcast numpy-style to the output)
+_PRELU = op("PRelu", (1, 6, 7, 9, 16), infer=_prelu_infer, scalar=_prelu,
+            evaluate=_prelu_evaluate, lower=_prelu_lower,
+            doc="x < 0 ? slope * x : x, slope broadcast to x (opset < 7: per channel)")
 
 
 def _gelu_check(node: Node) -> str:

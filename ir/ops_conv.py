@@ -41,6 +41,7 @@ from onnxjit.ir.elementwise_utils import tensor
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Const, Matmul, Operand, i64
+from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops_conv_utils import (
     PANEL_BYTES,
@@ -327,12 +328,18 @@ def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, y
             with b.loop(lo, hi, hint="w") as i:
                 b.store(y, b.iadd(yrow, i), init)
     if lo_all < hi_all:
+        # f16 sums in f32 and rounds once, then adds the bias, as the reference's matmul
+        # does (`narrow.accumulator`); bf16 and wide types accumulate in their own type
+        at = accumulator(y.dtype)
         with b.loop(lo_all, hi_all, hint="w") as i:
-            acc: Operand = init
+            acc: Operand = init if at == y.dtype else const(0, at)
             for r, xrow in enumerate(rows):
                 for tw in range(kw):
                     xv = b.load(x, b.iadd(b.iadd(xrow, i64(tw * dw - pw)), b.imul(i, sw)))
-                    acc = b.op("add", acc, b.op("mul", wv[r * kw + tw], xv))
+                    acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at),
+                                                b.cast(xv, at)))
+            if at != y.dtype:
+                acc = b.op("add", b.cast(acc, y.dtype), init)
             b.store(y, b.iadd(yrow, i), acc)
     for r, xrow in enumerate(rows):
         for tw, (lo, hi) in enumerate(ranges):

@@ -2,9 +2,10 @@
 
 QuantizeLinear: y = clamp(rint(x / scale) + zero_point) to the range of y's integer type (the
 zero point's type, else `output_dtype`, else uint8), x / scale in f32 (f64 for an i32 x or
-with `precision` = f64); DequantizeLinear: y = (x - zero_point) *
-scale, computed in f32 like the reference. rint rounds half to even: r = floor(v) plus 1 when
-the fraction is above 1/2, or exactly 1/2 and floor(v) is odd. A NaN quantizes to the type's
+with `precision` = f64); DequantizeLinear: y = (x - zero_point) * scale, computed in f32 like
+the reference (an f16/bf16 scale is widened), rounded once to the output type (`output_dtype`,
+else the scale's type). rint rounds half to even: r = floor(v) plus 1 when the fraction is
+above 1/2, or exactly 1/2 and floor(v) is odd. A NaN quantizes to the type's
 minimum (the spec leaves it undefined; onnxruntime's kernels give the minimum, and a model
 quantized from a calibration that saw -inf carries NaN scales).
 
@@ -16,14 +17,16 @@ All three index the scale as `o * so + (a // block) * sa + i * si` over x viewed
 Quantized types: int8/uint8/int16/uint16 (and int32 for DequantizeLinear's input), the 4-/2-bit
 ints (clamped to their range like the others), and float8/float4e2m1, for which the spec has
 no rint: y = cast(x / scale + zero_point) with Cast's rounding and `saturate` rules
-(`ops_cast.emit_cast`). float6/float8e8m0 types and f16/bf16 scales raise UnsupportedError.
+(`ops_cast.emit_cast`). float6/float8e8m0 types and QuantizeLinear's f16/bf16 scales raise
+UnsupportedError.
 
 DynamicQuantizeLinear: a serial min/max pass gives scale = (max(0, max x) - min(0, min x)) / 255
 (1/255 when the range is empty) and zp = rint(clamp(-min / scale, 0, 255)); a second,
 parallel kernel quantizes x with them (read back from the outputs).
 QLinearMatMul (per-tensor scales and zero points): (a - azp) and (b - bzp) widened to int32 in
 scratch panels, one integer `loops.Matmul` per batch element, then y = clamp(rint(acc *
-(as * bs / ys)) + yzp).
+m) + yzp) in f64, with m = as * bs / ys computed in the scales' type (f32, f16 or bf16, each
+op rounded), as the reference (numpy promotes int32 * float to f64).
 """
 
 from __future__ import annotations
@@ -38,7 +41,14 @@ from onnxjit.ir.elementwise_utils import tensor
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Operand, i64
-from onnxjit.ir.narrow import FLOAT_FORMATS, SATURATING, max_finite, to_cast_only
+from onnxjit.ir.narrow import (
+    FLOAT_FORMATS,
+    SATURATING,
+    max_finite,
+    narrow,
+    to_cast_only,
+    widen,
+)
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops_cast import emit_cast
 from onnxjit.ir.ops_elementwise import arity, int_attr
@@ -74,13 +84,17 @@ def _quant_type(node: Node, i: int, what: str, allow_i32: bool = False) -> DType
     return dt
 
 
-def _scale_type(node: Node, i: int) -> DType:
+def _scale_type(node: Node, i: int, narrow_ok: bool = False) -> DType:
+    """The scale's element type: f32, or also f16/bf16 where `narrow_ok` (module docstring)."""
     dt = tensor_input(node, i).dtype
-    if dt in (D.FLOAT16, D.BFLOAT16, D.FLOAT8E8M0):
+    ok = (D.FLOAT, D.FLOAT16, D.BFLOAT16) if narrow_ok else (D.FLOAT,)
+    if dt in (D.FLOAT16, D.BFLOAT16, D.FLOAT8E8M0) and dt not in ok:
+        names = ", ".join(t.short for t in ok)
         raise UnsupportedError(f"{node.op} with a scale of element type {dt.short} is not "
-                               "supported (supported: f32)", where=node)
-    if dt != D.FLOAT:
-        raise ModelError(f"input {i} (scale) must be f32, got {dt.short}", where=node)
+                               f"supported (supported: {names})", where=node)
+    if dt not in ok:
+        raise ModelError(f"input {i} (scale) must be f32, f16 or bf16, got {dt.short}",
+                         where=node)
     return dt
 
 
@@ -270,17 +284,25 @@ op("QuantizeLinear", _Q_VERSIONS, infer=_q_infer, evaluate=_q_evaluate, lower=_q
 def _dq_infer(node: Node) -> list:
     arity(node, 2, 3)
     dt = _quant_type(node, 0, "input", allow_i32=True)
-    _scale_type(node, 1)
     if node.input(2) is not None and _quant_type(node, 2, "zero point", True) != dt:
         raise ModelError(f"the zero point must have x's element type {dt.short}", where=node)
-    out = node.attr("output_dtype", 0) if node.version >= 23 else 0
-    if out and out != D.FLOAT.value:
-        raise UnsupportedError(f"{node.op} with output_dtype {out} is not supported "
-                               "(supported: f32)", where=node)
+    out = _dq_out_type(node)
     x, s = tensor_input(node, 0).shape, tensor_input(node, 1).shape
     if x is not None and s is not None and all(isinstance(d, int) for d in (*x, *s)):
         _Layout(node, x, s)
-    return tensor(D.FLOAT, x)
+    return tensor(out, x)
+
+
+def _dq_out_type(node: Node) -> DType:
+    """`output_dtype` (opset 23+), else the scale's type (f32, f16 or bf16)."""
+    st = _scale_type(node, 1, narrow_ok=True)
+    out = node.attr("output_dtype", 0) if node.version >= 23 else 0
+    if not out:
+        return st
+    if out not in (D.FLOAT.value, D.FLOAT16.value, D.BFLOAT16.value):
+        raise ModelError(f"output_dtype {out} must be f32 (1), f16 (10) or bf16 (16)",
+                         where=node)
+    return DType(int(out))
 
 
 def _dq_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
@@ -290,7 +312,9 @@ def _dq_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     v = x.astype(np.float32)
     if zp is not None:
         v = v - _expand(zp, lay, x.shape).astype(np.float32)
-    return [(v * _expand(s, lay, x.shape)).astype(np.float32)]
+    v = v * widen(_expand(s, lay, x.shape))
+    out = _dq_out_type(node)
+    return [v if out == D.FLOAT else narrow(v, out)]
 
 
 def _dq_lower(ctx: LowerContext, node: Node) -> None:
@@ -305,7 +329,8 @@ def _dq_lower(ctx: LowerContext, node: Node) -> None:
         v = b.cast(b.load(x, xi), D.FLOAT)
         if zp is not None:
             v = b.op("sub", v, b.cast(b.load(zp, si), D.FLOAT))
-        b.store(y, xi, b.op("mul", v, b.load(s, si)))
+        # f32 product of the widened scale, rounded once to y's type, as the reference does
+        b.store(y, xi, b.cast(b.op("mul", v, b.cast(b.load(s, si), D.FLOAT)), y.dtype))
 
     _layout_nest(b, lay, body)
     ctx.kernel("dequantize", b.body)
@@ -380,8 +405,10 @@ def _qmm_infer(node: Node) -> list:
             raise ModelError(f"{what}_zero_point must have {what}'s element type", where=node)
     out = _quant_type(node, 7, "y_zero_point")
     for i in (1, 2, 4, 5, 6, 7):
-        if i in (1, 4, 6):
-            _scale_type(node, i)
+        if i in (1, 4, 6) and _scale_type(node, i, narrow_ok=True) != _scale_type(node, 1,
+                                                                                  True):
+            raise ModelError("a_scale, b_scale and y_scale must have one element type",
+                             where=node)
         s = tensor_input(node, i).shape
         if s is not None and any(d != 1 for d in s):
             raise UnsupportedError(f"QLinearMatMul with a non-scalar scale or zero point "
@@ -394,7 +421,8 @@ def _qmm_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     a, sa, za, bm, sb, zb, sy, zy = inputs
     acc = np.matmul(a.astype(np.int32) - za.astype(np.int32),
                     bm.astype(np.int32) - zb.astype(np.int32))
-    v = np.rint(acc * (sa * sb / sy).astype(np.float32)) + zy.astype(np.float32)
+    mult = sa * sb / sy  # in the scales' type, each op rounded (f16/bf16 per op, as numpy)
+    v = np.rint(acc.astype(np.float64) * widen(mult).astype(np.float64)) + zy.astype(np.float64)
     lo, hi = _RANGES[DType.from_numpy(zy.dtype)]
     return [np.clip(v, lo, hi).astype(zy.dtype)]
 
@@ -404,7 +432,7 @@ def _qmm_lower(ctx: LowerContext, node: Node) -> None:
     y = ctx.buf(node.outputs[0])
     if y.numel == 0:
         return
-    i32, f = D.INT32, D.FLOAT
+    i32, f = D.INT32, D.DOUBLE
     b = Builder()
     panels = []
     for src, zp in ((a, za), (bm, zb)):
@@ -417,7 +445,10 @@ def _qmm_lower(ctx: LowerContext, node: Node) -> None:
     batched_matmul(b, acc, panels[0], panels[1], a.shape, bm.shape)
     ctx.kernel("qlinearmatmul_product", b.body)
     b = Builder()
-    mult = b.op("div", b.op("mul", b.load(sa, i64(0)), b.load(sb, i64(0))), b.load(sy, i64(0)))
+    # The multiplier rounds in the scales' type op by op, then the requantization runs in
+    # f64 (numpy promotes int32 * float to float64 in the reference; exact for any int32 acc)
+    mult = b.cast(b.op("div", b.op("mul", b.load(sa, i64(0)), b.load(sb, i64(0))),
+                       b.load(sy, i64(0))), f)
     zpf = b.cast(b.load(zy, i64(0)), f)
     with b.loop(0, y.numel, parallel=True) as i:
         v = _rint(b, b.op("mul", b.cast(b.load(acc, i), f), mult))

@@ -1,8 +1,8 @@
 """fuse: group chains of elementwise/broadcast nodes into `onnxjit.Fused` regions.
 
 Requires concrete shapes (it runs per signature). Algorithm, one forward sweep:
-1) a node is a candidate if its OpDef has a scalar rule, it has one output, and that output's
-   shape is static;
+1) a node is a candidate if its OpDef has a scalar rule, it has one output, that output's
+   shape is static, and every input broadcasts to it numpy-style;
 2) it joins the region of a producer of one of its inputs when the region has the same output
    shape and every other input of the node is defined before the region's first member
    (a graph input, a constant, or an earlier node's output) — this keeps the graph acyclic
@@ -41,6 +41,11 @@ def _candidate(node: Node) -> tuple | None:
     if any(isinstance(v.type, TensorType) and v.type.dtype == DType.STRING
            for v in node.inputs + node.outputs if v is not None):
         return None  # string ops run on the host (onnxjit.staged), never fused
+    for v in node.inputs:  # an input read other than by numpy broadcasting (legacy PRelu)
+        s = v.type.shape if v is not None and isinstance(v.type, TensorType) else None
+        if s is not None and (len(s) > len(t.shape) or any(
+                d != 1 and d != e for d, e in zip(s[::-1], t.shape[::-1]))):
+            return None
     return t.shape
 
 

@@ -6,9 +6,6 @@ the case raised when the list was made.
 """
 
 EXPECTED_FAILURES: dict[str, str] = {
-    '^test_PReLU_1d_multiparam_cpu$': 'ModelError: node (PRelu): shapes cannot broadcast: dims 4 and 3',
-    '^test_PReLU_2d_multiparam_cpu$': 'ModelError: node (PRelu): shapes cannot broadcast: dims 5 and 3',
-    '^test_PReLU_3d_multiparam_cpu$': 'ModelError: node (PRelu): shapes cannot broadcast: dims 6 and 3',
     '^test_adagrad_cpu$': "UnsupportedError: node (ai.onnx.preview.training.Adagrad): op 'Adagrad' in domain 'ai.onnx.preview.training' is not supported",
     '^test_adagrad_multiple_cpu$': "UnsupportedError: node (ai.onnx.preview.training.Adagrad): op 'Adagrad' in domain 'ai.onnx.preview.training' is not supported",
     '^test_adam_cpu$': "UnsupportedError: node (ai.onnx.preview.training.Adam): op 'Adam' in domain 'ai.onnx.preview.training' is not supported",
@@ -32,15 +29,9 @@ EXPECTED_FAILURES: dict[str, str] = {
     '^test_bernoulli_expanded_cpu$': 'AssertionError:',
     '^test_bernoulli_seed_cpu$': 'AssertionError:',
     '^test_bernoulli_seed_expanded_cpu$': 'AssertionError:',
-    '^test_causal_conv_with_state_silu_fp16_expanded_cpu$': 'AssertionError:',
-    '^test_dequantizelinear_e4m3fn_float16_cpu$': 'UnsupportedError: node (DequantizeLinear): DequantizeLinear with input of element type f8e4m3fn is not supported (supported: i8, u8, i16, u16)',
     '^test_gradient_of_add_and_mul_cpu$': "UnsupportedError: node 'my_gradient' (ai.onnx.preview.training.Gradient): op 'Gradient' in domain 'ai.onnx.preview.training' is not supported",
     '^test_gradient_of_add_cpu$': "UnsupportedError: node 'my_gradient' (ai.onnx.preview.training.Gradient): op 'Gradient' in domain 'ai.onnx.preview.training' is not supported",
     '^test_momentum_cpu$': "UnsupportedError: node (ai.onnx.preview.training.Momentum): op 'Momentum' in domain 'ai.onnx.preview.training' is not supported",
     '^test_momentum_multiple_cpu$': "UnsupportedError: node (ai.onnx.preview.training.Momentum): op 'Momentum' in domain 'ai.onnx.preview.training' is not supported",
     '^test_nesterov_momentum_cpu$': "UnsupportedError: node (ai.onnx.preview.training.Momentum): op 'Momentum' in domain 'ai.onnx.preview.training' is not supported",
-    '^test_qlinearmatmul_2D_int8_float16_cpu$': 'UnsupportedError: node (QLinearMatMul): QLinearMatMul with a scale of element type f16 is not supported (supported: f32)',
-    '^test_qlinearmatmul_2D_uint8_float16_cpu$': 'UnsupportedError: node (QLinearMatMul): QLinearMatMul with a scale of element type f16 is not supported (supported: f32)',
-    '^test_qlinearmatmul_3D_int8_float16_cpu$': 'UnsupportedError: node (QLinearMatMul): QLinearMatMul with a scale of element type f16 is not supported (supported: f32)',
-    '^test_qlinearmatmul_3D_uint8_float16_cpu$': 'UnsupportedError: node (QLinearMatMul): QLinearMatMul with a scale of element type f16 is not supported (supported: f32)',
 }
