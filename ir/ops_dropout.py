@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.errors import ModelError
+from onnxjit.errors import CompileError, ModelError
 from onnxjit.ir.elementwise_utils import check_dtype, tensor
 from onnxjit.ir.graph import Node
 from onnxjit.ir.index_utils import fill, static_lower
@@ -92,6 +92,9 @@ def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
 def _lower(ctx: LowerContext, node: Node) -> None:
     # Lowered only in inference mode: training mode is host-only (`draws`), and a runtime
     # training_mode is a value input, bound (to false, here) before lowering.
+    if draws(node):
+        raise CompileError("training-mode Dropout reached lowering; it must run on the host",
+                           where=node)
     ctx.view(node.outputs[0], ctx.buf(node.inputs[0]))  # type: ignore[arg-type]
     if len(node.outputs) > 1 and node.outputs[1].name:
         mask = ctx.buf(node.outputs[1])

@@ -13,6 +13,7 @@ import warnings
 
 import numpy as np
 import onnx.backend.test
+import pytest
 from backend_expected_failures import EXPECTED_FAILURES
 
 import onnxjit.backend
@@ -31,6 +32,15 @@ class _BackendTest(onnx.backend.test.BackendTest):
         super().assert_similar_outputs(ref_outputs, outputs, rtol, atol, model_dir=model_dir)
 
 
+#: Cases whose expected outputs are random draws: onnx generated them with an unseeded global
+#: numpy generator (onnx/backend/test/case/node/bernoulli.py: "non-deterministic and may not
+#: produce the same values in different implementations even if a seed is specified"), so no
+#: implementation matches them except by chance. Non-strict expected failures: reported as
+#: XFAIL, or XPASS when the draws happen to coincide (a strict one would fail CI at random).
+#: tests/test_ops_extra.py checks Bernoulli's semantics (seeded reproducibility, statistics).
+RANDOM_OUTPUTS = {r"^test_bernoulli(_double|_seed)?(_expanded)?_cpu$":
+                  "expected outputs are unseeded random draws"}
+
 backend_test = _BackendTest(onnxjit.backend, __name__)
 for pattern in EXPECTED_FAILURES:
     re.compile(pattern)
@@ -42,4 +52,9 @@ test_cases = backend_test.test_cases  # a property that builds fresh classes on 
 for case_class in test_cases.values():
     for attr in [a for a in vars(case_class) if a.endswith("_cuda")]:
         delattr(case_class, attr)
+    for attr in list(vars(case_class)):
+        for pattern, reason in RANDOM_OUTPUTS.items():
+            if re.match(pattern, attr):
+                setattr(case_class, attr, pytest.mark.xfail(reason=reason, strict=False)(
+                    getattr(case_class, attr)))
 globals().update(test_cases)
