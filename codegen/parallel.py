@@ -66,6 +66,10 @@ CHUNK_OPS = SERIAL_OPS // 4
 NESTED_OPS, NESTED_MIN_TRIP = SERIAL_OPS // 4, 8
 #: a top-level Matmul is split over its rows from this many multiply-adds
 MATMUL_SPLIT_WORK = 1 << 20
+#: rows of C per block of a split Matmul, at least (while that leaves two blocks): each block
+#: packs all of B again, a pass over B worth some mb-th of the block's multiply-adds; with 16-row
+#: blocks (n*k = 64K) repacking made a 128x128x512 product 25% slower, with 64 rows 4%
+MATMUL_MIN_ROWS = 64
 #: rough cost of the scalar ops expanded to polynomials or guarded sequences
 _OP_COST = {"exp": 8, "log": 8, "tanh": 10, "erf": 10, "sigmoid": 8, "pow": 20, "div": 4,
             "rem": 4}
@@ -150,7 +154,7 @@ def split_matmul(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
     if work < MATMUL_SPLIT_WORK:
         return None
     mb = max(-(-(4 * CHUNK_OPS) // max(1, s.n * s.k)), -(-s.m // 32))
-    mb = -(-mb // 4) * 4
+    mb = max(-(-mb // 4) * 4, min(MATMUL_MIN_ROWS, s.m // 2) // 4 * 4)
     nblk = s.m // mb
     if nblk < 2:
         return None

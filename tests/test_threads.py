@@ -239,6 +239,25 @@ def test_matmul_split_over_rows() -> None:
     np.testing.assert_array_equal(y4, compiled(gemm_ta, 1)(at, bm, c)[0])
 
 
+def test_matmul_split_keeps_blocks_of_many_rows() -> None:
+    # each block of a split Matmul packs B again: a 128x512x128 product is split in two
+    # 64-row blocks, not eight 16-row ones; a large product keeps ~32 blocks
+    from onnxjit.codegen.parallel import split_matmul
+    from onnxjit.ir.loops import Matmul
+
+    def blocks(m: int, n: int, k: int) -> tuple[int, int, int]:
+        a, b, c = (Buffer(x, F32, shape, "temp") for x, shape in
+                   (("a", (m, k)), ("b", (k, n)), ("c", (m, n))))
+        loop, tail = split_matmul(Matmul(c, i64(0), n, a, i64(0), k, b, i64(0), n, m, n, k))
+        mm = [s for s in loop.body if isinstance(s, Matmul)]
+        return int(loop.stop.value), mm[0].m, sum(s.m for s in tail if isinstance(s, Matmul))
+
+    assert blocks(128, 512, 128) == (2, 64, 0)
+    assert blocks(128, 128, 512) == (2, 64, 0)
+    assert blocks(100, 512, 128) == (2, 48, 4)
+    assert blocks(2048, 512, 512) == (32, 64, 0)
+
+
 def _gather_model(rows: int, n: int) -> onnx.ModelProto:
     f, i64t = TensorProto.FLOAT, TensorProto.INT64
     node = helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)
