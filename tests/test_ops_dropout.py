@@ -56,12 +56,12 @@ def test_seeded_training_mode_matches_the_reference_at_every_call():
 
 
 def test_unseeded_masks_differ_between_calls_and_keep_about_one_minus_ratio():
-    m, _ = model(mode=True, ratio=0.5, x_const=True)   # constant x: must still not fold
+    m, x = model(mode=True, ratio=0.5, x_const=True)   # constant x: must still not fold
     fn = onnxjit.compile(m, cache_dir=False)
-    (y1, z1), (y2, z2) = fn(), fn()
+    (y1, z1), (_, z2) = fn(), fn()
     assert not np.array_equal(z1, z2)
     assert 0.3 < z1.mean() < 0.7
-    np.testing.assert_array_equal(y1 == 0, ~z1 | (y1 == 0) & z1)  # dropped entries are 0
+    np.testing.assert_array_equal(y1, np.where(z1, x * np.float32(2), 0))  # kept: x / 0.5
 
 
 def test_runtime_training_mode_and_ratio_are_bound_per_call():
