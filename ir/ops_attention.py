@@ -18,6 +18,9 @@ Per (b, h) the algorithm (matching the ONNX reference) is:
    take a leading dimension, so 3-D inputs/outputs need no transposes.
 qk_matmul_output (4th output) is S before softcap (mode 0), after softcap (1), after the bias
 (2) or after the softmax (3). Steps 1-4 run inside one loop over B*Hq marked parallel.
+For float16/bfloat16, steps 1 and 3 follow the reference's rounding order exactly instead
+(Q and K each pre-scaled by sqrt(scale), a true division in the softmax): see
+`ops_attention_narrow`.
 """
 
 from __future__ import annotations
@@ -31,11 +34,12 @@ from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, broadcast_strides, const
 from onnxjit.ir.loops import Buffer, Matmul, Operand, Var, i64
 from onnxjit.ir.opdef import LowerContext, op
+from onnxjit.ir.ops_attention_narrow import prescaled, scale_root, softmax_row, softmax_type
 from onnxjit.ir.ops_attention_ref import attention_reference
 from onnxjit.ir.ops_elementwise import BF16, FLOATS, Types, accept, float_attr, int_attr
 from onnxjit.ir.ops_reduce_loops import Lanes
 from onnxjit.ir.shape_utils import tensor_input
-from onnxjit.ir.types import Dim, DType, TensorType
+from onnxjit.ir.types import NARROW_FLOATS, Dim, DType, TensorType
 
 _TYPES: Types = ((23, FLOATS | BF16),)
 
@@ -244,13 +248,16 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     nonpad = ctx.buf(node.inputs[6]) if node.input(6) is not None else None
     scale = at.scale if at.scale is not None else 1.0 / math.sqrt(g.dh) if g.dh else 1.0
     groups = g.hq // g.hkv
+    if dt in NARROW_FLOATS and T and g.dh:  # the reference's rounding order (ops_attention_narrow)
+        qs, ks = prescaled(ctx, qs, ks, scale_root(at.scale, g.dh))
+        scale = 1.0
     b = Builder()
     with b.loop(0, g.b * g.hq, parallel=True, hint="bh") as bh:
         bi, hi = b.op("div", bh, i64(g.hq)), b.op("rem", bh, i64(g.hq))
         kh = b.op("div", hi, i64(groups)) if groups > 1 else hi
         s_off = b.imul(bh, sq * T)
         if T and g.dh:
-            b.emit(Matmul(s, s_off, T, q, qs.off(b, bi, hi), qs.ld, ks.buf, ks.off(b, bi, kh),
+            b.emit(Matmul(s, s_off, T, qs.buf, qs.off(b, bi, hi), qs.ld, ks.buf, ks.off(b, bi, kh),
                           ks.ld, sq, T, g.dh, b_trans=True, alpha=scale))
         elif T:
             with b.loop(0, sq * T) as e:
@@ -310,6 +317,10 @@ def _row(b: Builder, node: Node, at: Attrs, g: Geom, s: Buffer, row: Operand, bi
             if qk is not None and at.mode == 2:
                 b.store(qk, b.iadd(qk_row, j), v)
             b.store(s, at_j, v)
+    if dt in NARROW_FLOATS:
+        softmax_row(b, s, row, T, softmax_type(dt, at.precision), any_ok,
+                    qk if at.mode == 3 else None, qk_row)
+        return
     # Softmax as in ops_softmax: Lanes folds for max and sum, exp in a plain loop of its own
     # (so it vectorizes). A row whose max is -inf (all masked) subtracts 0 and divides by 1.
     mx_l = Lanes(b, const(-math.inf, pt), "max", T, hint="max")

@@ -4,6 +4,8 @@ Registers no op: it is the `evaluate` rule of `ops_attention`, kept apart so tha
 small. It follows the same steps as the lowering: heads split from 3-D inputs, the cache
 concatenated, GQA heads repeated, S = scale * Q K^T, softcap, the additive bias (mask, causal,
 window, nonpad), a softmax whose fully-masked rows are zero, Y = P V.
+For float16/bfloat16 it follows the reference's rounding order (`ops_attention_narrow`):
+Q and K each pre-scaled by sqrt(scale), the softmax in softmax_precision's type if given.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from onnxjit.ir.narrow import is_narrow_array
+from onnxjit.ir.ops_attention_narrow import scale_root, softmax_type
+from onnxjit.ir.types import DType
 
 
 def _heads(x: np.ndarray, h: int) -> np.ndarray:
@@ -36,10 +42,15 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, 
         k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
     scale = at.scale if at.scale is not None else 1.0 / np.sqrt(dh)
     with np.errstate(all="ignore"):
-        s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(scale)
+        if is_narrow_array(q):  # the reference's rounding order (ops_attention_narrow)
+            r = q.dtype.type(scale_root(at.scale, dh))
+            s = np.matmul(q * r, (k * r).transpose(0, 1, 3, 2)).astype(q.dtype)
+        else:
+            s = (q @ k.transpose(0, 1, 3, 2)) * q.dtype.type(scale)
         raw = s
         if at.softcap > 0:
-            s = np.tanh(s / at.softcap) * at.softcap
+            cap = q.dtype.type(at.softcap) if is_narrow_array(q) else at.softcap
+            s = np.tanh(s / cap) * cap
         capped = s
         bias = np.zeros((bsz, hq, sq, t), q.dtype)
         ok = np.ones((bsz, hq, sq, t), bool)
@@ -68,6 +79,8 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, 
         s = s + bias
         biased = s
         pt = np.float64 if at.precision == 11 else q.dtype
+        if is_narrow_array(q):
+            pt = softmax_type(DType.from_numpy(q.dtype), at.precision).numpy
         sp = s.astype(pt)
         mx = sp.max(axis=-1, keepdims=True) if t else np.zeros(sp.shape[:-1] + (1,), pt)
         mx = np.where(np.isneginf(mx), 0, mx)
@@ -76,7 +89,7 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, 
         prob = e / np.where(tot == 0, 1, tot)
         all_masked = ~np.any(bias > -np.inf, axis=-1, keepdims=True)
         prob = np.where(all_masked, 0, prob).astype(q.dtype)
-        y = prob @ v
+        y = np.matmul(prob, v).astype(q.dtype)
     if rank == 3:
         y = y.transpose(0, 2, 1, 3).reshape(bsz, sq, -1)
     qk = [raw, capped, biased, prob][at.mode]
