@@ -156,13 +156,18 @@ def test_warm_start_with_defaulted_inputs_skips_import(tmp_path):
     assert runs[1]["info"]["misses"] == 0
 
 
-def test_entry_arrays_are_used_in_place(tmp_path):
+@pytest.mark.parametrize("big", [False, True], ids=["read", "mapped"])
+def test_entry_arrays_are_used_in_place(tmp_path, big):
     """A read entry's arrays are aligned, writeable views of the one buffer the file was read
-    into (a warm start holds its weights once); odd sizes and dtypes keep their alignment."""
+    into, or of its copy-on-write mapping for entries from MAP_MIN_BYTES (a warm start holds
+    its weights once); odd sizes and dtypes keep their alignment; writing to a mapped array
+    never reaches the file."""
     from onnxjit import cache
 
     arrays = {"a": np.arange(7, dtype=np.float32), "b": np.ones((3, 5), np.float64),
               "c": np.arange(3, dtype=np.int8), "d": np.zeros((0, 4), np.float32)}
+    if big:
+        arrays["w"] = np.arange(cache.MAP_MIN_BYTES // 4 + 3, dtype=np.float32)
     disk = cache.DiskCache(tmp_path)
     disk.put("k" * 64, cache.Entry({"x": 1}, {"code": b"\x01\x02\x03"}, arrays))
     got = disk.get("k" * 64)
@@ -173,6 +178,11 @@ def test_entry_arrays_are_used_in_place(tmp_path):
         assert g.dtype == arr.dtype and g.flags.writeable
         if g.size:
             assert g.ctypes.data % cache.ALIGN == 0 and g.base is not None
+    if big:
+        got.arrays["w"][:] = -1  # copy-on-write: the file keeps the weights
+        again = disk.get("k" * 64)
+        assert again is not None
+        np.testing.assert_array_equal(again.arrays["w"], arrays["w"])
     # bytes (read-only) decode to copies, equal all the same
     copy = cache.decode(cache.encode(cache.Entry({}, {}, arrays), "k"), "k")
     assert copy is not None and all(copy.arrays[n].flags.writeable for n in arrays)
