@@ -20,7 +20,11 @@ Driver (Goto/BLIS order, B packed, A read in place: MR rows of A' are MR sequent
         for each panel: microkernel over kc, accumulating into C unless first block and
         not `accumulate`.
 `unpacked=True` skips packing and reads B rows in place (B not transposed; for small m, where
-packing B would cost as much as the product).
+packing B would cost as much as the product). A Matmul with `b_packed` (a constant weight the
+prepack-weights pass packed at compile time with `panel_width` columns a panel, the whole
+depth at once: `loops.pack_panels`) skips packing too and reads panel rows straight from the
+constant: row pc+kk of the panel at column col is at `b_off + col*k + (pc+kk)*width`, with the
+same loop order, hence the same sums bit for bit, as packing per call.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from llvmlite import ir
 from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin
 from onnxjit.codegen.mathlib import intrinsic
 from onnxjit.codegen.target import vector_bytes
+from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Matmul
 
 I1 = ir.IntType(1)
@@ -48,6 +53,12 @@ def tile_shape(itemsize: int) -> tuple[int, int, int]:
     return vl, 6, 2  # 16 ymm/xmm: 12 accumulators
 
 
+def panel_width(itemsize: int) -> int:
+    """Columns of a packed B panel (NR) on this host: the layout a prepacked weight must have."""
+    vl, _, nrv = tile_shape(itemsize)
+    return vl * nrv
+
+
 class TileGemm:
     """Emits one float Matmul as the tiled/packed kernel at the builder's position."""
 
@@ -59,7 +70,14 @@ class TileGemm:
         self.isz = s.c.dtype.itemsize
         self.vl, self.mr, self.nrv = tile_shape(self.isz)
         self.vty = ir.VectorType(self.ety, self.vl)
-        if unpacked and s.m < self.mr:
+        self.prepacked = s.b_packed
+        if self.prepacked:
+            # the panel width was fixed at compile time (normally panel_width(): same nrv)
+            if s.ldb % self.vl or not 0 < s.ldb // self.vl <= 8 or s.b_trans or unpacked:
+                raise CompileError(f"packed B with panels of {s.ldb} columns does not fit "
+                                   f"vectors of {self.vl} lanes")
+            self.nrv = s.ldb // self.vl
+        elif unpacked and s.m < self.mr:
             # fewer rows than a tile: wider tiles keep as many accumulators (FMA chains) busy
             self.nrv = max(self.nrv, min(8, self.mr * self.nrv // s.m))
         self.nr = self.nrv * self.vl
@@ -79,7 +97,7 @@ class TileGemm:
                                 [self.vty, ptr, ir.IntType(32), mty])
         self.zero = ir.Constant(self.vty, [0.0] * self.vl)
         self.alpha = None if s.alpha == 1.0 else ir.Constant(self.vty, [float(s.alpha)] * self.vl)
-        self.bp = None if unpacked else self._stack_buffer(
+        self.bp = None if unpacked or self.prepacked else self._stack_buffer(
             self.kc * min(self.ncp, -(-s.n // self.nr)) * self.nr, "bpack")
 
     # helpers -----------------------------------------------------------------------------------
@@ -193,6 +211,7 @@ class TileGemm:
         """Columns col0 .. col0 + npanels panels (each of len(lanes) vectors)."""
         s, b = self.s, self.b
         pw = len(lanes) * self.vl  # packed panel width
+        width = sum(lanes)  # a prepacked panel's width (the edge panel is not padded)
         aligned = 64 if pw * self.isz % 64 == 0 else self.isz
 
         def depth(pc: ir.Value) -> None:
@@ -203,7 +222,7 @@ class TileGemm:
                 first = True
             else:
                 first = b.icmp_signed("==", pc, i64c(0))
-            if not self.unpacked:
+            if self.bp is not None:
                 self.pack(pc, kc, col0, npanels, lanes)
             pstride = b.mul(kc, i64c(pw), flags=["nsw"])
 
@@ -218,6 +237,12 @@ class TileGemm:
                         def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
                             return self.gep(self.pb, self.add(
                                 self.b_off, self.mul(self.add(pc, kk), s.ldb), col)), self.isz
+                    elif self.prepacked:
+                        start = self.add(self.b_off, self.mul(col, s.k))
+
+                        def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
+                            return self.gep(self.pb, self.add(
+                                start, self.mul(self.add(pc, kk), width))), self.isz
                     else:
                         start = b.mul(p, pstride, flags=["nsw"])
 

@@ -184,7 +184,7 @@ def split_matmul(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
 
 def _window(s: Matmul, c_off: Operand, a_off: Operand, m: int) -> Matmul:
     return Matmul(s.c, c_off, s.ldc, s.a, a_off, s.lda, s.b, s.b_off, s.ldb, m, s.n, s.k,
-                  s.a_trans, s.b_trans, s.alpha, s.accumulate)
+                  s.a_trans, s.b_trans, s.alpha, s.accumulate, s.b_packed)
 
 
 def plan_kernel(kernel: Kernel) -> dict[int, tuple[Loop, list[Var], list[Stmt]]]:

@@ -7,7 +7,8 @@ internal signal that its innermost loop catches), each scalar op through
 `scalar_eval.eval_op` on 0-d arrays of the variable's dtype (so wrap-around, float32 rounding and
 the integer division guards are exactly codegen's semantics). A failing `Check` raises
 `InputError(message)`, as the runtime does. Loads and stores are bounds-checked: an out-of-range
-index is a compiler bug (CompileError), never a silent wrong read.
+index is a compiler bug (CompileError), never a silent wrong read. A Matmul reading a packed B
+(`Matmul.b_packed`) unpacks it to the plain k x n matrix first (`loops.unpack_panels`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from onnxjit.ir.loops import (
     Stmt,
     Store,
     Var,
+    unpack_panels,
 )
 from onnxjit.ir.scalar_eval import eval_op, operand_value
 
@@ -119,7 +121,11 @@ class _Machine:
 
     def matmul(self, s: Matmul) -> None:
         a = self.window(s.a, s.a_off, s.lda, *((s.k, s.m) if s.a_trans else (s.m, s.k)))
-        b = self.window(s.b, s.b_off, s.ldb, *((s.n, s.k) if s.b_trans else (s.k, s.n)))
+        if s.b_packed:
+            b = unpack_panels(self.window(s.b, s.b_off, s.k * s.n, 1, s.k * s.n)[0],
+                              s.k, s.n, s.ldb)
+        else:
+            b = self.window(s.b, s.b_off, s.ldb, *((s.n, s.k) if s.b_trans else (s.k, s.n)))
         c = self.window(s.c, s.c_off, s.ldc, s.m, s.n)
         a = a.T if s.a_trans else a
         b = b.T if s.b_trans else b

@@ -182,15 +182,17 @@ class _Parser:
 
     def matmul(self) -> Matmul:
         cur = self.cur
-        c, c_off, ldc, c_trans = self.window()
-        if c_trans:
-            raise cur.error("an output window without ^T")
+        c, c_off, ldc, c_mark = self.window()
+        if c_mark:
+            raise cur.error("an output window without ^T or ^P")
         accumulate = cur.accept("+=")
         if not accumulate:
             cur.expect("=")
-        a, a_off, lda, a_trans = self.window()
+        a, a_off, lda, a_mark = self.window()
+        if a_mark == "P":
+            raise cur.error("^T (only B may be packed: ^P)")
         cur.expect("*")
-        b, b_off, ldb, b_trans = self.window()
+        b, b_off, ldb, b_mark = self.window()
         cur.expect("{")
         sizes = []
         for key in ("m", "n", "k"):
@@ -204,10 +206,12 @@ class _Parser:
         alpha = parse_float(tok.text) if is_float_text(tok.text) else int(tok.text)
         cur.expect("}")
         m, n, k = sizes
-        return Matmul(c, c_off, ldc, a, a_off, lda, b, b_off, ldb, m, n, k, a_trans, b_trans,
-                      alpha, accumulate)  # type: ignore[arg-type]
+        return Matmul(c, c_off, ldc, a, a_off, lda, b, b_off, ldb, m, n, k, a_mark == "T",
+                      b_mark == "T", alpha, accumulate, b_mark == "P")  # type: ignore[arg-type]
 
-    def window(self) -> tuple[Buffer, Operand, int, bool]:
+    def window(self) -> tuple[Buffer, Operand, int, str]:
+        """`%buf[off, ld=N]` then an optional mark: `^T` (transposed) or `^P` (packed panels);
+        returns the mark's letter or ""."""
         cur = self.cur
         buf = self.buf()
         cur.expect("[")
@@ -217,11 +221,12 @@ class _Parser:
         cur.expect("=")
         ld = cur.integer("a leading dimension")
         cur.expect("]")
-        trans = False
+        mark = ""
         if cur.accept("^"):
-            cur.expect("T")
-            trans = True
-        return buf, off, ld, trans
+            mark = "P" if cur.accept("P") else "T"
+            if mark == "T":
+                cur.expect("T")
+        return buf, off, ld, mark
 
     # names and operands -------------------------------------------------------------------
     def buf(self) -> Buffer:

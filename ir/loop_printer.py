@@ -14,6 +14,7 @@
         check %ok: bool, "index out of range"
         break if %done
         matmul %t[0, ld=6] += %x[%o, ld=8]^T * %w[0, ld=8] {m = 2, n = 6, k = 8, alpha = 1.0}
+        matmul %t[0, ld=6] = %x[0, ld=8] * %wp[0, ld=64]^P {m = 2, n = 6, k = 8, alpha = 1.0}
       }
     }
     resources { blob0 = "<base64>" }
@@ -24,7 +25,8 @@ order. A variable's first appearance in a kernel's text carries its dtype (`%acc
 ones do not, so a reassigned accumulator reads `%acc = add %acc, %3`. Constant operands print
 bare when i64 ints or bools, else `value:dtype` with the value written exactly (`text_consts`):
 `0.5:f32`, `-0.0:f64`, `nan:f32`, `3:i32`. A buffer's data prints inline when small, else as a
-blob in the trailing resources section.
+blob in the trailing resources section. A Matmul's B window ends in `^P` when B is stored in
+packed panels (`Matmul.b_packed`; ld is then the panel width).
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ class _Printer:
         if isinstance(s, Matmul):
             c = self.window(s.c, s.c_off, s.ldc, False)
             a = self.window(s.a, s.a_off, s.lda, s.a_trans)
-            b = self.window(s.b, s.b_off, s.ldb, s.b_trans)
+            b = self.window(s.b, s.b_off, s.ldb, s.b_trans) + ("^P" if s.b_packed else "")
             alpha = format_float(s.alpha) if isinstance(s.alpha, float) else str(s.alpha)
             eq = "+=" if s.accumulate else "="
             return f"matmul {c} {eq} {a} * {b} {{m = {s.m}, n = {s.n}, k = {s.k}, " \

@@ -16,7 +16,7 @@ Algorithm:
    stores into an input or const buffer; loop bounds are i64 with a positive step; a Check's
    or Break's condition is a bool, and a Break sits inside a loop whose innermost enclosing
    loop is serial; a Matmul's windows have consistent dtypes and, for constant offsets,
-   fit inside their buffers.
+   fit inside their buffers (a packed B: k*n contiguous float elements, not transposed).
 """
 
 from __future__ import annotations
@@ -204,8 +204,12 @@ class _KernelChecker:
             raise self.fail(s, f"writes read-only buffer %{s.c.name}")
         a_rows, a_cols = (s.k, s.m) if s.a_trans else (s.m, s.k)
         b_rows, b_cols = (s.n, s.k) if s.b_trans else (s.k, s.n)
-        for buf, off, ld, rows, cols in ((s.a, s.a_off, s.lda, a_rows, a_cols),
-                                         (s.b, s.b_off, s.ldb, b_rows, b_cols),
+        b_window = (s.b, s.b_off, s.ldb, b_rows, b_cols)
+        if s.b_packed:
+            if s.b_trans or s.ldb < 1 or not s.b.dtype.is_float:
+                raise self.fail(s, "packed B needs a float dtype, no ^T and a panel width >= 1")
+            b_window = (s.b, s.b_off, s.k * s.n, 1, s.k * s.n)  # k*n contiguous elements
+        for buf, off, ld, rows, cols in ((s.a, s.a_off, s.lda, a_rows, a_cols), b_window,
                                          (s.c, s.c_off, s.ldc, s.m, s.n)):
             if min(rows, cols) < 0 or (rows and cols and ld < cols):
                 raise self.fail(s, f"window {rows}x{cols} with leading dim {ld} in "

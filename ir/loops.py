@@ -173,6 +173,11 @@ class Matmul:
     ints. With `accumulate` the product is added to C's old contents, else it overwrites them.
     Element types: all three buffers share one float dtype, or A and B are one int dtype and C
     has it too (wrap-around arithmetic).
+
+    `b_packed`: B' (k x n) is stored in column panels, the layout the tiled kernel reads (a
+    constant weight packed at compile time by the prepack-weights pass): panel p holds columns
+    [p*ldb, min(n, (p+1)*ldb)) as a k x width row-major block starting at `b_off + p*ldb*k`,
+    so the window is k*n contiguous elements; `b_trans` is then False.
     """
 
     c: Buffer
@@ -191,9 +196,27 @@ class Matmul:
     b_trans: bool = False
     alpha: float = 1.0
     accumulate: bool = False
+    b_packed: bool = False
 
 
 Stmt = Union[Loop, Op, Load, Store, Check, Break, Matmul]
+
+
+def pack_panels(b: np.ndarray, width: int) -> np.ndarray:
+    """The flat packed form of the k x n matrix `b` (`Matmul.b_packed`): column panels of
+    `width` columns (the last one narrower), each a k x panel-width row-major block."""
+    k, n = b.shape
+    return np.concatenate([np.ascontiguousarray(b[:, j:j + width]).reshape(-1)
+                           for j in range(0, n, width)] or [b.reshape(-1)])
+
+
+def unpack_panels(flat: np.ndarray, k: int, n: int, width: int) -> np.ndarray:
+    """The k x n matrix from its packed form `flat` (inverse of `pack_panels`)."""
+    out = np.empty((k, n), dtype=flat.dtype)
+    for j in range(0, n, width):
+        w = min(width, n - j)
+        out[:, j:j + w] = flat[j * k:(j + w) * k].reshape(k, w)
+    return out
 
 
 @dataclass(eq=False)

@@ -28,7 +28,7 @@ GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "fold-co
                   "simplify", "fold-batchnorm", "dce"]
 SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "fold-batchnorm",
                       "fold-transpose", "dce", "fuse-epilogue", "fuse", "lower-to-loops",
-                      "plan-memory"]
+                      "prepack-weights", "plan-memory"]
 
 
 def print_ir(ir: Any) -> tuple[str, str]:

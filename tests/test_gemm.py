@@ -127,3 +127,173 @@ def test_large_square_blocks() -> None:
     """More columns than one packed block holds (several column groups plus an edge panel)."""
     run_cases(F32, [(70, 300, 1100, False, False, 1.0, False),
                     (19, 520, 1090, True, True, 2.0, True)])
+
+
+# prepacked constant B (the prepack-weights pass) ----------------------------------------------
+
+def _const_b_program(cases: list[tuple[int, int, int, bool, float, bool]],
+                     rng: np.random.Generator) -> tuple[Program, list[np.ndarray]]:
+    """One kernel per (m, k, n, b_trans, alpha, accumulate) case: C (+)= alpha * A @ B' with B a
+    const buffer (the window at offset PAD inside wider rows); inputs A and C0."""
+    bufs: list[Buffer] = []
+    kernels: list[Kernel] = []
+    inputs: list[np.ndarray] = []
+    n_in = 2 * len(cases)
+    for j, (m, k, n, bt, alpha, acc) in enumerate(cases):
+        br, bc = (n, k) if bt else (k, n)
+        a = Buffer(f"a{j}", F32, (m, k), "input", slot=2 * j)
+        c0 = Buffer(f"c0_{j}", F32, (m, n), "input", slot=2 * j + 1)
+        w = Buffer(f"w{j}", F32, (br + 1, bc + PAD), "const", slot=j,
+                   data=_rand(F32, (br + 1, bc + PAD), rng))
+        c = Buffer(f"c{j}", F32, (m, n), "output", slot=n_in + j)
+        bufs += [a, c0, w, c]
+        inputs += [_rand(F32, a.shape, rng), _rand(F32, c0.shape, rng)]
+        bld = Builder()
+        with bld.loop(0, m * n) as i:
+            bld.store(c, i, bld.load(c0, i))
+        bld.emit(Matmul(c, i64(0), n, a, i64(0), k, w, i64(PAD), bc + PAD, m, n, k,
+                        False, bt, alpha, acc))
+        kernels.append(Kernel(f"mm{j}", bld.body))
+    return Program(bufs, kernels), inputs
+
+
+def _run_program(p: Program, inputs: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
+    from onnxjit.runtime import _ensure_pool
+
+    obj = compile_program(p)
+    _ensure_pool(obj.uses_pool, threads)
+    art = Artifact(tuple((x.dtype, x.shape) for x in p.inputs),
+                   [(x.shape, x.dtype.numpy) for x in p.outputs],
+                   [x.data for x in p.consts], p.arena_size, p.messages(), load_object(obj),
+                   False, num_threads=threads)
+    return art.run(tuple(inputs))
+
+
+#: n not a multiple of the panel width (16..64 lanes), k not a multiple of the 256-row depth
+#: block, m around the 6-row tile and PACK_MIN_M; products split into row blocks (with
+#: leftovers of 19 and of 5 rows), one wider than a packed block of panels, few rows
+PACKED_CASES = [(16, 128, 16, False, 1.0, False), (23, 257, 65, True, -1.5, True),
+                (31, 300, 130, False, 2.0, True), (17, 513, 63, True, 1.0, False),
+                (64, 40, 520, False, -1.0, False), (20, 300, 1100, False, 0.5, True),
+                (147, 784, 100, False, 1.0, False), (133, 784, 100, True, 1.0, False),
+                (1, 700, 100, True, 1.0, False), (5, 513, 63, False, -1.0, True),
+                (13, 97, 47, True, 2.0, True)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_prepacked_b_is_bit_identical(threads: int) -> None:
+    """Packing B at compile time changes where B is read from, not the order of the sums."""
+    from onnxjit.ir.loop_eval import run_program
+    from onnxjit.passes import PassContext, get_pass
+    from onnxjit.passes.plan_memory import run as plan
+
+    rng = np.random.default_rng(5)
+    plain, inputs = _const_b_program(PACKED_CASES, rng)
+    packed, _ = _const_b_program(PACKED_CASES, np.random.default_rng(5))
+    assert get_pass("prepack-weights").run(packed, PassContext()).changed
+    mms = [s for k in packed.kernels for s in k.body if isinstance(s, Matmul)]
+    assert all(s.b_packed and not s.b_trans for s in mms)
+    # the original weights are gone: every const is a packed copy of k*n elements
+    assert [b.shape for b in packed.consts] == [(s.k * s.n,) for s in mms]
+    want = _run_program(plan(plain, PassContext()).ir, inputs, threads)
+    got = _run_program(plan(packed, PassContext()).ir, inputs, threads)
+    ref = run_program(packed, inputs)  # the interpreter unpacks
+    for case, g, w, r in zip(PACKED_CASES, got, want, ref):
+        # under PACK_MIN_M rows (a small product, a split product's 5 leftover rows) a packed
+        # B is read by the tiled kernel, an unpacked one by other forms (other sum orders)
+        rows = 128 if case[0] == 133 else case[0] if case[0] >= PACK_MIN_M else 0
+        np.testing.assert_array_equal(g[:rows], w[:rows], err_msg=str(case))
+        tol = 2e-6 * case[1] ** 0.5 * 4
+        np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
+
+
+def test_prepack_skips_batched_and_small_products() -> None:
+    """A B offset that varies (a batched product) or a product under the packing thresholds
+    keeps reading B in place; a weight still read elsewhere stays."""
+    from onnxjit.passes import PassContext, get_pass
+
+    w = Buffer("w", F32, (4, 64, 64), "const", slot=0,
+               data=_rand(F32, (4, 64, 64), np.random.default_rng(0)))
+    a = Buffer("a", F32, (64, 64), "input", slot=0)
+    c = Buffer("c", F32, (4, 64, 64), "output", slot=1)
+    bld = Builder()
+    with bld.loop(0, 4) as t:
+        off = bld.imul(t, 64 * 64)
+        bld.emit(Matmul(c, off, 64, a, i64(0), 64, w, off, 64, 64, 64, 64))
+    bld.emit(Matmul(c, i64(0), 64, a, i64(0), 64, w, i64(0), 64, 4, 64, 64))  # < TILE_WORK
+    p = Program([a, c, w], [Kernel("k", bld.body)])
+    assert not get_pass("prepack-weights").run(p, PassContext()).changed
+    assert p.consts == [w]
+
+
+def test_packed_matmul_text_round_trip() -> None:
+    from onnxjit.errors import ModelError
+    from onnxjit.ir.loop_parser import parse_program
+    from onnxjit.ir.loop_printer import print_program
+    from onnxjit.ir.loop_verify import verify_program
+    from onnxjit.passes import PassContext, get_pass
+
+    p, _ = _const_b_program([(23, 257, 65, True, -1.5, True)], np.random.default_rng(1))
+    get_pass("prepack-weights").run(p, PassContext())
+    text = print_program(p)
+    assert "^P {m = 23, n = 65, k = 257" in text
+    back = parse_program(text)
+    verify_program(back)
+    assert print_program(back) == text
+    (s,) = [s for s in back.kernels[0].body if isinstance(s, Matmul)]
+    assert s.b_packed and not s.b_trans and s.ldb == p.kernels[0].body[-1].ldb
+    with pytest.raises(ModelError):
+        parse_program(text.replace("%a0[0, ld=257]", "%a0[0, ld=257]^P"))
+
+
+def test_packed_matmul_verifier() -> None:
+    from onnxjit.errors import CompileError
+    from onnxjit.ir.loop_verify import verify_program
+    from onnxjit.passes import PassContext, get_pass
+
+    p, _ = _const_b_program([(23, 257, 65, False, 1.0, False)], np.random.default_rng(1))
+    get_pass("prepack-weights").run(p, PassContext())
+    verify_program(p)
+    (s,) = [s for s in p.kernels[0].body if isinstance(s, Matmul)]
+    s.b_off = i64(1)  # one element past the packed constant
+    with pytest.raises(CompileError, match="out of range"):
+        verify_program(p)
+    s.b_off, s.b_trans = i64(0), True
+    with pytest.raises(CompileError, match="packed B"):
+        verify_program(p)
+
+
+def test_pack_panels_round_trip() -> None:
+    from onnxjit.ir.loops import pack_panels, unpack_panels
+
+    b = np.arange(7 * 23, dtype=np.float32).reshape(7, 23)
+    flat = pack_panels(b, 16)
+    assert flat[:16].tolist() == list(range(16))  # row 0 of panel 0
+    assert flat[7 * 16:7 * 16 + 7].tolist() == list(range(16, 23))  # row 0 of the edge panel
+    np.testing.assert_array_equal(unpack_panels(flat, 7, 23, 16), b)
+
+
+def test_prepacked_model_from_disk_cache(tmp_path) -> None:
+    """The packed weights are constants of the artifact: a warm start from the disk cache (no
+    compilation) computes the same results, on one thread and split over two."""
+    import onnxruntime as ort
+    from models import mlp
+
+    import onnxjit
+    import onnxjit.runtime as rt
+
+    model = mlp((784, 512, 100))
+    x = np.random.default_rng(0).standard_normal((70, 784)).astype(np.float32)
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    for threads in (1, 2):
+        rt._MEMORY.clear()
+        cold = onnxjit.compile(model, cache_dir=tmp_path / str(threads), num_threads=threads)
+        y_cold = cold(x)[0]
+        assert "^P" in cold.ir("loops")
+        np.testing.assert_allclose(y_cold, ref, rtol=1e-4, atol=1e-4)
+        rt._MEMORY.clear()
+        hits = cold.cache_info()["disk_hits"]
+        warm = onnxjit.compile(model, cache_dir=tmp_path / str(threads), num_threads=threads)
+        np.testing.assert_array_equal(warm(x)[0], y_cold)
+        assert warm.cache_info()["disk_hits"] == hits + 1
