@@ -16,6 +16,7 @@ P = prod(out):
    in the padding turns the range empty (a `select` on the loop bounds); the zero padding is
    written by two plain loops around the copy loop. Every block has its own panel (the
    blocks run in parallel); batches whose panels exceed `PANEL_BYTES` run in chunks of images.
+   Float panels are written in the GEMM's packed-B layout (`ops_conv_packed`, `PACKED_PANELS`).
 3) C/G == 1 (depthwise, any channel multiplier): a direct nest, parallel over (image, output
    channel), per output row; the innermost loops run along the contiguous output row, which
    the code generator vectorizes. Rows whose taps all stay inside the image along the outer
@@ -43,6 +44,7 @@ from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Const, Matmul, Operand, i64
 from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext, op
+from onnxjit.ir.ops_conv_packed import emit_packed_panel, packed_width
 from onnxjit.ir.ops_conv_utils import (
     PANEL_BYTES,
     ConvAttrs,
@@ -135,6 +137,9 @@ def _block_rows(gm: Geometry, itemsize: int) -> int:
 
 #: Target size of one im2col panel (about half of a core's L2).
 BLOCK_BYTES = 512 << 10
+#: Float panels are built in the tiled GEMM's packed-B layout (`ops_conv_packed`); False
+#: restores row-major panels that the GEMM packs again on every call.
+PACKED_PANELS = True
 
 
 def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
@@ -165,6 +170,7 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     rows = _block_rows(gm, col_dtype.itemsize)
     nblk = gm.out[0] // rows if len(gm.out) > 1 else 1
     cols = gm.p // nblk
+    nr = packed_width(col_dtype, gm.mg, cols, gm.kk) if PACKED_PANELS else None
     panel = gm.kk * cols
     per_image = gm.g * nblk * panel * col_dtype.itemsize
     chunk = max(1, min(gm.n, PANEL_BYTES // max(1, per_image)))
@@ -179,11 +185,16 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
             img = b.iadd(b.op("div", rest, i64(gm.g)) if gm.g > 1 else rest, i64(n0))
             o0 = b.imul(blk, rows)
             colbase = b.imul(u, panel)
-            emit_panel(b, col, colbase, x, gm, img, g, o0, rows, cols, load)
+            if nr is None:
+                emit_panel(b, col, colbase, x, gm, img, g, o0, rows, cols, load)
+            else:
+                emit_packed_panel(b, col, colbase, x, gm, img, g, b.imul(blk, cols), cols, nr,
+                                  load)
             c_off = b.iadd(b.iadd(b.imul(img, gm.m * gm.p), b.imul(g, gm.mg * gm.p)),
                            b.imul(blk, cols))
             b.emit(Matmul(y, c_off, gm.p, w, b.imul(g, gm.mg * gm.kk), gm.kk, col, colbase,
-                          cols, gm.mg, cols, gm.kk, accumulate=accumulate))
+                          cols if nr is None else nr, gm.mg, cols, gm.kk, accumulate=accumulate,
+                          b_packed=nr is not None))
             if epilogue is not None:
                 epilogue(b, c_off, gm.p, gm.mg, cols, b.imul(g, gm.mg))
         ctx.kernel("conv_im2col_gemm", b.body)

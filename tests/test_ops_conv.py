@@ -357,3 +357,66 @@ def test_deform_conv(with_mask):
     node = Node("DeformConv", ins, [Value()], attrs, version=19)
     (got,) = resolve(node).evaluate(node, [a for a in (x, w, off, b, mask) if a is not None])
     np.testing.assert_allclose(got, reference(m, x), rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------- packed panels
+
+PACKED_CASES = [
+    # (x shape, w shape, attributes, dtype): products large enough for the tiled kernel, so
+    # the im2col panel is written in its packed-B layout (ops_conv_packed)
+    ((1, 16, 13, 29), (20, 16, 3, 3), dict(pads=[1] * 4), np.float32),  # 377 columns
+    ((2, 8, 31, 27), (16, 8, 3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), np.float32),
+    ((1, 8, 20, 33), (16, 8, 3, 3), dict(dilations=[2, 3], pads=[2, 3, 1, 2]), np.float32),
+    ((1, 6, 9, 11), (10, 6, 3, 5), dict(pads=[3, 2, 2, 4]), np.float32),  # wide padding
+    ((2, 16, 15, 17), (24, 8, 3, 3), dict(group=2, pads=[1] * 4), np.float32),
+    ((1, 8, 17, 23), (16, 8, 3, 3), dict(pads=[1, 2, 0, 1]), np.float64),
+    ((1, 4, 6, 7, 9), (8, 4, 3, 3, 3), dict(pads=[1] * 6, strides=[1, 2, 1]), np.float32),
+    ((2, 8, 300), (16, 8, 5), dict(pads=[2, 1], strides=[3]), np.float32),
+    ((1, 4, 8, 60), (8, 4, 1, 20), dict(pads=[0, 7, 0, 3]), np.float32),  # looped taps
+]
+
+
+def _packed_matmuls(m, x: np.ndarray) -> list:
+    return [s for k in _program(m, x).kernels for s in walk(k.body)
+            if isinstance(s, Matmul) and s.b_packed]
+
+
+@pytest.mark.parametrize("block_bytes", [None, 32 << 10])
+@pytest.mark.parametrize("xs,ws,attrs,dt", PACKED_CASES)
+def test_conv_packed_panels(xs, ws, attrs, dt, block_bytes, monkeypatch):
+    from onnxjit.ir import ops_conv
+
+    if block_bytes is not None:  # many blocks of output rows, most spanning two panels
+        monkeypatch.setattr(ops_conv, "BLOCK_BYTES", block_bytes)
+    m = model("Conv", xs, [rand(*ws, dtype=dt), rand(ws[0], dtype=dt)], attrs, dtype=dt)
+    x = rand(*xs, dtype=dt)
+    mms = _packed_matmuls(m, x)
+    assert mms and all(s.ldb in (8, 16, 32, 64) and s.b.kind == "temp" for s in mms)
+    tol = 1e-4 if dt == np.float32 else 1e-10
+    want = reference(m, x)
+    np.testing.assert_allclose(run_via_loop_ir(m, [x])[0], want, rtol=tol, atol=tol)
+    (y,) = onnxjit.compile(m, cache_dir=False)(x)
+    np.testing.assert_allclose(y, want if dt == np.float64 else ort_run(m, x), rtol=tol, atol=tol)
+    # the switch restores row-major panels, with the same results
+    monkeypatch.setattr(ops_conv, "PACKED_PANELS", False)
+    assert not _packed_matmuls(m, x)
+    (y2,) = onnxjit.compile(m, cache_dir=False)(x)
+    np.testing.assert_allclose(y2, y, rtol=tol, atol=tol)
+
+
+def test_fused_conv_packed_panels_with_epilogue():
+    # Conv + bias + Relu + residual Add: the epilogue runs on blocks of a packed-panel product
+    xs, ws = (2, 16, 14, 19), (16, 16, 3, 3)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4)
+    relu = helper.make_node("Relu", ["c"], ["r"])
+    add = helper.make_node("Add", ["r", "x"], ["y"])
+    g = helper.make_graph(
+        [node, relu, add], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, xs)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, xs)],
+        [numpy_helper.from_array(rand(*ws), "w"), numpy_helper.from_array(rand(16), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    x = rand(*xs)
+    assert _packed_matmuls(m, x)
+    (y,) = onnxjit.compile(m, cache_dir=False)(x)
+    np.testing.assert_allclose(y, ort_run(m, x), rtol=1e-4, atol=1e-4)
