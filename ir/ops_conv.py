@@ -247,7 +247,13 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     tap over its valid range. Kernels with more than `MAX_FUSED_TAPS` taps always take the
     second path, with the outer kernel dims as loops. An `epilogue` (see `lower_gemm_conv`)
     runs on each (image, channel) plane right after it is computed (rows = 1, cols = P).
+    Small 2-D images go through `ops_conv_depthwise` instead (one flat loop per plane).
     """
+    from onnxjit.ir.ops_conv_depthwise import lower_depthwise_phased, phased_applies
+
+    if phased_applies(gm, y):
+        lower_depthwise_phased(ctx, gm, x, w, y, bias, epilogue)
+        return
     a, b = gm.a, Builder()
     ow, kw, sw, pw, iw = gm.out[-1], gm.k[-1], a.strides[-1], gm.begin[-1], gm.ins[-1]
     fused = gm.kprod <= MAX_FUSED_TAPS
