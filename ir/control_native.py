@@ -272,13 +272,18 @@ def _init_states(ctx: Any, node: Node, inits: list[Value], outs: list[Value]) ->
     return states
 
 
+def _native_body(node: Node, native: bool) -> Graph:
+    """The body of a Loop/Scan that `loop_native`/`scan_native` accepted (`native`)."""
+    if not native:
+        raise UnsupportedError(f"this {node.op} changes shapes between iterations or has a "
+                               "body that does not compile natively; it runs in the run-time "
+                               "shape phase", where=node)
+    return node.attr("body")
+
+
 def lower_loop(ctx: Any, node: Node) -> None:
     """Emit the kernels of a native Loop (see the module docstring)."""
-    if not loop_native(node):
-        raise UnsupportedError("this Loop changes shapes between iterations or has a body "
-                               "that does not compile natively; it runs in the run-time "
-                               "shape phase", where=node)
-    body: Graph = node.attr("body")
+    body = _native_body(node, loop_native(node))
     n_car = len(node.inputs) - 2
     states = _init_states(ctx, node, node.inputs[2:], node.outputs[:n_car])
     it_buf = ctx.scratch("iter", DType.INT64, ())
@@ -321,20 +326,12 @@ def lower_loop(ctx: Any, node: Node) -> None:
 
 def lower_scan(ctx: Any, node: Node) -> None:
     """Emit the kernels of a native Scan (see the module docstring)."""
-    if not scan_native(node):
-        raise UnsupportedError("this Scan changes shapes between iterations or has a body "
-                               "that does not compile natively; it runs in the run-time "
-                               "shape phase", where=node)
-    body: Graph = node.attr("body")
+    from onnxjit.ir.control_unroll import scan_layout
+
+    body = _native_body(node, scan_native(node))
     length = scan_length(node)
     assert length is not None
-    n_scan = int(node.attr("num_scan_inputs"))
-    n_state = len(node.inputs) - n_scan
-    n_out = len(node.outputs) - n_state
-    in_dirs = node.attr("scan_input_directions") or (0,) * n_scan
-    in_axes = node.attr("scan_input_axes") or (0,) * n_scan
-    out_dirs = node.attr("scan_output_directions") or (0,) * n_out
-    out_axes = node.attr("scan_output_axes") or (0,) * n_out
+    n_scan, n_state, n_out, in_dirs, in_axes, out_dirs, out_axes = scan_layout(node)
     states = _init_states(ctx, node, node.inputs[:n_state], node.outputs[:n_state])
     for s, v in zip(states, body.inputs[:n_state]):
         ctx.of[v] = s

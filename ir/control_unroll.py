@@ -19,6 +19,8 @@ and loops that may exit early run on the host interpreter instead (`ir.host_eval
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from onnxjit.ir.graph import Graph, Node, Value, clone_graph
@@ -133,16 +135,23 @@ def scan_length(node: Node) -> int | None:
     return int(t.shape[int(axes[0]) % len(t.shape)])
 
 
-def unroll_scan(node: Node, length: int, inits: list[Value]) -> list[Node]:
-    """The nodes replacing a Scan of `length` (>= 1) iterations; they define its outputs."""
-    body = node.attr("body")
+def scan_layout(node: Node) -> tuple[int, int, int, Any, Any, Any, Any]:
+    """A Scan's (n_scan, n_state, n_out, input directions, input axes, output directions,
+    output axes), the attributes' defaults filled in."""
     n_scan = int(node.attr("num_scan_inputs"))
     n_state = len(node.inputs) - n_scan
     n_out = len(node.outputs) - n_state
-    in_dirs = node.attr("scan_input_directions") or (0,) * n_scan
-    in_axes = node.attr("scan_input_axes") or (0,) * n_scan
-    out_dirs = node.attr("scan_output_directions") or (0,) * n_out
-    out_axes = node.attr("scan_output_axes") or (0,) * n_out
+    return (n_scan, n_state, n_out,
+            node.attr("scan_input_directions") or (0,) * n_scan,
+            node.attr("scan_input_axes") or (0,) * n_scan,
+            node.attr("scan_output_directions") or (0,) * n_out,
+            node.attr("scan_output_axes") or (0,) * n_out)
+
+
+def unroll_scan(node: Node, length: int, inits: list[Value]) -> list[Node]:
+    """The nodes replacing a Scan of `length` (>= 1) iterations; they define its outputs."""
+    body = node.attr("body")
+    n_scan, n_state, n_out, in_dirs, in_axes, out_dirs, out_axes = scan_layout(node)
     state = list(node.inputs[:n_state])
     scans: list[list[Value]] = [[] for _ in range(n_out)]
     nodes: list[Node] = []

@@ -41,7 +41,7 @@ import numpy as np
 from onnxjit.ir.elementwise_utils import tensor
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
-from onnxjit.ir.loops import Buffer, Const, Matmul, Operand, i64
+from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops_conv_packed import emit_packed_panel, packed_width
@@ -57,6 +57,8 @@ from onnxjit.ir.ops_conv_utils import (
     operand,
     outer_positions,
     tap_bounds,
+    tap_edges,
+    tap_row,
     tap_shift,
     taps,
     valid_range,
@@ -114,15 +116,8 @@ def emit_panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometr
                 shift = tap_shift(b, tw, dw, pw)
                 row = b.iadd(colbase, b.iadd(b.imul(b.iadd(tap, operand(tw)), cols), orow))
                 lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
-                if not (isinstance(lo, Const) and lo.value == 0):
-                    with b.loop(0, lo, hint="z") as z:
-                        b.store(col, b.iadd(row, z), zero)
-                with b.loop(lo, hi, hint="w") as w:
-                    v = load(b, b.iadd(b.iadd(xrow, operand(shift)), b.imul(w, sw)))
-                    b.store(col, b.iadd(row, w), v)
-                if not (isinstance(hi, Const) and hi.value == ow):
-                    with b.loop(hi, ow, hint="z") as z:
-                        b.store(col, b.iadd(row, z), zero)
+                tap_row(b, col, row, load, b.iadd(xrow, operand(shift)), sw, zero, (0, ow),
+                        (lo, hi), tap_edges(lo, hi, ow))
 
 
 def _block_rows(gm: Geometry, itemsize: int) -> int:

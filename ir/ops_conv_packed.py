@@ -29,8 +29,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
-from onnxjit.ir.loops import Buffer, Const, Matmul, Operand, i64
-from onnxjit.ir.ops_conv_utils import Nest, operand, outer_positions, tap_bounds, tap_shift, taps
+from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
+from onnxjit.ir.ops_conv_utils import (
+    Nest,
+    operand,
+    outer_positions,
+    tap_bounds,
+    tap_edges,
+    tap_row,
+    tap_shift,
+    taps,
+)
 from onnxjit.ir.types import DType
 
 if TYPE_CHECKING:  # ops_conv imports this module
@@ -98,12 +107,5 @@ def _panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry, i
                 lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
                 lo_c = b.op("min", b.op("max", lo, s0), s1)
                 hi_c = b.op("min", b.op("max", hi, lo_c), s1)
-                if not (isinstance(lo, Const) and lo.value == 0):
-                    with b.loop(s0, lo_c, hint="z") as z:
-                        b.store(col, b.iadd(row, z), zero)
-                with b.loop(lo_c, hi_c, hint="w") as w:
-                    v = load(b, b.iadd(b.iadd(xrow, operand(shift)), b.imul(w, sw)))
-                    b.store(col, b.iadd(row, w), v)
-                if not (isinstance(hi, Const) and hi.value == ow):
-                    with b.loop(hi_c, s1, hint="z") as z:
-                        b.store(col, b.iadd(row, z), zero)
+                tap_row(b, col, row, load, b.iadd(xrow, operand(shift)), sw, zero, (s0, s1),
+                        (lo_c, hi_c), tap_edges(lo, hi, ow))

@@ -35,7 +35,7 @@ import numpy as np
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
-from onnxjit.ir.loops import Buffer, Operand, Var, i64
+from onnxjit.ir.loops import Buffer, Const, Operand, Var, i64
 from onnxjit.ir.types import Dim
 
 AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
@@ -234,6 +234,30 @@ def tap_bounds(b: Builder, valid: Operand | None, shift: int | Operand, s: int, 
     if valid is None:
         return lo, hi
     return b.op("select", valid, lo, i64(n)), b.op("select", valid, hi, i64(n))
+
+
+def tap_row(b: Builder, col: Buffer, row: Operand, load: Callable, x_at: Operand, s: int,
+            zero: Operand, span: tuple[Operand | int, Operand | int],
+            copy: tuple[Operand, Operand], edges: tuple[bool, bool]) -> None:
+    """One im2col row of a kernel tap over panel columns `span` = [start, stop): zeros up to
+    `copy[0]`, input pixels `x_at + w*s` for w in `copy`, zeros after `copy[1]`; `edges` says
+    which zero loops can be non-empty (a tap whose valid range reaches a side needs none)."""
+    start, stop = span
+    lo, hi = copy
+    if edges[0]:
+        with b.loop(start, lo, hint="z") as z:
+            b.store(col, b.iadd(row, z), zero)
+    with b.loop(lo, hi, hint="w") as w:
+        b.store(col, b.iadd(row, w), load(b, b.iadd(x_at, b.imul(w, s))))
+    if edges[1]:
+        with b.loop(hi, stop, hint="z") as z:
+            b.store(col, b.iadd(row, z), zero)
+
+
+def tap_edges(lo: Operand, hi: Operand, n: int) -> tuple[bool, bool]:
+    """Which zero loops of a tap row over [0, n) with valid range [lo, hi) can be non-empty."""
+    return (not (isinstance(lo, Const) and lo.value == 0),
+            not (isinstance(hi, Const) and hi.value == n))
 
 
 def valid_range(shift: int, s: int, size: int, n: int) -> tuple[int, int]:

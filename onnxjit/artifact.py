@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.errors import InputError, SizeLimitError, format_size
+from onnxjit.errors import InputError, ModelError, SizeLimitError, format_size
 
 #: Byte offsets of `data` and `flags` in numpy's PyArrayObject_fields on 64-bit CPython
 #: (ob_refcnt, ob_type, data, nd, dimensions, strides, base, descr, flags); checked at start-up.
@@ -91,10 +91,11 @@ def too_large(what: str, nbytes: int, detail: str = "") -> InputError:
 
 
 @contextmanager
-def sized_for_call(what: str) -> Iterator[None]:
+def sized_for_call(what: str, values: bool = False) -> Iterator[None]:
     """Around specialising, compiling or running for one call (`what` describes its inputs):
     a value too large for a process (`SizeLimitError` of shape inference) or an allocation
-    that fails is the call's fault, an `InputError`."""
+    that fails is the call's fault, an `InputError`; with `values` (the run-time shape phase,
+    working on the call's values) so is any other `ModelError`."""
     try:
         yield
     except SizeLimitError as e:
@@ -103,6 +104,12 @@ def sized_for_call(what: str) -> Iterator[None]:
     except MemoryError as e:
         raise InputError(f"not enough memory for this call's inputs ({what}): "
                          f"{e or 'MemoryError'}") from None
+    except ModelError as e:
+        if not values:
+            raise
+        err = InputError(f"{e}; with the values of this call's inputs ({what})")
+        err.where = e.where
+        raise err from None
 
 
 def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:

@@ -33,13 +33,14 @@ extends the signature's key by the chain of stage keys.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from onnxjit.errors import InputError, ModelError, SizeLimitError, UnsupportedError
+from onnxjit.errors import InputError, ModelError, UnsupportedError
 from onnxjit.ir.graph import Graph, Model, Node, Value, clone_model
 from onnxjit.ir.ops_control import join
 from onnxjit.ir.types import DType, OptionalType, SequenceType, TensorType
@@ -380,21 +381,18 @@ class Staged:
 
     def run(self, args: tuple | list) -> tuple:
         from onnxjit.artifact import sized_for_call
-        from onnxjit.signature import describe
 
         # A later stage's shapes come from this call's values: too large is the call's fault,
         # and so is a shape the values make invalid (a negative dim, a Reshape that does not
         # fit): everything the model alone determines was checked when it compiled.
-        what = describe(self.root.owner.input_names, self.signature)
-        with sized_for_call(what):
-            try:
-                # np.ascontiguousarray would turn a 0-d array into shape (1,).
-                return tuple(self.root.run([np.asarray(a, order="C")
-                                            if isinstance(a, np.ndarray) else a
-                                            for a in args]))
-            except SizeLimitError:
-                raise
-            except ModelError as e:
-                err = InputError(f"{e}; with the values of this call's inputs ({what})")
-                err.where = e.where
-                raise err from None
+        with sized_for_call(self._what, values=True):
+            # np.ascontiguousarray would turn a 0-d array into shape (1,).
+            return tuple(self.root.run([np.asarray(a, order="C") if isinstance(a, np.ndarray)
+                                        else a for a in args]))
+
+    @functools.cached_property
+    def _what(self) -> str:
+        """This signature's inputs, for messages (`signature.describe`)."""
+        from onnxjit.signature import describe
+
+        return describe(self.root.owner.input_names, self.signature)

@@ -100,3 +100,36 @@ def node_model(op: str, inputs: list, n_out: int = 1, opset: int = 17, consts=()
     m.graph.ClearField("output")
     m.graph.output.extend(inferred.graph.output)
     return m, feeds
+
+
+def value_info(name: str, dtype: int = TensorProto.FLOAT, shape=None) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def control_model(nodes, inputs, outputs, inits=(), opset: int = 18, functions=(),
+                  extra_opsets=()) -> onnx.ModelProto:
+    """A checked model (IR version 10, so onnxruntime takes it) of a main graph."""
+    g = helper.make_graph(nodes, "main", inputs, outputs, list(inits))
+    opsets = [helper.make_opsetid("", opset), *extra_opsets]
+    m = helper.make_model(g, opset_imports=opsets, ir_version=10, functions=list(functions))
+    onnx.checker.check_model(m)
+    return m
+
+
+def against_ort(m: onnx.ModelProto, feeds_list, rtol: float = 1e-5, atol: float = 1e-6):
+    """Compile `m` and compare every output with onnxruntime for each feeds dict (dtype, shape,
+    values); returns the compiled model."""
+    import onnxruntime as ort
+
+    import onnxjit
+
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(m, cache_dir=False)
+    for feeds in feeds_list:
+        ref = sess.run(None, feeds)
+        got = fn.run(None, feeds)
+        assert len(got) == len(ref)
+        for g, r in zip(got, ref):
+            assert g.dtype == r.dtype and g.shape == r.shape
+            np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
+    return fn

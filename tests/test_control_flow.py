@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from models import against_ort, control_model, value_info
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
@@ -24,29 +25,7 @@ from onnxjit.ir.verify import verify_model
 RNG = np.random.default_rng(0)
 
 
-def _vi(name, dtype=TP.FLOAT, shape=None):
-    return oh.make_tensor_value_info(name, dtype, shape)
-
-
-def _model(nodes, inputs, outputs, inits=(), opset=18, functions=(), extra_opsets=()):
-    g = oh.make_graph(nodes, "main", inputs, outputs, list(inits))
-    opsets = [oh.make_opsetid("", opset), *extra_opsets]
-    m = oh.make_model(g, opset_imports=opsets, ir_version=10, functions=list(functions))
-    onnx.checker.check_model(m)
-    return m
-
-
-def _against_ort(m, feeds_list, rtol=1e-5, atol=1e-6):
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    fn = onnxjit.compile(m, cache_dir=False)
-    for feeds in feeds_list:
-        ref = sess.run(None, feeds)
-        got = fn.run(None, feeds)
-        assert len(got) == len(ref)
-        for g, r in zip(got, ref):
-            assert g.dtype == r.dtype and g.shape == r.shape
-            np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
-    return fn
+_vi, _model, _against_ort = value_info, control_model, against_ort
 
 
 # ------------------------------------------------------------------------------------- If

@@ -8,10 +8,11 @@ values swapped or passed through, nested loops, scan outputs with a constant and
 trip count (bound by the staged phase), and Scan directions and axes.
 """
 
+import functools
+
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
+from models import against_ort, control_model, value_info
 from onnx import TensorProto as TP
 from onnx import helper as oh
 
@@ -27,28 +28,8 @@ from onnxjit.ir.types import DType
 RNG = np.random.default_rng(1)
 
 
-def _vi(name, dtype=TP.FLOAT, shape=None):
-    return oh.make_tensor_value_info(name, dtype, shape)
-
-
-def _model(nodes, inputs, outputs, inits=()):
-    g = oh.make_graph(nodes, "main", inputs, outputs, list(inits))
-    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)], ir_version=10)
-    onnx.checker.check_model(m)
-    return m
-
-
-def _against_ort(m, feeds_list, rtol=1e-5, atol=1e-5):
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    fn = onnxjit.compile(m, cache_dir=False)
-    for feeds in feeds_list:
-        ref = sess.run(None, feeds)
-        got = fn.run(None, feeds)
-        assert len(got) == len(ref)
-        for g, r in zip(got, ref):
-            assert g.dtype == r.dtype and g.shape == r.shape
-            np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
-    return fn
+_vi, _model = value_info, control_model
+_against_ort = functools.partial(against_ort, atol=1e-5)
 
 
 def _native(fn) -> bool:
