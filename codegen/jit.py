@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import hashlib
 import re
 import threading
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from onnxjit.codegen import pyentry, target
 from onnxjit.codegen.irutil import LOOP_SELF
 from onnxjit.codegen.llvmgen import build_module, n_io, uses_pool
 from onnxjit.codegen.objects import CompiledObject
+from onnxjit.digest import hexdigest
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Program
 
@@ -82,7 +82,7 @@ def _compile(program: Program, opt_level: int,
     module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout())
     fastcall = pyentry.build(module, f"{_PLACEHOLDER}_fastcall").name
     text = str(module)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    digest = hexdigest(text.encode())[:16]
     prefix = f"{_symbol_name(program)}_{digest}"
     text = text.replace(_PLACEHOLDER, prefix)
     text = _LOOP_SELF.sub(lambda m: f"{m[1]} = distinct !{{ {m[1]},", text)

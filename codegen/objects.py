@@ -12,23 +12,23 @@ a program's consts table for the worker pool.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass
 class CompiledObject:
     """Object code of one Program and the names of its entry points. `uses_pool`: the code
     dispatches parallel loops to the worker pool (see `pool_slots`). `fastcall`: the name of
     its CPython fast-call trampoline (`pyentry`), empty when absent."""
 
-    object_code: bytes
-    entry: str
-    entry_py: str
-    n_io: int
-    n_consts: int
-    uses_pool: bool = True
-    fastcall: str = ""
+    def __init__(self, object_code: bytes, entry: str, entry_py: str, n_io: int,
+                 n_consts: int, uses_pool: bool = True, fastcall: str = "") -> None:
+        self.object_code = object_code
+        self.entry = entry
+        self.entry_py = entry_py
+        self.n_io = n_io
+        self.n_consts = n_consts
+        self.uses_pool = uses_pool
+        self.fastcall = fastcall
 
 
 def load_object(obj: CompiledObject) -> Any:

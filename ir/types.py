@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import enum
 import importlib.util
-from dataclasses import dataclass
 from typing import Union
 
 import numpy as np
+
+from onnxjit.record import Record
 
 
 class DType(enum.Enum):
@@ -185,16 +186,23 @@ def supported_dtypes_text(dtypes: frozenset | None = None) -> str:
 # --------------------------------------------------------------------------- symbolic dims
 
 
-@dataclass(frozen=True)
-class Sym:
+class Sym(Record):
     """A symbolic size: `op` is "var" (args = (name,)), "add", "mul", "floordiv" or "max".
 
     Build with `Sym.var("N")` and Python operators; results are canonical and fold to `int`
     when no symbol is left.
     """
 
+    __slots__ = ("op", "args")
     op: str
     args: tuple
+
+    def __init__(self, op: str, args: tuple) -> None:  # the hot path: no generic binding
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "args", args)
+
+    def _values(self) -> tuple:
+        return (self.op, self.args)
 
     @staticmethod
     def var(name: str) -> Sym:
@@ -366,12 +374,19 @@ def evaluate_dim(d: Dim, bindings: dict[str, int]) -> int | None:
 # --------------------------------------------------------------------------- value types
 
 
-@dataclass(frozen=True)
-class TensorType:
+class TensorType(Record):
     """A tensor of `dtype`; `shape` is None when even the rank is unknown."""
 
+    __slots__ = ("dtype", "shape")
     dtype: DType
     shape: tuple[Dim, ...] | None
+
+    def __init__(self, dtype: DType, shape: tuple[Dim, ...] | None) -> None:
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "shape", shape)
+
+    def _values(self) -> tuple:
+        return (self.dtype, self.shape)
 
     @property
     def rank(self) -> int | None:
@@ -398,24 +413,24 @@ class TensorType:
         return f"{self.dtype.short}[{','.join(dim_str(d) for d in self.shape)}]"
 
 
-@dataclass(frozen=True)
-class SequenceType:
+class SequenceType(Record):
+    __slots__ = ("elem",)
     elem: ValueType | None
 
     def __str__(self) -> str:
         return f"seq({self.elem if self.elem is not None else '?'})"
 
 
-@dataclass(frozen=True)
-class OptionalType:
+class OptionalType(Record):
+    __slots__ = ("elem",)
     elem: ValueType | None
 
     def __str__(self) -> str:
         return f"optional({self.elem if self.elem is not None else '?'})"
 
 
-@dataclass(frozen=True)
-class MapType:
+class MapType(Record):
+    __slots__ = ("key", "value")
     key: DType
     value: ValueType
 
@@ -423,8 +438,8 @@ class MapType:
         return f"map({self.key.short}, {self.value})"
 
 
-@dataclass(frozen=True)
-class SparseTensorType:
+class SparseTensorType(Record):
+    __slots__ = ("dtype", "shape")
     dtype: DType
     shape: tuple[Dim, ...] | None
 

@@ -26,7 +26,6 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -119,25 +118,31 @@ def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
     return n
 
 
-@dataclass
 class Artifact:
-    """Everything needed to run one signature, whether just compiled or loaded from disk."""
+    """Everything needed to run one signature, whether just compiled or loaded from disk.
 
-    signature: tuple
-    out_specs: list[tuple[tuple[int, ...], np.dtype]]
-    consts: list[np.ndarray]
-    arena_size: int
-    messages: list[str]
-    library: Any  # codegen's NativeLibrary: keeps the engine (and the code) alive
-    use_py_entry: bool
-    program: Any = None
-    compile_seconds: float = 0.0
-    source: str = "compiled"  # "compiled" | "disk" | "memory"
-    num_threads: int = 0  # threads for parallel loops; 0: all cores
+    `library` is codegen's NativeLibrary: it keeps the engine (and the code) alive. `source`
+    is "compiled", "disk" or "memory"; `num_threads` the threads of its parallel loops (0: all
+    cores); `out_names` name the outputs in messages.
+    """
 
-    out_names: list[str] | None = None  # names of the outputs, for messages
-
-    def __post_init__(self) -> None:
+    def __init__(self, signature: tuple, out_specs: list[tuple[tuple[int, ...], np.dtype]],
+                 consts: list[np.ndarray], arena_size: int, messages: list[str], library: Any,
+                 use_py_entry: bool, program: Any = None, compile_seconds: float = 0.0,
+                 source: str = "compiled", num_threads: int = 0,
+                 out_names: list[str] | None = None) -> None:
+        self.signature = signature
+        self.out_specs = out_specs
+        self.consts = consts
+        self.arena_size = arena_size
+        self.messages = messages
+        self.library = library
+        self.use_py_entry = use_py_entry
+        self.program = program
+        self.compile_seconds = compile_seconds
+        self.source = source
+        self.num_threads = num_threads
+        self.out_names = out_names
         self._check_sizes()
         n_io = len(self.signature) + len(self.out_specs)
         self._n_in = len(self.signature)

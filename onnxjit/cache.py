@@ -3,54 +3,59 @@
 Lookups go memory -> disk -> compile; this module is the disk part. An entry is one file
 `<key>.ojc`:
 
-    b"ONNXJIT\\x00" | u32 format | u64 header length | header (JSON) | payload
+    b"ONNXJIT\\x00" | u32 format | u64 header length | u32 CRC-32 of the header | header | payload
 
-The header lists the payload's sections (name, offset, length, dtype, shape) and the payload's
-SHA-256; the payload and each section start at a multiple of 64 bytes, so a reader that maps
-the file (copy-on-write; small entries are read into an aligned buffer) uses the arrays in place
-(no copy: a warm start of a model with 100 MB of weights holds them once, in the page cache),
-and a writer writes arrays without copying them.
-Writes go to a temp file in the same folder, then `os.replace` (atomic on POSIX), so
-readers see a whole entry or none. A read checks magic, format, lengths and digest; anything off
-(truncated, corrupt, foreign, from another format) is treated as a miss and rebuilt. Entries are
-native code, so files are created owner-only (0600, folder 0700) and an entry owned by another
-user or writable by group/others is never loaded. A folder that cannot be created or written
+The header (a `marshal`led dict) lists the payload's sections (name, offset, length, dtype,
+shape) and the payload's CRC-32; the payload and each section start at a multiple of 64 bytes,
+so a reader that maps the file (copy-on-write; small entries are read into an aligned buffer)
+uses the arrays in place (no copy: a warm start of a model with 100 MB of weights holds them
+once, in the page cache), and a writer writes arrays without copying them.
+Writes go to a temp file in the same folder, then `os.replace` (atomic on POSIX), so readers
+see a whole entry or none. A read checks magic, format, lengths and both checksums (the
+header's before it is unmarshalled); anything off (truncated, corrupt, foreign, from another
+format) is treated as a miss and rebuilt. The checksums detect damage, not forgery: an entry
+is trusted because it is the user's own file (below). CRC-32 and marshal rather than SHA-256
+and JSON because importing hashlib and json took a tenth of a warm start. Entries are native
+code, so files are created owner-only (0600, folder 0700) and an entry owned by another user
+or writable by group/others is never loaded. A folder that cannot be created or written
 degrades to memory-only with one warning.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import marshal
 import mmap
 import os
 import stat
 import struct
-import tempfile
 import threading
 import warnings
-from dataclasses import dataclass, field
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from onnxjit import digest
+
 MAGIC = b"ONNXJIT\x00"
-FORMAT = 2
+FORMAT = 3
 ALIGN = 64  # payload and sections start at multiples of this (arrays are used in place)
 MAP_MIN_BYTES = 1 << 20  # entries from this size are mapped, smaller ones read
-_PREFIX = struct.Struct("<8sIQ")
+_PREFIX = struct.Struct("<8sIQI")
 _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-@dataclass
 class CacheStats:
-    memory_hits: int = 0
-    disk_hits: int = 0
-    misses: int = 0
-    disk_errors: int = 0
-    writes: int = 0
+    """Process-wide counters of the caches (reported by `CompiledModel.cache_info`)."""
+
+    def __init__(self) -> None:
+        self.memory_hits = 0
+        self.disk_hits = 0
+        self.misses = 0
+        self.disk_errors = 0
+        self.writes = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -59,17 +64,19 @@ class CacheStats:
 STATS = CacheStats()
 
 
-@dataclass
 class Entry:
-    """A decoded cache entry: JSON-able metadata and named binary sections."""
+    """A decoded cache entry: metadata (plain dicts, lists, tuples, str, int, float, bool,
+    None) and named binary sections."""
 
-    meta: dict[str, Any]
-    blobs: dict[str, bytes] = field(default_factory=dict)
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    def __init__(self, meta: dict[str, Any], blobs: dict[str, bytes] | None = None,
+                 arrays: dict[str, np.ndarray] | None = None) -> None:
+        self.meta = meta
+        self.blobs = {} if blobs is None else blobs
+        self.arrays = {} if arrays is None else arrays
 
 
 def make_key(*parts: str) -> str:
-    h = hashlib.sha256()
+    h = digest.new()
     for p in parts:
         h.update(p.encode())
         h.update(b"\x00")
@@ -143,6 +150,8 @@ class DiskCache:
     def put(self, key: str, entry: Entry) -> None:
         if not self._ready() or self.folder is None:
             return
+        import tempfile
+
         parts = encode_parts(entry, key)
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=self.folder)
@@ -179,17 +188,17 @@ def encode_parts(entry: Entry, key: str = "") -> list[bytes | memoryview]:
     loads the file into an aligned buffer can use the arrays in place."""
     sections = []
     chunks: list[bytes | memoryview] = []
-    digest = hashlib.sha256()
+    crc = 0
     offset = 0
 
     def add(raw: bytes | memoryview) -> None:
-        nonlocal offset
+        nonlocal offset, crc
         pad = -offset % ALIGN
         if pad:
             chunks.append(bytes(pad))
-            digest.update(bytes(pad))
+            crc = zlib.crc32(bytes(pad), crc)
         chunks.append(raw)
-        digest.update(raw)
+        crc = zlib.crc32(raw, crc)
         offset += pad + len(raw)
 
     for name, blob in entry.blobs.items():
@@ -201,10 +210,11 @@ def encode_parts(entry: Entry, key: str = "") -> list[bytes | memoryview]:
         add(raw)
         sections.append({"name": name, "kind": "array", "offset": offset - len(raw),
                          "length": len(raw), "dtype": arr.dtype.str, "shape": list(arr.shape)})
-    header = json.dumps({"key": key, "meta": entry.meta, "sections": sections,
-                         "sha256": digest.hexdigest()}).encode()
-    header += b" " * (-(_PREFIX.size + len(header)) % ALIGN)
-    return [_PREFIX.pack(MAGIC, FORMAT, len(header)) + header] + chunks
+    header = marshal.dumps({"key": key, "meta": entry.meta, "sections": sections,
+                            "crc32": crc})
+    header += b" " * (-(_PREFIX.size + len(header)) % ALIGN)  # marshal ignores trailing bytes
+    prefix = _PREFIX.pack(MAGIC, FORMAT, len(header), zlib.crc32(header))
+    return [prefix + header] + chunks
 
 
 def encode(entry: Entry, key: str = "") -> bytes:
@@ -222,22 +232,26 @@ def aligned_buffer(size: int) -> np.ndarray:
 def decode(data: bytes | bytearray | memoryview | np.ndarray, key: str | None = None
            ) -> Entry | None:
     """The entry in `data`, or None if it is not a whole, intact entry of this format (and,
-    when `key` is given, one written under that key). The header is not covered by the digest,
-    so every section is checked against the payload before anything is allocated. Arrays are
+    when `key` is given, one written under that key). A checksum guards against damage, not
+    forgery, so every section is still checked against the payload before anything is
+    allocated. Arrays are
     views of `data` when it is a writeable buffer with ALIGN-aligned sections (what
     `DiskCache.get` reads into), else fresh aligned copies."""
     try:
         data = memoryview(data).cast("B")
-        magic, fmt, hlen = _PREFIX.unpack_from(data, 0)
+        magic, fmt, hlen, header_crc = _PREFIX.unpack_from(data, 0)
         if magic != MAGIC or fmt != FORMAT or _PREFIX.size + hlen > len(data):
             return None
-        header = json.loads(bytes(data[_PREFIX.size:_PREFIX.size + hlen]))
+        raw_header = data[_PREFIX.size:_PREFIX.size + hlen]
+        if zlib.crc32(raw_header) != header_crc:
+            return None
+        header = marshal.loads(raw_header)
         if not isinstance(header, dict) or not isinstance(header.get("meta"), dict):
             return None
         if key is not None and header.get("key") != key:
             return None
         payload = data[_PREFIX.size + hlen:]
-        if hashlib.sha256(payload).hexdigest() != header["sha256"]:
+        if zlib.crc32(payload) != header["crc32"]:
             return None
         entry = Entry(header["meta"])
         in_place = not data.readonly
@@ -263,5 +277,5 @@ def decode(data: bytes | bytearray | memoryview | np.ndarray, key: str | None = 
             entry.arrays[s["name"]] = arr
         return entry
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, MemoryError,
-            struct.error, json.JSONDecodeError):
+            EOFError, struct.error):
         return None

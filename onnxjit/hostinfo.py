@@ -17,10 +17,11 @@ compiler never reuses a stale entry even when its version string did not change 
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import os
 import platform
+
+from onnxjit import digest
 
 
 def _cpu() -> str:
@@ -59,7 +60,7 @@ def _llvmlite_build() -> str:
 def host_id() -> str:
     """A short hash naming this CPU and LLVM build (part of every artifact's cache key)."""
     text = f"{platform.machine()}\n{_cpu()}\n{_llvmlite_build()}"
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return digest.hexdigest(text.encode())[:32]
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,4 +81,4 @@ def compiler_id() -> str:
                     except OSError:
                         continue
                     parts.append(f"{package}/{name}:{st.st_size}:{st.st_mtime_ns}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+    return digest.hexdigest("\n".join(parts).encode())[:32]

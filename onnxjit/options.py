@@ -7,36 +7,42 @@ rest of the compiler sees plain values.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from onnxjit.errors import OnnxJitError
+from onnxjit.record import Record
 
 SPECIALIZE = ("shape", "rank")
 
 
-@dataclass(frozen=True)
-class CompileOptions:
+class CompileOptions(Record):
+    """The validated options of one `compile` call (see `from_user`); immutable."""
+
+    __slots__ = ("cache_dir", "dump_ir", "num_threads", "specialize", "opt_level", "base_dir",
+                 "verify")
     #: Disk cache folder; None disables the disk cache.
-    cache_dir: Path | None = None
+    cache_dir: Path | None
     #: Folder receiving the IR after every pass; None for no dumps.
-    dump_ir: Path | None = None
+    dump_ir: Path | None
     #: Worker threads for parallel loops (0: all cores).
-    num_threads: int = 0
+    num_threads: int
     #: "shape": one artifact per concrete input shapes; "rank": per dtypes and ranks.
-    specialize: str = "shape"
+    specialize: str
     #: 0 (no LLVM optimisation) .. 3.
-    opt_level: int = 3
+    opt_level: int
     #: Base folder for external data of models given as bytes or objects.
-    base_dir: Path | None = None
+    base_dir: Path | None
     #: Run the IR verifiers after every pass.
-    verify: bool = True
+    verify: bool
+    _defaults: ClassVar[dict[str, Any]] = {
+        "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "shape",
+        "opt_level": 3, "base_dir": None, "verify": True}
 
     @staticmethod
     def from_user(options: dict[str, Any]) -> CompileOptions:
         """Validate keyword options and fill defaults from the environment."""
-        known = {f.name for f in fields(CompileOptions)}
+        known = set(CompileOptions._fields)
         unknown = sorted(set(options) - known)
         if unknown:
             raise OnnxJitError(f"unknown compile option(s) {', '.join(unknown)}; "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from onnxjit import cache as cache_mod
+from onnxjit import digest
 from onnxjit.artifact import Artifact, pyobject_layout_ok, sized_for_call
 from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
@@ -161,9 +162,7 @@ class CompiledModel:
                                   if n in values}
 
     def _with_base(self) -> CompileOptions:
-        import dataclasses
-
-        return dataclasses.replace(self.options, base_dir=self._base_dir)
+        return self.options.replace(base_dir=self._base_dir)
 
     # calling ----------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> tuple:
@@ -294,9 +293,7 @@ class CompiledModel:
         if self.options.dump_ir is None:
             return None
         if len(name) > 120:
-            import hashlib
-
-            name = f"{name[:100]}..{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+            name = f"{name[:100]}..{digest.hexdigest(name.encode())[:16]}"
         return self.options.dump_ir / name
 
     def _native(self, sig: tuple, key: str, bound: Model, dumper: Any) -> Artifact:
@@ -454,7 +451,8 @@ def compile_model(source: Any, **options: Any) -> CompiledModel:
     from onnxjit.model_source import is_model_text, model_folder, model_hash
 
     opts = CompileOptions.from_user(options)
-    data, digest = model_hash(source, opts.base_dir)
+    memo = cache_mod.DiskCache(opts.cache_dir) if opts.cache_dir is not None else None
+    data, model_digest = model_hash(source, opts.base_dir, memo)
     base_dir = opts.base_dir
     text = isinstance(source, str) and is_model_text(source)
     if base_dir is None and isinstance(source, (str, os.PathLike)) and not text:
@@ -465,4 +463,4 @@ def compile_model(source: Any, **options: Any) -> CompiledModel:
         name = str(source)
     else:
         name = f"<{type(source).__name__}>"
-    return CompiledModel(data, digest, opts, base_dir, name)
+    return CompiledModel(data, model_digest, opts, base_dir, name)

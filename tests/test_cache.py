@@ -186,3 +186,43 @@ def test_entry_arrays_are_used_in_place(tmp_path, big):
     # bytes (read-only) decode to copies, equal all the same
     copy = cache.decode(cache.encode(cache.Entry({}, {}, arrays), "k"), "k")
     assert copy is not None and all(copy.arrays[n].flags.writeable for n in arrays)
+
+
+def test_model_file_digest_is_memoised_by_file_identity(tmp_path, monkeypatch):
+    """A model file's digest is remembered under (device, inode, size, mtime, ctime): the warm
+    path skips hashing; any write (even one that restores the old mtime and size) or a
+    replacing rename is a new identity; a file changed too recently is not memoised."""
+    from onnxjit import model_source
+    from onnxjit.cache import DiskCache
+
+    memo = DiskCache(tmp_path / "cache")
+    m = mlp((4, 3, 2))
+    p = tmp_path / "m.onnx"
+    p.write_bytes(m.SerializeToString())
+    hashed = []
+    real = model_source.digest.hexdigest
+    monkeypatch.setattr(model_source.digest, "hexdigest",
+                        lambda data: hashed.append(len(data)) or real(data))
+
+    fresh = model_source.model_hash(p, memo=memo)
+    assert fresh == model_source.model_hash(p) and len(hashed) == 2
+    assert not (tmp_path / "cache").exists()  # written this instant: racy, not memoised
+
+    old = os.stat(p).st_mtime - 10
+    os.utime(p, (old, old))
+    monkeypatch.setattr(model_source, "RACY_SECONDS", 0.0)  # ctime is now; accept it
+    assert model_source.model_hash(p, memo=memo) == fresh and len(hashed) == 3
+    assert model_source.model_hash(p, memo=memo) == fresh and len(hashed) == 3  # memo hit
+
+    other = bytearray(m.SerializeToString())  # same size, other bytes
+    other[-5] ^= 1
+    p.write_bytes(bytes(other))
+    os.utime(p, (old, old))  # the old mtime is back, but ctime moved
+    changed = model_source.model_hash(p, memo=memo)
+    assert changed[1] != fresh[1] and changed[1] == model_source.model_hash(bytes(other))[1]
+
+    q = tmp_path / "new.onnx"  # a replacing rename: another inode
+    q.write_bytes(m.SerializeToString())
+    os.utime(q, (old, old))
+    os.replace(q, p)
+    assert model_source.model_hash(p, memo=memo) == fresh
