@@ -225,7 +225,15 @@ def _expand_infer(node: Node) -> list[ValueType | None]:
         target = None if n is None else (None,) * n
     if target is not None and any(isinstance(d, int) and d < 0 for d in target):
         raise ModelError(f"shape {list(target)} has a negative dim", where=node)
-    return tensor(dt, broadcast_shapes([src, target], node))  # type: ignore[return-value]
+    out = broadcast_shapes([src, target], node)
+    if out is not None and target is not None and None in target:
+        # A target dim known only from the call's values leaves the output dim unknown even
+        # where the source dim is not 1 (the only valid result): the run-time shape phase then
+        # evaluates the node and checks the values broadcast, which a static guess would skip.
+        lead = len(out) - len(target)
+        out = tuple(None if k >= lead and target[k - lead] is None else d
+                    for k, d in enumerate(out))
+    return tensor(dt, out)  # type: ignore[return-value]
 
 
 def _expand_eval(node: Node, inputs: list) -> list[np.ndarray]:

@@ -90,11 +90,13 @@ def too_large(what: str, nbytes: int, detail: str = "") -> InputError:
 
 
 @contextmanager
-def sized_for_call(what: str, values: bool = False) -> Iterator[None]:
+def sized_for_call(what: str, values: bool = False, shapes: bool = False) -> Iterator[None]:
     """Around specialising, compiling or running for one call (`what` describes its inputs):
     a value too large for a process (`SizeLimitError` of shape inference) or an allocation
-    that fails is the call's fault, an `InputError`; with `values` (the run-time shape phase,
-    working on the call's values) so is any other `ModelError`."""
+    that fails is the call's fault, an `InputError`; so is any other `ModelError` with `values`
+    (the run-time shape phase, working on the call's values) or `shapes` (specialising a model
+    whose declared input shapes leave sizes to the call: sizes that do not fit together are
+    the call's)."""
     try:
         yield
     except SizeLimitError as e:
@@ -104,9 +106,10 @@ def sized_for_call(what: str, values: bool = False) -> Iterator[None]:
         raise InputError(f"not enough memory for this call's inputs ({what}): "
                          f"{e or 'MemoryError'}") from None
     except ModelError as e:
-        if not values:
+        if not (values or shapes):
             raise
-        err = InputError(f"{e}; with the values of this call's inputs ({what})")
+        kind = "values" if values else "shapes"
+        err = InputError(f"{e}; with the {kind} of this call's inputs ({what})")
         err.where = e.where
         raise err from None
 

@@ -278,7 +278,7 @@ class CompiledModel:
         from onnxjit.staged import Stage, Staged, first_dynamic
 
         dumper = Dumper(self._dump_folder(signature_id(sig)))
-        with sized_for_call(describe(self.input_names, sig)):
+        with sized_for_call(describe(self.input_names, sig), shapes=self._call_sized()):
             bound = bind_signature(model, sig, self._with_base(), dumper)
             if first_dynamic(bound) is not None:
                 self._disk.put(key, cache_mod.Entry({"staged": True}))
@@ -286,6 +286,11 @@ class CompiledModel:
             art = self._native(sig, key, bound, dumper)
         art.compile_seconds = time.perf_counter() - t0
         return art
+
+    def _call_sized(self) -> bool:
+        """Does some declared input leave a size (or the rank) to the call?"""
+        return any(s is None or not all(isinstance(d, int) for d in s)
+                   for _, _, s in self._declared)
 
     def _dump_folder(self, name: str) -> Path | None:
         """The dump folder of a signature: its id, shortened with a hash of the whole id when

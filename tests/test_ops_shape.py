@@ -106,7 +106,13 @@ def test_data_dependent_target_gives_unknown_dims_not_an_error():
     m = make(nodes, [("x", F, ["n", 4]), ("t", I64, [2])], outputs=(("y", F, 2), ("z", F, 2)))
     (ty, tz), _ = graph_types(m)
     assert ty.shape == (None, None)
-    assert tz.shape == (None, 4)
+    # z's last dim can only be 4, but it stays unknown so that the run-time shape phase checks
+    # t's values (a static 4 would skip Expand's check that t broadcasts against x)
+    assert tz.shape == (None, None)
+    fn, x = onnxjit.compile(m, cache_dir=False), np.ones((2, 4), np.float32)
+    assert fn(x, np.array([2, 4], np.int64))[1].shape == (2, 4)
+    with pytest.raises(InputError, match="Expand"):
+        fn(x, np.array([1, 8], np.int64))
 
 
 def test_squeeze_without_axes_on_symbolic_dims_has_unknown_rank():
