@@ -39,7 +39,7 @@ from onnxjit.ir.ops_elementwise import (
 from onnxjit.ir.ops_fused import lower_elementwise_nodes
 from onnxjit.ir.scalar_eval import evaluate_elementwise
 from onnxjit.ir.shape_utils import tensor_input
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import NARROW_FLOATS, DType
 
 _F22 = ((1, FLOATS), (22, FLOATS | BF16))  # T of the activations revised in opset 22
 
@@ -224,12 +224,21 @@ def softplus(b: Builder, x: Operand) -> Operand:
     return b.op("add", b.op("max", x, c(0, x)), tail)
 
 
-unary("Softplus", (1, 22), _F22, lambda b, n, a: softplus(b, a[0]), "log(1 + e**x)")
+def _in_f32(b: Builder, x: Operand, rule) -> Operand:
+    """`rule(x)` computed in f32 and rounded once for float16/bfloat16 x: per-op narrow
+    rounding of 1 + e**-|x| loses the whole tail (softplus(-8) would be 0 in f16)."""
+    if x.dtype not in NARROW_FLOATS:
+        return rule(x)
+    return b.cast(rule(b.cast(x, DType.FLOAT)), x.dtype)
+
+
+unary("Softplus", (1, 22), _F22, lambda b, n, a: _in_f32(b, a[0], lambda x: softplus(b, x)),
+      "log(1 + e**x)")
 unary("Softsign", (1, 22), _F22,
       lambda b, n, a: b.op("div", a[0], b.op("add", b.op("abs", a[0]), c(1, a[0]))),
       "x / (1 + |x|)")
 unary("Mish", (18, 22), ((18, FLOATS), (22, FLOATS | BF16)),
-      lambda b, n, a: b.op("mul", a[0], b.op("tanh", softplus(b, a[0]))),
+      lambda b, n, a: _in_f32(b, a[0], lambda x: b.op("mul", x, b.op("tanh", softplus(b, x)))),
       "x * tanh(softplus(x))")
 
 

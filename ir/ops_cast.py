@@ -69,8 +69,11 @@ def _common_attrs(node: Node) -> None:
 def _to(node: Node) -> DType:
     to = require_attr(node, "to")
     try:
+        if isinstance(to, (bytes, str)):  # Cast-1: the TensorProto.DataType name ("FLOAT")
+            name = to.decode() if isinstance(to, bytes) else to
+            return DType[name.upper()]
         return DType(int(to))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, KeyError):
         raise ModelError(f"attribute 'to' = {to!r} is not an ONNX element type",
                          where=node) from None
 
@@ -102,7 +105,7 @@ def _cast_infer(node: Node) -> list:
 
 
 def _cast(b: Builder, node: Node, a: list[Operand]) -> Operand:
-    return emit_cast(b, a[0], DType(int(node.attrs["to"])), _saturate(node))
+    return emit_cast(b, a[0], _to(node), _saturate(node))
 
 
 def _string_cast(node: Node, x: np.ndarray, target: DType) -> np.ndarray:
@@ -128,7 +131,7 @@ def _numeric_cast(x: np.ndarray, target: DType, saturate: bool) -> np.ndarray:
 
 def _cast_evaluate(node: Node, inputs: list[np.ndarray | None]) -> list[np.ndarray]:
     x = np.asarray(inputs[0])
-    target = DType(int(node.attrs["to"]))
+    target = _to(node)
     if x.dtype == object or target == DType.STRING:
         return [_string_cast(node, x, target)]
     from onnxjit.ir.opdef import lookup

@@ -209,10 +209,11 @@ def bn_per_activation(node: Node, xshape: tuple) -> bool:
 
 def _bn_infer(node: Node) -> list:
     arity(node, 5)
-    ft = ((1, FLOATS), (15, FLOATS | BF16))
+    ft = ((1, FLOATS), (14, FLOATS | BF16))  # bfloat16 since 14 (T and U)
     dt = accept(node, 0, ft)
     pdt = [accept(node, i, ft) for i in range(1, 5)]
-    if node.version < 15 and any(p != dt for p in pdt):
+    # Before 14 every input is T; at 14 scale/B are T and mean/var a separate U.
+    if node.version < 15 and any(p != dt for p in pdt[:2 if node.version == 14 else 4]):
         raise ModelError("every input must have the element type of X", where=node)
     if pdt[0] != pdt[1] or pdt[2] != pdt[3]:
         raise ModelError("scale/B and mean/var must share element types", where=node)

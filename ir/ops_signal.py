@@ -293,9 +293,10 @@ def _mel_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     bins, length, rate = (_scalar_value(node, inputs[i], i) for i in range(3))
     lo, hi = (float(inputs[i].reshape(-1)[0]) for i in (3, 4))
     assert bins is not None and length is not None and rate is not None
-    if bins < 1 or length < 1 or rate < 1:
-        raise InputError(f"num_mel_bins, dft_length and sample_rate must be >= 1, got {bins}, "
-                         f"{length}, {rate}", where=node)
+    # Zero mel bins is a valid, empty filter bank (onnx.reference and onnxruntime agree).
+    if bins < 0 or length < 1 or rate < 1:
+        raise InputError(f"num_mel_bins must be >= 0, dft_length and sample_rate >= 1, got "
+                         f"{bins}, {length}, {rate}", where=node)
     spec = length // 2 + 1
     mel_lo = 2595 * np.log1p(lo / 700) / np.log(10)
     mel_hi = 2595 * np.log1p(hi / 700) / np.log(10)
