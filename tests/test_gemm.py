@@ -180,6 +180,22 @@ PACKED_CASES = [(16, 128, 16, False, 1.0, False), (23, 257, 65, True, -1.5, True
                 (13, 97, 47, True, 2.0, True)]
 
 
+def _tiled_region(s: Matmul) -> tuple[int, int]:
+    """Rows and columns of the plain (B not packed) product `s` that the tiled kernel computes:
+    a packed B is read by the tiled kernel whatever the sizes, an unpacked one by other forms
+    (other sum orders) under PACK_MIN_M rows (a small product, the leftover rows of a product
+    split over threads)."""
+    from onnxjit.codegen.parallel import split_matmul
+
+    rows = s.m if s.m >= PACK_MIN_M else 0
+    cols = s.n
+    split = split_matmul(s)
+    for t in split[1] if split else []:
+        if isinstance(t, Matmul) and t.m < s.m and t.m < PACK_MIN_M:
+            rows = s.m - t.m
+    return rows, cols
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_prepacked_b_is_bit_identical(threads: int) -> None:
     """Packing B at compile time changes where B is read from, not the order of the sums."""
@@ -198,11 +214,10 @@ def test_prepacked_b_is_bit_identical(threads: int) -> None:
     want = _run_program(plan(plain, PassContext()).ir, inputs, threads)
     got = _run_program(plan(packed, PassContext()).ir, inputs, threads)
     ref = run_program(packed, inputs)  # the interpreter unpacks
-    for case, g, w, r in zip(PACKED_CASES, got, want, ref):
-        # under PACK_MIN_M rows (a small product, a split product's 5 leftover rows) a packed
-        # B is read by the tiled kernel, an unpacked one by other forms (other sum orders)
-        rows = 128 if case[0] == 133 else case[0] if case[0] >= PACK_MIN_M else 0
-        np.testing.assert_array_equal(g[:rows], w[:rows], err_msg=str(case))
+    plain_mms = [s for k in plain.kernels for s in k.body if isinstance(s, Matmul)]
+    for case, s, g, w, r in zip(PACKED_CASES, plain_mms, got, want, ref):
+        rows, cols = _tiled_region(s)
+        np.testing.assert_array_equal(g[:rows, :cols], w[:rows, :cols], err_msg=str(case))
         tol = 2e-6 * case[1] ** 0.5 * 4
         np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
 
@@ -297,3 +312,53 @@ def test_prepacked_model_from_disk_cache(tmp_path) -> None:
         warm = onnxjit.compile(model, cache_dir=tmp_path / str(threads), num_threads=threads)
         np.testing.assert_array_equal(warm(x)[0], y_cold)
         assert warm.cache_info()["disk_hits"] == hits + 1
+
+
+# few-row products (the small-batch MLP shapes) and every row edge tile ------------------------
+
+#: (m, k, n, b_trans, alpha, accumulate): m <= 64 rows, most large enough to be split over
+#: threads (by row blocks, some with leftover rows), n and k multiples of nothing
+FEW_ROW_CASES = [(32, 784, 512, False, 1.0, False), (2, 784, 1030, False, 1.0, True),
+                 (5, 300, 1100, True, -1.5, False), (13, 784, 130, False, 2.0, True),
+                 (16, 513, 520, True, 1.0, False), (40, 257, 200, False, 0.5, False),
+                 (64, 784, 520, False, 1.0, True), (37, 1000, 77, True, 1.0, False)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_few_row_products(threads: int) -> None:
+    """Few-row products, B packed at compile time or not: right on one thread and on two, and
+    the same bits either way."""
+    from onnxjit.ir.loop_eval import run_program
+    from onnxjit.passes import PassContext, get_pass
+    from onnxjit.passes.plan_memory import run as plan
+
+    plain, inputs = _const_b_program(FEW_ROW_CASES, np.random.default_rng(7))
+    packed, _ = _const_b_program(FEW_ROW_CASES, np.random.default_rng(7))
+    assert get_pass("prepack-weights").run(packed, PassContext()).changed
+    ref = run_program(plain, inputs)
+    for prog in (plain, packed):
+        prog = plan(prog, PassContext()).ir
+        got = _run_program(prog, inputs, threads)
+        one = got if threads == 1 else _run_program(prog, inputs, 1)
+        for case, g, o, r in zip(FEW_ROW_CASES, got, one, ref):
+            tol = 2e-6 * case[1] ** 0.5 * 4
+            np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
+            np.testing.assert_array_equal(g, o, err_msg=str(case))
+
+
+def test_packed_edge_tiles_every_row_count() -> None:
+    """m = 1..40 against a packed B whose n and k are multiples of nothing: every row edge
+    tile (m mod 6) and the masked edge panel."""
+    from onnxjit.ir.loop_eval import run_program
+    from onnxjit.passes import PassContext, get_pass
+    from onnxjit.passes.plan_memory import run as plan
+
+    cases = [(m, 431, 77 + 16 * (m % 3), m % 2 == 1, (1.0, -1.5)[m % 4 == 0], m % 3 == 0)
+             for m in range(1, 41)]
+    p, inputs = _const_b_program(cases, np.random.default_rng(3))
+    get_pass("prepack-weights").run(p, PassContext())
+    assert all(s.b_packed for k in p.kernels for s in k.body if isinstance(s, Matmul))
+    ref = run_program(p, inputs)
+    got = _run_program(plan(p, PassContext()).ir, inputs)
+    for case, g, r in zip(cases, got, ref):
+        np.testing.assert_allclose(g, r, rtol=3e-5, atol=3e-5, err_msg=str(case))
