@@ -1,8 +1,16 @@
-"""Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul.
+"""Linear quantization: QuantizeLinear and DequantizeLinear.
 
 QuantizeLinear: y = clamp(rint(x / scale) + zero_point) to the range of y's integer type (the
-zero point's type, else `output_dtype`, else uint8), x / scale in f32 (f64 for an i32 x or
-with `precision` = f64); DequantizeLinear: y = (x - zero_point) * scale, computed in f32 like
+zero point's type, else `output_dtype`, else uint8). x (f32, f16, bf16, i32) / scale is
+divided in one type P, both operands rounded to P first, as onnxruntime does: P is the
+`precision` attribute (opset 23+: f32, f64, f16, bf16), else from opset 23 an f16/bf16
+scale's type (the spec: the scale's type sets the division's precision), else f32 (f64 for an
+i32 x, as numpy promotes in the reference). Opsets 19/21 do not say: f16/bf16 x and scale
+divide in f32, as onnxruntime does (the reference rounds the quotient to f16). An f16/bf16
+division is an f32 division of the widened operands rounded to P (correctly rounded: f32
+has more than 2p + 2 bits); its overflow to inf saturates like any large value, and +-inf
+saturate to the type's limits, as onnxruntime does (the reference's int32 cast of inf is
+undefined). DequantizeLinear: y = (x - zero_point) * scale, computed in f32 like
 the reference (an f16/bf16 scale is widened), rounded once to the output type (`output_dtype`,
 else the scale's type). rint rounds half to even: r = floor(v) plus 1 when the fraction is
 above 1/2, or exactly 1/2 and floor(v) is odd. A NaN quantizes to the type's
@@ -17,16 +25,9 @@ All three index the scale as `o * so + (a // block) * sa + i * si` over x viewed
 Quantized types: int8/uint8/int16/uint16 (and int32 for DequantizeLinear's input), the 4-/2-bit
 ints (clamped to their range like the others), and float8/float4e2m1, for which the spec has
 no rint: y = cast(x / scale + zero_point) with Cast's rounding and `saturate` rules
-(`ops_cast.emit_cast`). float6/float8e8m0 types and QuantizeLinear's f16/bf16 scales raise
-UnsupportedError.
+(`ops_cast.emit_cast`). float6/float8e8m0 types and int32 scales raise UnsupportedError.
 
-DynamicQuantizeLinear: a serial min/max pass gives scale = (max(0, max x) - min(0, min x)) / 255
-(1/255 when the range is empty) and zp = rint(clamp(-min / scale, 0, 255)); a second,
-parallel kernel quantizes x with them (read back from the outputs).
-QLinearMatMul (per-tensor scales and zero points): (a - azp) and (b - bzp) widened to int32 in
-scratch panels, one integer `loops.Matmul` per batch element, then y = clamp(rint(acc *
-m) + yzp) in f64, with m = as * bs / ys computed in the scales' type (f32, f16 or bf16, each
-op rounded), as the reference (numpy promotes int32 * float to f64).
+DynamicQuantizeLinear and QLinearMatMul are in `ops_quant_matmul`.
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ from onnxjit.ir.narrow import (
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops_cast import emit_cast
 from onnxjit.ir.ops_elementwise import arity, int_attr
-from onnxjit.ir.ops_linalg import batched_matmul, matmul_shape
 from onnxjit.ir.shape_utils import normalize_axis, tensor_input
 from onnxjit.ir.types import CAST_ONLY_DTYPES, DType
 
@@ -61,8 +61,9 @@ _SUB_BYTE = {D.INT4: (-8, 7), D.UINT4: (0, 15), D.INT2: (-2, 1), D.UINT2: (0, 3)
 _Q_INTS = (D.INT8, D.UINT8, D.INT16, D.UINT16,
            *(t for t in _SUB_BYTE if t in CAST_ONLY_DTYPES))
 _Q_FLOATS = tuple(t for t in FLOAT_FORMATS if t in CAST_ONLY_DTYPES)
-_RANGES = {**{dt: (int(np.iinfo(dt.numpy).min), int(np.iinfo(dt.numpy).max))
+RANGES = {**{dt: (int(np.iinfo(dt.numpy).min), int(np.iinfo(dt.numpy).max))
               for dt in (D.INT8, D.UINT8, D.INT16, D.UINT16, D.INT32)}, **_SUB_BYTE}
+_NARROW = (D.FLOAT16, D.BFLOAT16)
 _QUANT_NAMES = frozenset({D.INT4, D.UINT4, D.INT2, D.UINT2, D.FLOAT8E4M3FN, D.FLOAT8E4M3FNUZ,
                           D.FLOAT8E5M2, D.FLOAT8E5M2FNUZ, D.FLOAT4E2M1, D.FLOAT6E2M3,
                           D.FLOAT6E3M2, D.FLOAT8E8M0}) - set(_Q_INTS) - set(_Q_FLOATS)
@@ -74,7 +75,9 @@ def _unsupported_type(node: Node, dt: DType, what: str) -> UnsupportedError:
                             f"supported (supported: {names})", where=node)
 
 
-def _quant_type(node: Node, i: int, what: str, allow_i32: bool = False) -> DType:
+def quant_type(node: Node, i: int, what: str, allow_i32: bool = False) -> DType:
+    """Input i's quantized element type (int32 too where `allow_i32`); UnsupportedError for a
+    valid type not implemented, ModelError for one the ops do not accept."""
     dt = tensor_input(node, i).dtype
     if dt in _QUANT_NAMES or dt == D.FLOAT16 or dt == D.BFLOAT16:
         raise _unsupported_type(node, dt, what)
@@ -84,7 +87,7 @@ def _quant_type(node: Node, i: int, what: str, allow_i32: bool = False) -> DType
     return dt
 
 
-def _scale_type(node: Node, i: int, narrow_ok: bool = False) -> DType:
+def scale_type(node: Node, i: int, narrow_ok: bool = False) -> DType:
     """The scale's element type: f32, or also f16/bf16 where `narrow_ok` (module docstring)."""
     dt = tensor_input(node, i).dtype
     ok = (D.FLOAT, D.FLOAT16, D.BFLOAT16) if narrow_ok else (D.FLOAT,)
@@ -130,7 +133,7 @@ class _Layout:
         self.strides = (want[ax] * self.inner, self.inner, 1)
 
 
-def _rint(b: Builder, v: Operand) -> Operand:
+def rint(b: Builder, v: Operand) -> Operand:
     """Round half to even (module docstring)."""
     dt = v.dtype
     r = b.op("floor", v)
@@ -142,8 +145,9 @@ def _rint(b: Builder, v: Operand) -> Operand:
     return b.op("select", up, b.op("add", r, const(1, dt)), r)
 
 
-def _saturate(b: Builder, v: Operand, dt: DType) -> Operand:
-    lo, hi = _RANGES[dt]
+def saturate(b: Builder, v: Operand, dt: DType) -> Operand:
+    """Float `v` clamped to integer type `dt`'s range and converted (NaN -> the minimum)."""
+    lo, hi = RANGES[dt]
     low = const(lo, v.dtype)
     v = b.op("select", b.op("gt", v, low), v, low)  # NaN -> lo (module docstring)
     return b.cast(b.op("min", v, const(hi, v.dtype)), dt)
@@ -176,7 +180,7 @@ def _q_out_type(node: Node) -> DType:
     zp = node.input(2)
     out = node.attr("output_dtype", 0) if node.version >= 21 else 0
     if zp is not None:
-        dt = _quant_type(node, 2, "zero point")
+        dt = quant_type(node, 2, "zero point")
         if out and out != dt.value:
             raise ModelError(f"output_dtype {out} differs from the zero point's type "
                              f"{dt.short}", where=node)
@@ -192,28 +196,28 @@ def _q_out_type(node: Node) -> DType:
     return D.UINT8
 
 
-def _q_ftype(node: Node, x: DType) -> DType:
-    """The float type x / scale is computed in: `precision` (opset 25+), else f64 for an i32
-    x (numpy promotes int32 / float32 to float64, as the reference does), else f32."""
-    prec = node.attr("precision", 0) if node.version >= 25 else 0
-    if prec in (D.FLOAT.value, D.DOUBLE.value):
-        return DType(prec)
-    if prec:
+def _q_div_type(node: Node, x: DType, scale: DType) -> DType:
+    """The type x / scale is divided in (module docstring): both operands are rounded to it."""
+    prec = node.attr("precision", 0) if node.version >= 23 else 0
+    if prec and prec not in (D.FLOAT.value, D.DOUBLE.value, D.FLOAT16.value, D.BFLOAT16.value):
         raise UnsupportedError(f"{node.op} with precision {prec} is not supported (supported: "
-                               "f32 (1), f64 (11))", where=node)
+                               "f32 (1), f16 (10), f64 (11), bf16 (16))", where=node)
+    if prec:
+        return DType(prec)
+    if node.version >= 23 and scale in _NARROW:
+        return scale
     return D.DOUBLE if x == D.INT32 else D.FLOAT
 
 
 def _q_infer(node: Node) -> list:
     arity(node, 2, 3)
     xt = tensor_input(node, 0).dtype
-    if xt in (D.FLOAT16, D.BFLOAT16):
-        raise UnsupportedError(f"{node.op} on element type {xt.short} (input 0) is not "
-                               "supported (supported: f32, i32)", where=node)
-    if xt not in (D.FLOAT, D.INT32):
-        raise ModelError(f"input 0 must be f32 or i32, got {xt.short}", where=node)
-    _scale_type(node, 1)
-    _q_ftype(node, xt)
+    if xt not in (D.FLOAT, D.FLOAT16, D.BFLOAT16, D.INT32):
+        raise ModelError(f"input 0 must be f32, f16, bf16 or i32, got {xt.short}", where=node)
+    if tensor_input(node, 1).dtype == D.INT32 and node.version >= 23:
+        raise UnsupportedError(f"{node.op} with a scale of element type i32 is not supported "
+                               "(supported: f32, f16, bf16)", where=node)
+    _q_div_type(node, xt, scale_type(node, 1, narrow_ok=True))
     out = _q_out_type(node)
     x, s = tensor_input(node, 0).shape, tensor_input(node, 1).shape
     if x is not None and s is not None and all(isinstance(d, int) for d in (*x, *s)):
@@ -226,8 +230,15 @@ def _q_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     zp = inputs[2] if len(inputs) > 2 else None
     dt = _q_out_type(node)
     lay = _Layout(node, x.shape, s.shape)
-    xs = x.astype(_q_ftype(node, DType.from_numpy(x.dtype)).numpy)
-    v = xs / _expand(s, lay, x.shape).astype(xs.dtype)
+    dv = _q_div_type(node, DType.from_numpy(x.dtype), DType.from_numpy(s.dtype))
+
+    def rounded(a: np.ndarray) -> np.ndarray:  # a in dv, as f32 when dv is narrow
+        return widen(narrow(a, dv)) if dv in _NARROW else widen(a).astype(dv.numpy)
+
+    with np.errstate(all="ignore"):
+        v = rounded(x) / rounded(_expand(s, lay, x.shape))
+        if dv in _NARROW:
+            v = rounded(v)
     if dt in _Q_FLOATS:  # no rint: the cast rounds (and saturates) as Cast does
         if zp is not None:
             v = v + _expand(zp, lay, x.shape).astype(np.float32).astype(v.dtype)
@@ -237,8 +248,8 @@ def _q_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     v = np.rint(v)
     if zp is not None:
         v = v + _expand(zp, lay, x.shape)
-    lo, hi = _RANGES[dt]
-    return [np.clip(v, lo, hi).astype(dt.numpy)]
+    lo, hi = RANGES[dt]
+    return [np.clip(np.nan_to_num(v, nan=lo), lo, hi).astype(dt.numpy)]
 
 
 def _expand(v: np.ndarray, lay: _Layout, shape: tuple) -> np.ndarray:
@@ -256,22 +267,34 @@ def _q_lower(ctx: LowerContext, node: Node) -> None:
     if y.numel == 0:
         return
     lay = _Layout(node, x.shape, s.shape)
-    ft = _q_ftype(node, x.dtype)
+    dv = _q_div_type(node, x.dtype, s.dtype)
     b = Builder()
 
     def body(xi: Operand, si: Operand) -> None:
-        v = b.op("div", b.cast(b.load(x, xi), ft), b.cast(b.load(s, si), ft))
+        v = b.op("div", _rounded(b, b.load(x, xi), dv), _rounded(b, b.load(s, si), dv))
+        if dv in _NARROW:
+            v = _rounded(b, v, dv)
         if y.dtype not in _Q_FLOATS:
-            v = _rint(b, v)
+            v = rint(b, v)
         if zp is not None:
-            v = b.op("add", v, b.cast(b.load(zp, si), ft))
+            v = b.op("add", v, b.cast(b.load(zp, si), v.dtype))
         if y.dtype in _Q_FLOATS:
             b.store(y, xi, emit_cast(b, v, y.dtype, bool(int(node.attr("saturate", 1)))))
         else:
-            b.store(y, xi, _saturate(b, v, y.dtype))
+            b.store(y, xi, saturate(b, v, y.dtype))
 
     _layout_nest(b, lay, body)
     ctx.kernel("quantize", b.body)
+
+
+def _rounded(b: Builder, v: Operand, dt: DType) -> Operand:
+    """`v` rounded to `dt`, as f32 when `dt` is f16/bf16 (which are computed in f32);
+    narrow floats convert through f32 (exact) as `narrow`/`widen` do."""
+    if v.dtype in _NARROW and v.dtype != dt:
+        v = b.cast(v, D.FLOAT)
+    if v.dtype != dt:
+        v = b.cast(v, dt)
+    return b.cast(v, D.FLOAT) if dt in _NARROW else v
 
 
 _Q_VERSIONS = (10, 13, 19, 21, 23, 24, 25, 28)
@@ -283,8 +306,8 @@ op("QuantizeLinear", _Q_VERSIONS, infer=_q_infer, evaluate=_q_evaluate, lower=_q
 
 def _dq_infer(node: Node) -> list:
     arity(node, 2, 3)
-    dt = _quant_type(node, 0, "input", allow_i32=True)
-    if node.input(2) is not None and _quant_type(node, 2, "zero point", True) != dt:
+    dt = quant_type(node, 0, "input", allow_i32=True)
+    if node.input(2) is not None and quant_type(node, 2, "zero point", True) != dt:
         raise ModelError(f"the zero point must have x's element type {dt.short}", where=node)
     out = _dq_out_type(node)
     x, s = tensor_input(node, 0).shape, tensor_input(node, 1).shape
@@ -295,7 +318,7 @@ def _dq_infer(node: Node) -> list:
 
 def _dq_out_type(node: Node) -> DType:
     """`output_dtype` (opset 23+), else the scale's type (f32, f16 or bf16)."""
-    st = _scale_type(node, 1, narrow_ok=True)
+    st = scale_type(node, 1, narrow_ok=True)
     out = node.attr("output_dtype", 0) if node.version >= 23 else 0
     if not out:
         return st
@@ -338,123 +361,3 @@ def _dq_lower(ctx: LowerContext, node: Node) -> None:
 
 op("DequantizeLinear", _Q_VERSIONS, infer=_dq_infer, evaluate=_dq_evaluate, lower=_dq_lower,
    doc="(x - zero_point) * scale, per tensor, axis or block")
-
-# --------------------------------------------------------------------------- DynamicQuantizeLinear
-
-
-def _dyn_infer(node: Node) -> list:
-    arity(node, 1)
-    dt = tensor_input(node, 0).dtype
-    if dt != D.FLOAT:
-        if dt in (D.FLOAT16, D.BFLOAT16):
-            raise UnsupportedError(f"{node.op} on element type {dt.short} is not supported",
-                                   where=node)
-        raise ModelError(f"input 0 must be f32, got {dt.short}", where=node)
-    return [tensor(D.UINT8, tensor_input(node, 0).shape)[0], tensor(D.FLOAT, ())[0],
-            tensor(D.UINT8, ())[0]]
-
-
-def _dyn_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
-    x = inputs[0]
-    mx = np.float32(max(0.0, float(x.max()) if x.size else 0.0))
-    mn = np.float32(min(0.0, float(x.min()) if x.size else 0.0))
-    scale = np.float32(1.0 if mx == mn else mx - mn) / np.float32(255)
-    zp = np.rint(np.clip(np.float32(0) - mn / scale, 0, 255))
-    y = np.clip(np.rint(x / scale) + zp, 0, 255)
-    return [y.astype(np.uint8), np.asarray(scale, np.float32), np.asarray(zp, np.uint8)]
-
-
-def _dyn_lower(ctx: LowerContext, node: Node) -> None:
-    x, y, ys, yz = (ctx.buf(v) for v in (node.inputs[0], *node.outputs))
-    f = D.FLOAT
-    b = Builder()
-    mx, mn = b.var(const(0, f), hint="max"), b.var(const(0, f), hint="min")
-    with b.loop(0, x.numel, hint="i") as i:
-        v = b.load(x, i)
-        b.assign(mx, "max", mx, v)
-        b.assign(mn, "min", mn, v)
-    rng = b.op("select", b.op("eq", mx, mn), const(1, f), b.op("sub", mx, mn))
-    scale = b.op("div", rng, const(255, f))
-    zp = _rint(b, b.op("min", b.op("max", b.op("neg", b.op("div", mn, scale)), const(0, f)),
-                       const(255, f)))
-    b.store(ys, i64(0), scale)
-    b.store(yz, i64(0), b.cast(zp, D.UINT8))
-    ctx.kernel("dynamic_quantize_range", b.body)
-    if x.numel == 0:
-        return
-    b = Builder()
-    scale = b.load(ys, i64(0))
-    zpf = b.cast(b.load(yz, i64(0)), f)
-    with b.loop(0, x.numel, parallel=True, hint="i") as i:
-        v = b.op("add", _rint(b, b.op("div", b.load(x, i), scale)), zpf)
-        b.store(y, i, _saturate(b, v, D.UINT8))
-    ctx.kernel("dynamic_quantize", b.body)
-
-
-op("DynamicQuantizeLinear", (11,), infer=_dyn_infer, evaluate=_dyn_evaluate, lower=_dyn_lower,
-   doc="uint8 quantization with scale and zero point computed from x's range")
-
-# --------------------------------------------------------------------------- QLinearMatMul
-
-
-def _qmm_infer(node: Node) -> list:
-    arity(node, 8)
-    for i, what in ((0, "a"), (3, "b")):
-        _quant_type(node, i, what)
-        if _quant_type(node, i + 2, what + "_zero_point") != tensor_input(node, i).dtype:
-            raise ModelError(f"{what}_zero_point must have {what}'s element type", where=node)
-    out = _quant_type(node, 7, "y_zero_point")
-    for i in (1, 2, 4, 5, 6, 7):
-        if i in (1, 4, 6) and _scale_type(node, i, narrow_ok=True) != _scale_type(node, 1,
-                                                                                  True):
-            raise ModelError("a_scale, b_scale and y_scale must have one element type",
-                             where=node)
-        s = tensor_input(node, i).shape
-        if s is not None and any(d != 1 for d in s):
-            raise UnsupportedError(f"QLinearMatMul with a non-scalar scale or zero point "
-                                   f"(input {i}, shape {list(s)}) is not supported", where=node)
-    return tensor(out, matmul_shape(node, tensor_input(node, 0).shape,
-                                    tensor_input(node, 3).shape))
-
-
-def _qmm_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
-    a, sa, za, bm, sb, zb, sy, zy = inputs
-    acc = np.matmul(a.astype(np.int32) - za.astype(np.int32),
-                    bm.astype(np.int32) - zb.astype(np.int32))
-    mult = sa * sb / sy  # in the scales' type, each op rounded (f16/bf16 per op, as numpy)
-    v = np.rint(acc.astype(np.float64) * widen(mult).astype(np.float64)) + zy.astype(np.float64)
-    lo, hi = _RANGES[DType.from_numpy(zy.dtype)]
-    return [np.clip(v, lo, hi).astype(zy.dtype)]
-
-
-def _qmm_lower(ctx: LowerContext, node: Node) -> None:
-    a, sa, za, bm, sb, zb, sy, zy = (ctx.buf(v) for v in node.inputs)
-    y = ctx.buf(node.outputs[0])
-    if y.numel == 0:
-        return
-    i32, f = D.INT32, D.DOUBLE
-    b = Builder()
-    panels = []
-    for src, zp in ((a, za), (bm, zb)):
-        p = ctx.scratch("qmm_in", i32, src.shape)
-        z = b.cast(b.load(zp, i64(0)), i32)
-        with b.loop(0, src.numel, parallel=True) as i:
-            b.store(p, i, b.op("sub", b.cast(b.load(src, i), i32), z))
-        panels.append(p)
-    acc = ctx.scratch("qmm_acc", i32, y.shape)
-    batched_matmul(b, acc, panels[0], panels[1], a.shape, bm.shape)
-    ctx.kernel("qlinearmatmul_product", b.body)
-    b = Builder()
-    # The multiplier rounds in the scales' type op by op, then the requantization runs in
-    # f64 (numpy promotes int32 * float to float64 in the reference; exact for any int32 acc)
-    mult = b.cast(b.op("div", b.op("mul", b.load(sa, i64(0)), b.load(sb, i64(0))),
-                       b.load(sy, i64(0))), f)
-    zpf = b.cast(b.load(zy, i64(0)), f)
-    with b.loop(0, y.numel, parallel=True) as i:
-        v = _rint(b, b.op("mul", b.cast(b.load(acc, i), f), mult))
-        b.store(y, i, _saturate(b, b.op("add", v, zpf), y.dtype))
-    ctx.kernel("qlinearmatmul_requantize", b.body)
-
-
-op("QLinearMatMul", (10, 21), infer=_qmm_infer, evaluate=_qmm_evaluate, lower=_qmm_lower,
-   doc="requantized integer matmul of quantized a and b (per-tensor scales)")

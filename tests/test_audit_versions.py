@@ -76,10 +76,7 @@ SEED_EXCLUDED = {
 
 # Derived cases onnxjit declines with UnsupportedError (a documented limitation, reported to
 # the lead): the test checks the error is the clean, named one.
-UNSUPPORTED = {
-    "QuantizeLinear-v19-bfloat16-quantizelinear": "QuantizeLinear of bf16 x not implemented",
-    "QuantizeLinear-v19-float16-quantizelinear": "QuantizeLinear of f16 x not implemented",
-}
+UNSUPPORTED: dict[str, str] = {}
 
 
 def _tolerance(dtype: np.dtype) -> tuple[float, float]:
