@@ -90,14 +90,7 @@ def assert_matches(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     got = onnxjit.compile(model, cache_dir=False).run(None, feeds)
     assert len(got) == len(expected)
     for k, (g, e) in enumerate(zip(got, expected)):
-        e = np.asarray(e)
-        assert g.dtype == e.dtype, f"output {k}: dtype {g.dtype}, expected {e.dtype}"
-        assert g.shape == e.shape, f"output {k}: shape {g.shape}, expected {e.shape}"
-        if e.dtype.kind in "fc":
-            np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64),
-                                       rtol=rtol, atol=atol, err_msg=f"output {k}")
-        else:
-            np.testing.assert_array_equal(g, e, err_msg=f"output {k}")
+        assert_same(g, e, f"output {k}", (rtol, atol))
     return got
 
 
@@ -106,3 +99,39 @@ def feeds_of(model: onnx.ModelProto, inputs: list) -> dict[str, np.ndarray]:
     names = [i.name for i in model.graph.input if i.name not in
              {t.name for t in model.graph.initializer}]
     return dict(zip(names, inputs))
+
+
+def _tolerance(dtype: np.dtype) -> tuple[float, float]:
+    name = np.dtype(dtype).name
+    if name == "bfloat16":
+        return 2e-2, 2e-2
+    if name == "float16":
+        return 2e-3, 2e-3
+    return 1e-5, 1e-6
+
+
+def assert_same(got, expected, where: str = "output",
+                tol: tuple[float, float] | None = None) -> None:
+    """`got` equals `expected` in type, shape and value; sequences (lists) element-wise,
+    strings whatever numpy string dtype holds them; floats within `tol` (rtol, atol), by
+    default a tolerance for the element type."""
+    if isinstance(expected, (list, tuple)):
+        assert isinstance(got, (list, tuple)), f"{where}: {type(got)}, expected a sequence"
+        assert len(got) == len(expected), f"{where}: {len(got)} elements, {len(expected)}"
+        for k, (g, e) in enumerate(zip(got, expected)):
+            assert_same(g, e, f"{where}[{k}]", tol)
+        return
+    e = np.asarray(expected)
+    g = np.asarray(got)
+    assert g.shape == e.shape, f"{where}: shape {g.shape}, expected {e.shape}"
+    if e.dtype.kind in "OUS":
+        assert g.dtype.kind in "OUS", f"{where}: dtype {g.dtype}, expected strings"
+        assert g.astype(str).tolist() == e.astype(str).tolist(), where
+        return
+    assert g.dtype == e.dtype, f"{where}: dtype {g.dtype}, expected {e.dtype}"
+    if e.dtype.kind in "fcV" or e.dtype.name in ("bfloat16", "float16"):
+        rtol, atol = tol or _tolerance(e.dtype)
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64),
+                                   rtol=rtol, atol=atol, err_msg=where)
+    else:
+        np.testing.assert_array_equal(g, e, err_msg=where)

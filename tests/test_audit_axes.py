@@ -39,7 +39,7 @@ from audit_axes_cases import (
     only_last,
 )
 from onnx import helper, numpy_helper
-from op_audit import node_cases, reference, registered_ops, schema, with_opset
+from op_audit import assert_same, node_cases, reference, registered_ops, schema, with_opset
 
 import onnxjit
 from onnxjit.errors import ModelError
@@ -181,20 +181,7 @@ def derived_cases() -> tuple:
 
 
 def _compare(got, expected, where: str) -> None:
-    if isinstance(expected, list):
-        assert isinstance(got, (list, tuple)) and len(got) == len(expected), where
-        for k, (g, e) in enumerate(zip(got, expected)):
-            _compare(g, e, f"{where}[{k}]")
-        return
-    e = np.asarray(expected)
-    g = np.asarray(got)
-    assert g.dtype == e.dtype, f"{where}: dtype {g.dtype}, expected {e.dtype}"
-    assert g.shape == e.shape, f"{where}: shape {g.shape}, expected {e.shape}"
-    if e.dtype.kind in "fc":
-        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=1e-3,
-                                   atol=1e-5, err_msg=where)
-    else:
-        np.testing.assert_array_equal(g, e, err_msg=where)
+    assert_same(got, expected, where, tol=(1e-3, 1e-5))
 
 
 # onnx.reference computes these pre-13 versions with the 13 semantics (one axis instead of

@@ -29,7 +29,7 @@ import onnx
 import pytest
 from audit_version_cases import HAND
 from audit_version_forms import derive, dtype_variant, new_float_dtypes
-from op_audit import node_cases, reference, registered_ops
+from op_audit import assert_same, node_cases, reference, registered_ops
 
 import onnxjit
 
@@ -77,40 +77,6 @@ SEED_EXCLUDED = {
 # Derived cases onnxjit declines with UnsupportedError (a documented limitation, reported to
 # the lead): the test checks the error is the clean, named one.
 UNSUPPORTED: dict[str, str] = {}
-
-
-def _tolerance(dtype: np.dtype) -> tuple[float, float]:
-    name = np.dtype(dtype).name
-    if name == "bfloat16":
-        return 2e-2, 2e-2
-    if name == "float16":
-        return 2e-3, 2e-3
-    return 1e-5, 1e-6
-
-
-def assert_same(got, expected, where: str = "output") -> None:
-    """`got` equals `expected` in type, shape and value; sequences (lists) element-wise,
-    strings whatever numpy string dtype holds them."""
-    if isinstance(expected, (list, tuple)):
-        assert isinstance(got, (list, tuple)), f"{where}: {type(got)}, expected a sequence"
-        assert len(got) == len(expected), f"{where}: {len(got)} elements, {len(expected)}"
-        for k, (g, e) in enumerate(zip(got, expected)):
-            assert_same(g, e, f"{where}[{k}]")
-        return
-    e = np.asarray(expected)
-    g = np.asarray(got)
-    assert g.shape == e.shape, f"{where}: shape {g.shape}, expected {e.shape}"
-    if e.dtype.kind in "OUS":
-        assert g.dtype.kind in "OUS", f"{where}: dtype {g.dtype}, expected strings"
-        assert g.astype(str).tolist() == e.astype(str).tolist(), where
-        return
-    assert g.dtype == e.dtype, f"{where}: dtype {g.dtype}, expected {e.dtype}"
-    if e.dtype.kind in "fcV" or e.dtype.name in ("bfloat16", "float16"):
-        rtol, atol = _tolerance(e.dtype)
-        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64),
-                                   rtol=rtol, atol=atol, err_msg=where)
-    else:
-        np.testing.assert_array_equal(g, e, err_msg=where)
 
 
 def run_case(model: onnx.ModelProto, feeds: dict, expected=None, loose: bool = False) -> None:
