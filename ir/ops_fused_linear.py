@@ -34,6 +34,7 @@ from onnxjit.ir.elementwise_utils import tensor
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.loop_builder import Builder, broadcast_strides, coalesce, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
+from onnxjit.ir.matmul_views import has_views, lower_view_matmul, view_shape
 from onnxjit.ir.opdef import LowerContext, op, resolve
 from onnxjit.ir.ops_fused import FUSED_DOMAIN
 from onnxjit.ir.shape_utils import tensor_input
@@ -177,6 +178,8 @@ def _fused_matmul_infer(node: Node) -> list:
         return tensor(a.dtype, None)
     if (ta and len(a.shape) < 2) or (tb and len(b.shape) < 2):
         raise ModelError("a transposed operand must have rank >= 2", where=node)
+    if has_views(node):
+        return tensor(a.dtype, view_shape(node, a.shape, b.shape))
     return tensor(a.dtype, matmul_shape(node, logical_shape(a.shape, ta),
                                         logical_shape(b.shape, tb)))
 
@@ -192,6 +195,12 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
     alpha = float(node.attr("alpha", 1.0))
     epi = Epilogue(ctx, node, node.inputs[2:], y, chan_axis=-1) \
         if node.attr("epilogue") is not None else None
+    if has_views(node):  # batch-dim transposes read/written in place
+        if y.numel:
+            b = Builder()
+            lower_view_matmul(b, node, y, a, bm, epi)
+            ctx.kernel("fused_matmul", b.body)
+        return
     la, lb = logical_shape(a.shape, ta), logical_shape(bm.shape, tb)
     a2 = (1, *la) if len(la) == 1 else tuple(la)
     b2 = (*lb, 1) if len(lb) == 1 else tuple(lb)
