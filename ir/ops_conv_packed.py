@@ -25,7 +25,6 @@ whether a product is one the tiled kernel runs, and with which panel width.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
@@ -44,8 +43,7 @@ from onnxjit.ir.types import DType
 
 if TYPE_CHECKING:  # ops_conv imports this module
     from onnxjit.ir.ops_conv import Geometry
-
-Load = Callable[[Builder, Operand], Operand]
+    from onnxjit.ir.ops_conv_phases import Source
 
 
 def packed_width(dtype: DType, m: int, n: int, k: int) -> int | None:
@@ -65,20 +63,23 @@ def packed_width(dtype: DType, m: int, n: int, k: int) -> int | None:
 
 def emit_packed_panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry,
                       img: Operand, g: Operand, q: Operand, cols: int, nr: int,
-                      load: Load) -> None:
+                      src: Source, chans: tuple[Operand, Operand] | None = None) -> None:
     """The im2col panel (K, cols) of image `img`, group `g` and flat output positions
     [q, q + cols), written at `colbase` in packed panels of `nr` columns (see the module
-    docstring)."""
+    docstring), reading X through `src` (`ops_conv_phases`); `chans` = [c0, c1) builds only
+    the rows of those channels of the group."""
     full, rest = divmod(cols, nr)
+    chans = chans or (i64(0), i64(gm.cg))
     if full:
         with b.loop(0, full, hint="pn") as pi:
-            _panel(b, col, colbase, x, gm, img, g, q, pi, nr, nr, load)
+            _panel(b, col, colbase, x, gm, img, g, q, pi, nr, nr, src, chans)
     if rest:
-        _panel(b, col, colbase, x, gm, img, g, q, i64(full), nr, rest, load)
+        _panel(b, col, colbase, x, gm, img, g, q, i64(full), nr, rest, src, chans)
 
 
 def _panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry, img: Operand,
-           g: Operand, q: Operand, pi: Operand, nr: int, width: int, load: Load) -> None:
+           g: Operand, q: Operand, pi: Operand, nr: int, width: int, src: Source,
+           chans: tuple[Operand, Operand]) -> None:
     """Panel `pi` (of `width` columns) of the block starting at flat position q."""
     a, zero = gm.a, const(0, col.dtype)
     ow, kw, sw, dw = gm.out[-1], gm.k[-1], a.strides[-1], a.dilations[-1]
@@ -88,7 +89,7 @@ def _panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry, i
     q0 = b.iadd(q, b.imul(pi, nr))
     r0 = b.op("div", q0, i64(ow))
     r1 = b.iadd(b.op("div", b.iadd(q0, i64(width - 1)), i64(ow)), i64(1))
-    with b.loop(0, gm.cg, hint="c") as c:
+    with b.loop(chans[0], chans[1], hint="c") as c:
         ch = b.iadd(b.imul(img, gm.c), b.iadd(b.imul(g, gm.cg), c))
         xbase = b.imul(ch, gm.in_plane)
         with Nest(b, gm.k[:-1], "t") as t, b.loop(r0, r1, hint="r") as r:
@@ -107,5 +108,6 @@ def _panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry, i
                 lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
                 lo_c = b.op("min", b.op("max", lo, s0), s1)
                 hi_c = b.op("min", b.op("max", hi, lo_c), s1)
-                tap_row(b, col, row, load, b.iadd(xrow, operand(shift)), sw, zero, (s0, s1),
+                x_at, step = src.at(b, xrow, shift)
+                tap_row(b, col, row, src.load, x_at, step, zero, (s0, s1),
                         (lo_c, hi_c), tap_edges(lo, hi, ow))

@@ -1,0 +1,120 @@
+"""How the im2col + Matmul conv (`ops_conv.lower_gemm_conv`) cuts its work into blocks.
+
+Three choices, all at compile time from the concrete geometry:
+1) `block_rows`: output rows (of the first spatial dim) per im2col panel. The largest divisor
+   of the first output dim whose panel fits `BLOCK_BYTES` (the panel is then still in cache when
+   the Matmul reads it) - but with `WIDE_BLOCKS` never fewer than MIN_PANEL_COLS columns (one
+   packed panel: a narrower block runs the microkernel on a few lanes of its vectors), and
+   never fewer than `MIN_BLOCK_COLS` when the weights (M/G x K) exceed `WEIGHT_BYTES`: every
+   block multiplies the whole weight matrix again, from L3 when it does not stay in L2.
+   Measured, one thread: a 3x3 512->512 conv at 7x7 had one-row blocks of 7 columns (the
+   9.4 MB of weights streamed 7 times, 7 of 16 lanes at work): 5.1 ms; one block of 49
+   columns: 2.8 ms. 3x3 256->256 at 14x14: 2.6 ms with 28 or 98 columns, 2.36 ms with 196.
+   3x3 128->128 at 28x28 (590 KB of weights): 112 columns (the cache rule) beat 196 by 4%.
+2) `pointwise_blocks`: positions per block of a pointwise conv with an epilogue (the epilogue
+   then reads the block from cache).
+3) `m_split`: when (images x groups x blocks) gives fewer than `MIN_TASKS` parallel
+   iterations (deep layers of a batch-1 CNN: one 14x14 or 7x7 block), the output channels of
+   each block are split into chunks of at least `MIN_SPLIT_ROWS` rows (a multiple of the
+   microkernel's tile rows, the last chunk shorter), each chunk one parallel iteration (its
+   own Matmul on the shared packed panel, then the epilogue on its rows), and the panels are
+   built first by a separate parallel loop over (block, chunk of input channels) (`c_split`).
+   A split pointwise conv multiplies X's columns directly in each chunk. Without this the
+   second core idled on those layers (2-thread speed-up 1.0x; 1.7-1.9x with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from onnxjit.ir.loop_builder import Builder
+from onnxjit.ir.loops import Operand, i64
+
+if TYPE_CHECKING:  # ops_conv imports this module
+    from onnxjit.ir.ops_conv import Geometry
+
+#: Target size of one im2col panel (about half of a core's L2).
+BLOCK_BYTES = 512 << 10
+#: Fewest columns of a panel (unless the image has fewer positions) when the weights exceed
+#: WEIGHT_BYTES (they come from L3 for every block), else MIN_PANEL_COLS; see `block_rows`.
+MIN_BLOCK_COLS, WEIGHT_BYTES, MIN_PANEL_COLS = 192, 1 << 20, 64
+#: Blocks are at least MIN_BLOCK_COLS wide; False restores the BLOCK_BYTES-only choice.
+WIDE_BLOCKS = True
+#: Parallel iterations wanted per conv: two per thread on 2 cores, one on 4 (more chunks cost
+#: each thread 1-3% on one-row-block layers: shorter products, more dispatches).
+MIN_TASKS = 4
+#: Fewest output channels per chunk of a split block.
+MIN_SPLIT_ROWS = 32
+#: Smallest product (multiply-adds of the whole conv) worth splitting over channels.
+SPLIT_WORK = 1 << 21
+#: Split the output channels of too few blocks over threads; False restores one iteration
+#: per block.
+SPLIT_M = True
+
+
+def block_rows(gm: Geometry, itemsize: int) -> int:
+    """Rows of the first output dim per panel (see the module docstring)."""
+    if len(gm.out) < 2:
+        return 1
+    per_row = gm.p // gm.out[0]
+    divisors = [r for r in range(1, gm.out[0] + 1) if gm.out[0] % r == 0]
+    fits = max((r for r in divisors if r * gm.kk * per_row * itemsize <= BLOCK_BYTES),
+               default=1)
+    if not WIDE_BLOCKS:
+        return fits
+    weights = gm.mg * gm.kk * itemsize
+    need = MIN_BLOCK_COLS if weights > WEIGHT_BYTES else MIN_PANEL_COLS
+    wide = min((r for r in divisors if r * per_row >= need), default=gm.out[0])
+    return max(fits, wide)
+
+
+def pointwise_blocks(gm: Geometry, itemsize: int) -> int:
+    """Positions per block of a pointwise conv with an epilogue: the largest divisor of P
+    whose (M/G, cols) output block fits `BLOCK_BYTES` (all of P when P is small)."""
+    if gm.p <= 256:
+        return gm.p
+    fits = [d for d in range(1, gm.p + 1)
+            if gm.p % d == 0 and gm.mg * d * itemsize <= BLOCK_BYTES // 2]
+    best = max(fits, default=1)
+    return best if best >= 64 else gm.p
+
+
+def m_split(gm: Geometry, tasks: int, work: int, itemsize: int) -> tuple[int, int]:
+    """(chunks, rows per chunk) of the M/G output channels of each block, for a conv with
+    `tasks` parallel iterations of blocks and `work` multiply-adds: (1, M/G) when not split.
+    The chunk rows are a multiple of the microkernel's tile rows (MR) so no chunk but the
+    last runs a narrow edge tile; the last chunk takes what is left."""
+    if not SPLIT_M or tasks >= MIN_TASKS or work < SPLIT_WORK:
+        return 1, gm.mg
+    from onnxjit.codegen.matmul_kernel import tile_shape  # the host's tile (lazy: ir/ must
+    mr = tile_shape(itemsize)[1]                          # not load llvmlite at import)
+    want = -(-MIN_TASKS // tasks)
+    rows = max(-(-gm.mg // want), MIN_SPLIT_ROWS)
+    rows = -(-rows // mr) * mr
+    chunks = -(-gm.mg // rows)
+    return (chunks, rows) if chunks > 1 else (1, gm.mg)
+
+
+def c_split(gm: Geometry, tasks: int) -> int:
+    """Chunks the input channels of each panel are built in, for `tasks` panels."""
+    if tasks >= MIN_TASKS:
+        return 1
+    ok = [d for d in range(1, gm.cg + 1) if gm.cg % d == 0 and tasks * d >= MIN_TASKS]
+    return min(ok, default=gm.cg)
+
+
+def for_chunk(b: Builder, mi: Operand, chunks: int, rows: int, total: int,
+              fn: Callable[[Operand, int], None]) -> None:
+    """fn(first row, rows) for chunk `mi` (run time) of `chunks` chunks of `rows` rows over
+    `total` rows, the last one shorter: two guarded copies (loops of 0 or 1 iteration) when
+    the sizes differ, since a Matmul's sizes are compile-time."""
+    last = total - (chunks - 1) * rows
+    if last == rows:
+        fn(b.imul(mi, rows), rows)
+        return
+    full = b.op("select", b.op("lt", mi, i64(chunks - 1)), i64(1), i64(0))
+    with b.loop(0, full, hint="full"):
+        fn(b.imul(mi, rows), rows)
+    with b.loop(full, 1, hint="last"):
+        fn(i64((chunks - 1) * rows), last)

@@ -1,0 +1,163 @@
+"""Conv, C/G == 1 (depthwise, any channel multiplier): the direct nest.
+
+Parallel over (image, output channel), per output row; the innermost loops run along the
+contiguous output row, which the code generator vectorizes. Rows whose taps all stay inside
+the image along the outer dims sum every tap in one pass over their interior columns
+(`bias + sum w_t * x_t`, the weights hoisted per channel); other rows store the bias, then add
+`w * x[row slice]` per tap over its valid range. Small 2-D images go through
+`ops_conv_depthwise` (stride-phased copies of each plane) instead. Moved out of `ops_conv`
+(which re-exports `lower_depthwise`) to keep files small.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from onnxjit.ir.loop_builder import Builder, const, row_major_strides
+from onnxjit.ir.loops import Buffer, Operand, i64
+from onnxjit.ir.narrow import accumulator
+from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops_conv_utils import (
+    Nest,
+    operand,
+    outer_positions,
+    tap_bounds,
+    tap_shift,
+    taps,
+    valid_range,
+)
+
+if TYPE_CHECKING:  # ops_conv imports this module
+    from onnxjit.ir.ops_conv import EpilogueHook, Geometry
+
+
+def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
+                    bias: Buffer | None, epilogue: EpilogueHook | None = None) -> None:
+    """Direct nest for C/G == 1, parallel over (image, output channel), per output row.
+
+    Rows whose every kernel tap lies inside the image along the outer dims (the interior)
+    take the fused path: one pass over the row's interior columns sums every tap
+    (`bias + sum w_t * x_t`, weights hoisted per channel), and the few edge columns get the
+    taps whose input is inside. Other rows (top/bottom borders) store the bias, then add each
+    tap over its valid range. Kernels with more than `MAX_FUSED_TAPS` taps always take the
+    second path, with the outer kernel dims as loops. An `epilogue` (see `lower_gemm_conv`)
+    runs on each (image, channel) plane right after it is computed (rows = 1, cols = P).
+    Small 2-D images go through `ops_conv_depthwise` instead (one flat loop per plane).
+    """
+    from onnxjit.ir.ops_conv_depthwise import lower_depthwise_phased, phased_applies
+
+    if phased_applies(gm, y):
+        lower_depthwise_phased(ctx, gm, x, w, y, bias, epilogue)
+        return
+    a, b = gm.a, Builder()
+    ow, kw, sw, pw, iw = gm.out[-1], gm.k[-1], a.strides[-1], gm.begin[-1], gm.ins[-1]
+    fused = gm.kprod <= MAX_FUSED_TAPS
+    with b.loop(0, gm.n * gm.m, parallel=True, hint="q") as q:
+        n, m = (b.op("div", q, i64(gm.m)), b.op("rem", q, i64(gm.m))) if gm.n > 1 else (i64(0), q)
+        ch = b.op("div", m, i64(gm.mg)) if gm.mg > 1 else m  # the input channel (group)
+        xbase = b.imul(b.iadd(b.imul(n, gm.c), ch), gm.in_plane)
+        init = const(0, y.dtype) if bias is None else b.load(bias, m)
+        wbase = b.imul(m, gm.kprod)
+        wv = [b.load(w, b.iadd(wbase, i64(t)), hint="w") for t in range(gm.kprod)] if fused \
+            else []
+        with Nest(b, gm.out[:-1], "o") as o:
+            yrow = b.iadd(b.imul(q, gm.p), b.imul(b.linear(o, row_major_strides(gm.out[:-1])),
+                                                  ow))
+            inside = _rows_inside(b, o, gm) if fused else i64(0)
+            if inside is None:
+                _fused_row(b, gm, x, y, xbase, yrow, o, wv, init)
+            else:
+                if fused:
+                    with b.loop(0, inside, hint="interior"):
+                        _fused_row(b, gm, x, y, xbase, yrow, o, wv, init)
+                with b.loop(inside, 1, hint="border"):
+                    with b.loop(0, ow, hint="w") as i:
+                        b.store(y, b.iadd(yrow, i), init)
+                    with Nest(b, gm.k[:-1], "t") as t:
+                        valid, off = outer_positions(b, o, t, a, gm.begin, gm.ins, gm.out, gm.k)
+                        xrow = b.iadd(xbase, off)
+                        tap = b.linear(t, row_major_strides(gm.k[:-1]))
+                        for tw in taps(b, kw):
+                            shift = tap_shift(b, tw, a.dilations[-1], pw)
+                            wt = b.load(w, b.iadd(wbase, b.iadd(b.imul(tap, kw), operand(tw))))
+                            lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
+                            _axpy(b, y, x, yrow, b.iadd(xrow, operand(shift)), sw, wt, lo, hi)
+        if epilogue is not None:
+            epilogue(b, b.imul(q, gm.p), gm.p, 1, gm.p, m)
+    ctx.kernel("conv_depthwise", b.body)
+
+
+#: Largest kernel (taps) whose depthwise rows are summed in one fused pass.
+MAX_FUSED_TAPS = 64
+
+
+def _axpy(b: Builder, y: Buffer, x: Buffer, yrow: Operand, xrow: Operand, s: int,
+          wt: Operand, lo: Operand, hi: Operand) -> None:
+    """y[yrow + i] += wt * x[xrow + i*s] for i in [lo, hi)."""
+    with b.loop(lo, hi, hint="w") as i:
+        at = b.iadd(yrow, i)
+        xv = b.load(x, b.iadd(xrow, b.imul(i, s)))
+        b.store(y, at, b.op("add", b.load(y, at), b.op("mul", wt, xv)))
+
+
+def _rows_inside(b: Builder, o: list, gm: Geometry) -> Operand | None:
+    """i64 1 when every outer kernel tap of output position `o` is inside the input, else 0;
+    None when that holds for every position (no outer dim can reach the padding)."""
+    a = gm.a
+    cond: Operand | None = None
+    for j, oj in enumerate(o):
+        s, dl, pb, size = a.strides[j], a.dilations[j], gm.begin[j], gm.ins[j]
+        reach = (gm.k[j] - 1) * dl
+        if pb <= 0 and (gm.out[j] - 1) * s + reach - pb < size:
+            continue
+        first = b.iadd(b.imul(oj, s), i64(-pb))
+        c = b.op("and", b.op("ge", first, i64(0)), b.op("lt", b.iadd(first, i64(reach)),
+                                                       i64(size)))
+        cond = c if cond is None else b.op("and", cond, c)
+    return None if cond is None else b.op("select", cond, i64(1), i64(0))
+
+
+def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, yrow: Operand,
+               o: list, wv: list, init: Operand) -> None:
+    """One output row whose outer taps are all inside: interior columns in one pass."""
+    a = gm.a
+    ow, kw, sw, dw, pw, iw = (gm.out[-1], gm.k[-1], a.strides[-1], a.dilations[-1],
+                              gm.begin[-1], gm.ins[-1])
+    ranges = [valid_range(tw * dw - pw, sw, iw, ow) for tw in range(kw)]
+    lo_all, hi_all = max(r[0] for r in ranges), min(r[1] for r in ranges)
+    if lo_all >= hi_all:  # no column sees every tap: all columns are edges
+        lo_all = hi_all = ow
+    in_str = row_major_strides(gm.ins)
+    rows = []  # x row offset of each outer tap
+    for t in np.ndindex(*gm.k[:-1]):
+        off: Operand = xbase
+        for j, (oj, tj) in enumerate(zip(o, t)):
+            pos = b.iadd(b.imul(oj, a.strides[j]), i64(tj * a.dilations[j] - gm.begin[j]))
+            off = b.iadd(off, b.imul(pos, in_str[j]))
+        rows.append(off)
+    for lo, hi in ((0, lo_all), (hi_all, ow)):
+        if lo < hi:
+            with b.loop(lo, hi, hint="w") as i:
+                b.store(y, b.iadd(yrow, i), init)
+    if lo_all < hi_all:
+        # f16 sums in f32 and rounds once, then adds the bias, as the reference's matmul
+        # does (`narrow.accumulator`); bf16 and wide types accumulate in their own type
+        at = accumulator(y.dtype)
+        with b.loop(lo_all, hi_all, hint="w") as i:
+            acc: Operand = init if at == y.dtype else const(0, at)
+            for r, xrow in enumerate(rows):
+                for tw in range(kw):
+                    xv = b.load(x, b.iadd(b.iadd(xrow, i64(tw * dw - pw)), b.imul(i, sw)))
+                    acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at),
+                                                b.cast(xv, at)))
+            if at != y.dtype:
+                acc = b.op("add", b.cast(acc, y.dtype), init)
+            b.store(y, b.iadd(yrow, i), acc)
+    for r, xrow in enumerate(rows):
+        for tw, (lo, hi) in enumerate(ranges):
+            for a_, b_ in ((lo, min(lo_all, hi)), (max(hi_all, lo), hi)):
+                if a_ < b_:
+                    _axpy(b, y, x, yrow, b.iadd(xrow, i64(tw * dw - pw)), sw, wv[r * kw + tw],
+                          i64(a_), i64(b_))
