@@ -218,19 +218,13 @@ def test_negative_axis_matches_nonnegative(case_id):
         c for c in derived_cases() if c[0] == case_id)
     if expected is None:
         expected = _oracle(original, orig_feeds, op, v)
-    got = _run(model, feeds)
-    assert len(got) == len(expected)
-    for k, (g, e) in enumerate(zip(got, expected)):
-        _compare(g, e, f"output {k}")
+    _compare(_run(model, feeds), list(expected), "outputs")
 
 
 @pytest.mark.parametrize("case_id", sorted(HAND))
 def test_negative_axis_hand_cases(case_id):
     model, feeds, expected = HAND[case_id][2]()
-    got = _run(model, feeds)
-    assert len(got) == len(expected)
-    for k, (g, e) in enumerate(zip(got, expected)):
-        _compare(g, e, f"output {k}")
+    _compare(_run(model, feeds), list(expected), "outputs")
 
 
 @pytest.mark.parametrize("case_id", sorted(OUT_OF_RANGE))
