@@ -43,7 +43,8 @@ _LIBC_SYMBOLS = ("exp", "log", "tanh", "erf", "pow", "powf", "fmod", "fmodf", "e
                  # the worker pool (pool_ir.py); in libc since glibc 2.34, else libpthread
                  "pthread_create", "pthread_mutex_lock", "pthread_mutex_unlock",
                  "pthread_mutex_trylock", "pthread_cond_wait", "pthread_cond_broadcast",
-                 "sched_yield")
+                 "sched_yield", "sched_getcpu", "sched_getaffinity", "pthread_setaffinity_np",
+                 "pthread_setname_np")
 _symbols_done = False
 #: LLVM's global context is not thread-safe: one compile or link at a time per process
 _llvm_lock = threading.RLock()

@@ -29,7 +29,16 @@ Algorithm:
 4) Chunks: about 4 per thread (dynamic load balance) but never below `grain` iterations; a
    cheap body (grain >= 16) gets chunk boundaries on multiples of 16 so vector loops stay
    aligned.
-5) After os.fork() the child has no workers but a copy of the pool's state:
+5) Steering: a worker woken on the caller's CPU would share that CPU with the caller, and the
+   call would take as long as on one thread. Linux does put it there on machines whose other
+   CPU has been idle for some milliseconds (measured on 2-vCPU VMs: after a 20 ms pause, a
+   two-thread call ran at one thread's speed in most calls). So the workers run on the pool's
+   CPUs (the dispatching thread's affinity when the first worker starts) minus the CPU the
+   caller is on: each dispatch reads it (`sched_getcpu`, a few ns) and, only when it differs
+   from the last dispatch's (or a worker was added), sets every worker's affinity to that set
+   with `pthread_setaffinity_np` (or to all the pool's CPUs when the caller's is the only
+   one). Workers are named `onnxjit-worker` (in `top -H`, `/proc/PID/task/*/comm`).
+6) After os.fork() the child has no workers but a copy of the pool's state:
    `onnxjit_pool_control(1)` (a fork handler, see `pool.py`) zeroes every global (zeroed
    storage is a valid PTHREAD_*_INITIALIZER on glibc and musl).
 
@@ -55,10 +64,14 @@ MAX_WORKERS = 255
 CHUNKS_PER_THREAD = 4
 PTHREAD_SYMBOLS = ("pthread_create", "pthread_mutex_lock", "pthread_mutex_unlock",
                    "pthread_mutex_trylock", "pthread_cond_wait", "pthread_cond_broadcast",
-                   "sched_yield")
+                   "sched_yield", "sched_getcpu", "sched_getaffinity", "pthread_setaffinity_np",
+                   "pthread_setname_np")
 _STATE = ("gen", "started", "job_fn", "job_ctx", "job_n", "job_chunk", "job_workers", "job_open",
-          "active", "next")
+          "active", "next", "steered")
 _SYNC = ("mu", "dispatch", "cv_work", "cv_done")
+#: CPU masks of 8192 CPUs (glibc's cpu_set_t holds 1024; the kernel takes any multiple of 8)
+MASK_WORDS = 128
+WORKER_NAME = "onnxjit-worker"
 #: polls of a short spin (with `pause`, some tens of microseconds) before blocking after a job:
 #: back-to-back dispatches of one call then skip the futex round trip
 SPIN = 1000
@@ -82,8 +95,18 @@ class _Builder:
             self._global(name, ir.ArrayType(ir.IntType(8), SYNC_BYTES), 16)
         for name in _STATE:
             self._global(name, I64, 8)
+        self._global("threads", ir.ArrayType(I64, MAX_WORKERS), 8)  # pthread_t of each worker
+        self._global("cpus", ir.ArrayType(I64, MASK_WORDS), 8)  # the pool's CPUs
+        name = bytearray(WORKER_NAME.encode() + b"\0")
+        gv = ir.GlobalVariable(m, ir.ArrayType(ir.IntType(8), len(name)), "onnxjit_pool_name")
+        gv.initializer = ir.Constant(gv.value_type, name)
+        gv.linkage, gv.global_constant, gv.type = "internal", True, PTR
+        self.name = gv
         decl = {"pthread_create": (I32, [PTR] * 4), "pthread_cond_wait": (I32, [PTR, PTR]),
-                "sched_yield": (I32, [])}
+                "sched_yield": (I32, []), "sched_getcpu": (I32, []),
+                "sched_getaffinity": (I32, [I32, I64, PTR]),
+                "pthread_setaffinity_np": (I32, [I64, I64, PTR]),
+                "pthread_setname_np": (I32, [I64, PTR])}
         self.f: dict[str, ir.Function] = {}
         for name in PTHREAD_SYMBOLS:
             ret, args = decl.get(name, (I32, [PTR]))
@@ -132,6 +155,27 @@ class _Builder:
         b.branch(head)
         b.position_at_end(done)
 
+    def word(self, b: ir.IRBuilder, name: str | ir.Value, i: ir.Value) -> ir.Value:
+        """Address of element `i` of the i64 array global `name` (or of an alloca)."""
+        base = self.g[name] if isinstance(name, str) else name
+        return b.gep(base, [i], inbounds=True, source_etype=I64)
+
+    def count(self, b: ir.IRBuilder, n: ir.Value, body) -> None:
+        """for (i = 0; i < n; i++) body(b, i)"""
+        fn = b.block.function
+        head, loop, done = (fn.append_basic_block(f"for.{x}") for x in ("head", "body", "end"))
+        pre = b.block
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, name="i")
+        i.add_incoming(_c(0), pre)
+        b.cbranch(b.icmp_signed("<", i, n), loop, done)
+        b.position_at_end(loop)
+        body(b, i)
+        i.add_incoming(b.add(i, _c(1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
     def call(self, b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
         return b.call(self.f[name], list(args))
 
@@ -142,6 +186,7 @@ class _Builder:
     def build(self) -> str:
         self.run_chunks = self._run_chunks()
         self.worker = self._worker()
+        self.steer = self._steer()
         self._dispatch()
         self._control()
         return str(self.module)
@@ -213,6 +258,52 @@ class _Builder:
         b.branch(wait)
         return fn
 
+    def _steer(self) -> ir.Function:
+        """Keep the workers off the caller's CPU (5 in the module docstring). Called by the
+        dispatching thread only, so `steered` needs no lock."""
+        fn, b = self._fn("onnxjit_pool_steer", VOID, [])
+        go, ret = fn.append_basic_block("go"), fn.append_basic_block("ret")
+        cpu = b.sext(self.call(b, "sched_getcpu"), I64)
+        key = b.add(cpu, _c(1))
+        fresh = b.and_(b.icmp_unsigned("<", cpu, _c(MASK_WORDS * 64)),
+                       b.icmp_signed("!=", key, self.get(b, "steered")))
+        b.cbranch(fresh, go, ret)
+        b.position_at_end(go)
+        self.set(b, "steered", key)
+        mask = b.alloca(ir.ArrayType(I64, MASK_WORDS), name="mask")
+        mask.type = PTR
+        own, bit = b.lshr(cpu, _c(6)), b.shl(_c(1), b.and_(cpu, _c(63)))
+        acc = b.alloca(I64, size=_c(2), name="acc")  # [0]: the pool's CPUs, [1]: without the caller's
+        acc.type = PTR
+        b.store(_c(0), acc)
+        b.store(_c(0), self.word(b, acc, _c(1)))
+
+        def copy(b: ir.IRBuilder, i: ir.Value) -> None:
+            w = b.load(self.word(b, "cpus", i), typ=I64)
+            b.store(b.or_(b.load(acc, typ=I64), w), acc)
+            w = b.select(b.icmp_signed("==", i, own), b.and_(w, b.not_(bit)), w)
+            b.store(w, self.word(b, mask, i))
+            other = self.word(b, acc, _c(1))
+            b.store(b.or_(b.load(other, typ=I64), w), other)
+
+        self.count(b, _c(MASK_WORDS), copy)
+        has, apply = fn.append_basic_block("has"), fn.append_basic_block("apply")
+        b.cbranch(b.icmp_signed("==", b.load(acc, typ=I64), _c(0)), ret, has)
+        b.position_at_end(has)  # the caller's CPU is the pool's only one: use it
+        alone = b.icmp_signed("==", b.load(self.word(b, acc, _c(1)), typ=I64), _c(0))
+        restore = b.load(self.word(b, "cpus", own), typ=I64)
+        word = self.word(b, mask, own)
+        b.store(b.select(alone, restore, b.load(word, typ=I64)), word)
+        b.branch(apply)
+        b.position_at_end(apply)
+        self.count(b, self.get(b, "started"), lambda b, i: self.call(
+            b, "pthread_setaffinity_np", b.load(self.word(b, "threads", i), typ=I64),
+            _c(MASK_WORDS * 8), mask))
+        b.branch(ret)
+        b.position_at_end(ret)
+        b.ret_void()
+        return fn
+
     def _dispatch(self) -> None:
         fn, b = self._fn(ENTRY, VOID, [PTR, PTR, I64, I64, I64], internal=False)
         task, ctx, n, grain, nthreads = fn.args
@@ -240,14 +331,22 @@ class _Builder:
         started = self.get(b, "started")
         b.cbranch(b.icmp_signed("<", started, want), blocks["create"], blocks["spawned"])
         b.position_at_end(blocks["create"])
-        tid = b.alloca(I64, name="tid")
-        tid.type = PTR
+        first, create = fn.append_basic_block("first"), fn.append_basic_block("create.thread")
+        b.cbranch(b.icmp_signed("==", started, _c(0)), first, create)
+        b.position_at_end(first)  # the pool's CPUs: the first dispatcher's affinity
+        self.call(b, "sched_getaffinity", ir.Constant(I32, 0), _c(MASK_WORDS * 8),
+                  self.g["cpus"])
+        b.branch(create)
+        b.position_at_end(create)
+        tid = self.word(b, "threads", started)
         rc = self.call(b, "pthread_create", tid, ir.Constant(PTR, None), self.worker,
                        b.inttoptr(started, PTR))
         ok = fn.append_basic_block("created")
         b.cbranch(b.icmp_signed("==", rc, ir.Constant(I32, 0)), ok, blocks["spawned"])
         b.position_at_end(ok)
+        self.call(b, "pthread_setname_np", b.load(tid, typ=I64), self.name)
         self.set(b, "started", b.add(started, _c(1)))
+        self.set(b, "steered", _c(0))  # the new worker has not been steered yet
         b.branch(blocks["spawn"])
 
         b.position_at_end(blocks["spawned"])
@@ -259,6 +358,7 @@ class _Builder:
         b.branch(blocks["serial"])
 
         b.position_at_end(blocks["run"])
+        b.call(self.steer, [])
         per = b.sdiv(b.add(n, b.sub(b.mul(t, _c(CHUNKS_PER_THREAD)), _c(1))),
                      b.mul(t, _c(CHUNKS_PER_THREAD)))
         chunk = b.select(b.icmp_signed("<", per, grain), grain, per)
@@ -298,9 +398,8 @@ class _Builder:
         zero, done = fn.append_basic_block("zero"), fn.append_basic_block("done")
         b.cbranch(b.icmp_signed("!=", fn.args[0], _c(0)), zero, done)
         b.position_at_end(zero)
-        for name, gv in self.g.items():
-            ty = I64 if name in _STATE else ir.ArrayType(ir.IntType(8), SYNC_BYTES)
-            b.store(ir.Constant(ty, None), gv)
+        for gv in self.g.values():
+            b.store(ir.Constant(gv.value_type, None), gv)
         b.branch(done)
         b.position_at_end(done)
         b.ret(self.get(b, "started"))

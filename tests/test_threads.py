@@ -1,5 +1,6 @@
 """Parallel loops on the worker pool: same results for 1 and 2 threads, checks inside parallel
-loops, concurrent callers, and an idle pool that does not spin.
+loops, concurrent callers, an idle pool that does not spin, and workers steered off the
+caller's CPU.
 
 Hand-built loop-IR programs exercise the outlining corner cases (captured variables, a start
 and step, a variable that must stay serial, checks); ONNX models built with onnx.helper go
@@ -389,6 +390,38 @@ def test_idle_pool_does_not_spin() -> None:
             states[int(task.name)] = stat[stat.rindex(")") + 2]
         assert all(st != "R" for tid, st in states.items() if tid != me), states
         time.sleep(0.01)
+
+
+def _worker_cpus() -> list[set[int]]:
+    import os
+
+    tasks = Path("/proc/self/task")
+    return [os.sched_getaffinity(int(t.name)) for t in tasks.iterdir()
+            if (t / "comm").read_text().strip() == "onnxjit-worker"]
+
+
+def test_workers_stay_off_the_callers_cpu() -> None:
+    """Each dispatch moves the workers off the CPU its caller is on (else Linux may wake a
+    worker there, and the call runs at one thread's speed); a caller alone on a CPU the pool
+    does not otherwise have leaves the workers where they were allowed to be."""
+    import os
+
+    mine = os.sched_getaffinity(0)
+    if len(mine) < 2:
+        pytest.skip("needs two CPUs")
+    a, b = sorted(mine)[:2]
+    fn = compiled(chain(N), 2)
+    x = np.linspace(-2, 2, N).astype(np.float32)
+    want, = compiled(chain(N), 1)(x)
+    fn(x)  # the pool takes its CPUs from its first dispatcher: all of this process's
+    try:
+        for cpu, other in ((a, b), (b, a), (a, b)):
+            os.sched_setaffinity(0, {cpu})  # this thread only
+            np.testing.assert_array_equal(fn(x)[0], want)
+            masks = _worker_cpus()
+            assert masks and all(cpu not in m and other in m for m in masks), (cpu, masks)
+    finally:
+        os.sched_setaffinity(0, mine)
 
 
 def test_warm_start_links_the_pool_from_the_disk_cache(tmp_path) -> None:
