@@ -273,7 +273,8 @@ class _Builder:
         mask = b.alloca(ir.ArrayType(I64, MASK_WORDS), name="mask")
         mask.type = PTR
         own, bit = b.lshr(cpu, _c(6)), b.shl(_c(1), b.and_(cpu, _c(63)))
-        acc = b.alloca(I64, size=_c(2), name="acc")  # [0]: the pool's CPUs, [1]: without the caller's
+        # acc[0]: OR of the pool's CPU words, acc[1]: the same without the caller's CPU
+        acc = b.alloca(I64, size=_c(2), name="acc")
         acc.type = PTR
         b.store(_c(0), acc)
         b.store(_c(0), self.word(b, acc, _c(1)))
@@ -289,7 +290,7 @@ class _Builder:
         self.count(b, _c(MASK_WORDS), copy)
         has, apply = fn.append_basic_block("has"), fn.append_basic_block("apply")
         b.cbranch(b.icmp_signed("==", b.load(acc, typ=I64), _c(0)), ret, has)
-        b.position_at_end(has)  # the caller's CPU is the pool's only one: use it
+        b.position_at_end(has)  # when the caller's CPU is the pool's only one, keep it
         alone = b.icmp_signed("==", b.load(self.word(b, acc, _c(1)), typ=I64), _c(0))
         restore = b.load(self.word(b, "cpus", own), typ=I64)
         word = self.word(b, mask, own)
