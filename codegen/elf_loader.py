@@ -22,12 +22,16 @@ Algorithm:
    then mprotect code to RX and read-only data to R (W^X). An unknown relocation type raises
    `ElfLoadError`, so a caller can fall back to MCJIT.
 The map lives as long as the `ElfLibrary` (unmapped when it is garbage collected).
+7) With $ONNXJIT_PERF_MAP set, append every function's address, size and name to
+   /tmp/perf-PID.map, where `perf report` looks up code without a file (a profile then names
+   each kernel: `onnxjit_main_<id>.k3.conv_im2col_gemm.par0.task`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import struct
 import threading
 from collections.abc import Mapping
@@ -47,7 +51,7 @@ _SHT_X86_64_UNWIND = 0x70000001
 _SHF_WRITE, _SHF_ALLOC, _SHF_EXEC, _SHF_TLS = 0x1, 0x2, 0x4, 0x400
 _SHN_UNDEF, _SHN_LORESERVE, _SHN_ABS, _SHN_COMMON = 0, 0xFF00, 0xFFF1, 0xFFF2
 _STB_LOCAL, _STB_WEAK = 0, 2
-_STT_TLS, _STT_GNU_IFUNC = 6, 10
+_STT_FUNC, _STT_TLS, _STT_GNU_IFUNC = 2, 6, 10
 _CTOR_NAMES = (".init_array", ".fini_array", ".preinit_array", ".ctors", ".dtors")
 
 # type -> (name, field bytes, range of a 4-byte field: "s" signed / "u" unsigned, value kind).
@@ -325,7 +329,16 @@ class _Linker:
         _mprotect(base + starts[1], starts[2] - starts[1], mmap.PROT_READ)
         exported = {name: addrs[i] for i, (_, info, _, shndx, _, _, name) in enumerate(self.syms)
                     if info >> 4 != _STB_LOCAL and shndx != _SHN_UNDEF}
+        if os.environ.get("ONNXJIT_PERF_MAP"):
+            self._perf_map(addrs)
         return ElfLibrary(region, anchor, exported, entry, entry_py, obj)
+
+    def _perf_map(self, addrs: list[int]) -> None:
+        rows = [f"{addrs[i]:x} {size:x} {name}\n"
+                for i, (_, info, _, shndx, _, size, name) in enumerate(self.syms)
+                if info & 0xF == _STT_FUNC and shndx != _SHN_UNDEF and size and addrs[i]]
+        with open(f"/tmp/perf-{os.getpid()}.map", "a") as f:
+            f.writelines(rows)
 
     def _resolve(self, i: int, rw_base: int) -> int:
         _, info, _, shndx, value, _, name = self.syms[i]
