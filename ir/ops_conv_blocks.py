@@ -12,7 +12,9 @@ Three choices, all at compile time from the concrete geometry:
    columns: 2.8 ms. 3x3 256->256 at 14x14: 2.6 ms with 28 or 98 columns, 2.36 ms with 196.
    3x3 128->128 at 28x28 (590 KB of weights): 112 columns (the cache rule) beat 196 by 4%.
 2) `pointwise_blocks`: positions per block of a pointwise conv with an epilogue (the epilogue
-   then reads the block from cache).
+   then reads the block from cache); with too few blocks for the threads, equal blocks of
+   positions (`SPLIT_P`; MobileNetV2's 1x1 convs at 28x28 and 14x14 ran as one or two
+   parallel iterations, or three on two threads).
 3) `m_split`: when (images x groups x blocks) gives fewer than `MIN_TASKS` parallel
    iterations (deep layers of a batch-1 CNN: one 14x14 or 7x7 block), the output channels of
    each block are split into chunks of at least `MIN_SPLIT_ROWS` rows (a multiple of the
@@ -51,6 +53,9 @@ SPLIT_WORK = 1 << 21
 #: Split the output channels of too few blocks over threads; False restores one iteration
 #: per block.
 SPLIT_M = True
+#: Cut a pointwise conv's positions into MIN_TASKS blocks (of MIN_SPLIT_COLS or more) before
+#: splitting its channels; False restores the cache-only block choice.
+SPLIT_P, MIN_SPLIT_COLS = True, 32
 
 
 def block_rows(gm: Geometry, itemsize: int) -> int:
@@ -69,15 +74,26 @@ def block_rows(gm: Geometry, itemsize: int) -> int:
     return max(fits, wide)
 
 
-def pointwise_blocks(gm: Geometry, itemsize: int) -> int:
+def pointwise_blocks(gm: Geometry, itemsize: int, work: int = 0) -> int:
     """Positions per block of a pointwise conv with an epilogue: the largest divisor of P
-    whose (M/G, cols) output block fits `BLOCK_BYTES` (all of P when P is small)."""
+    whose (M/G, cols) output block fits `BLOCK_BYTES` (all of P when P is small). With `work`
+    (multiply-adds) of at least SPLIT_WORK and fewer than MIN_TASKS blocks over all images
+    and groups, the largest divisor that gives MIN_TASKS blocks of MIN_SPLIT_COLS or more
+    (`SPLIT_P`): the threads then share equal blocks, where `m_split` could only cut the
+    channels in multiples of the tile rows (64 channels: 36 + 28 rows on two threads)."""
     if gm.p <= 256:
-        return gm.p
-    fits = [d for d in range(1, gm.p + 1)
-            if gm.p % d == 0 and gm.mg * d * itemsize <= BLOCK_BYTES // 2]
-    best = max(fits, default=1)
-    return best if best >= 64 else gm.p
+        best = gm.p
+    else:
+        fits = [d for d in range(1, gm.p + 1)
+                if gm.p % d == 0 and gm.mg * d * itemsize <= BLOCK_BYTES // 2]
+        best = max(fits, default=1)
+        best = best if best >= 64 else gm.p
+    outer = gm.n * gm.g
+    if SPLIT_P and work >= SPLIT_WORK and outer * (gm.p // best) < MIN_TASKS:
+        want = -(-MIN_TASKS // outer)
+        best = max((d for d in range(MIN_SPLIT_COLS, best + 1)
+                    if gm.p % d == 0 and gm.p // d >= want), default=best)
+    return best
 
 
 def m_split(gm: Geometry, tasks: int, work: int, itemsize: int) -> tuple[int, int]:

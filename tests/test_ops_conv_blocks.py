@@ -135,6 +135,33 @@ def test_conv_split_over_output_channels(xs, ws, attrs, dt, residual, monkeypatc
     np.testing.assert_allclose(y2, y, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("xs,ws,attrs,residual", [
+    ((1, 64, 14, 14), (64, 64, 1, 1), {}, True),  # 196 positions: 4 blocks of 49
+    ((1, 32, 28, 28), (24, 32, 1, 1), {}, False),  # 784: 4 of 196
+    ((2, 48, 8, 16), (32, 24, 1, 1), dict(group=2), False),  # 2 x 2 x (128 -> 64)
+])
+def test_pointwise_conv_split_over_positions(xs, ws, attrs, residual, monkeypatch):
+    # a pointwise conv with fewer blocks than MIN_TASKS cuts its positions into equal blocks
+    # (ops_conv_blocks.pointwise_blocks) before splitting its output channels
+    from onnxjit.ir import ops_conv_blocks
+
+    monkeypatch.setattr(ops_conv_blocks, "SPLIT_WORK", 0)
+    m = _fused_model(xs, ws, attrs, np.float32, residual)
+    x = rand(*xs, dtype=np.float32)
+    p = xs[2] * xs[3]
+    outer = xs[0] * attrs.get("group", 1)
+    gemms = [s for k in program(m, x).kernels for s in walk(k.body) if isinstance(s, Matmul)]
+    cols = {s.n for s in gemms}
+    assert len(cols) == 1 and outer * p // cols.pop() >= ops_conv_blocks.MIN_TASKS, gemms
+    assert all(s.m == ws[0] // attrs.get("group", 1) for s in gemms)
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(x)
+        np.testing.assert_allclose(y, reference(m, x), rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(ops_conv_blocks, "SPLIT_P", False)
+    assert all(s.n == p for k in program(m, x).kernels for s in walk(k.body)
+               if isinstance(s, Matmul))
+
+
 def test_block_choice_for_deep_layers():
     # a 7x7 image takes one block of all 49 positions (not 7 one-row blocks), and its output
     # channels are split so that two threads have work; a 56x56 layer has blocks enough
