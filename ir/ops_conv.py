@@ -51,6 +51,8 @@ from onnxjit.ir.ops_conv_blocks import (
 from onnxjit.ir.ops_conv_direct import lower_depthwise
 from onnxjit.ir.ops_conv_packed import emit_packed_panel, packed_width
 from onnxjit.ir.ops_conv_phases import Source, input_source
+from onnxjit.ir.ops_conv_winograd import applies as winograd_applies
+from onnxjit.ir.ops_conv_winograd import lower_winograd
 from onnxjit.ir.ops_conv_utils import (
     PANEL_BYTES,
     ConvAttrs,
@@ -146,6 +148,9 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     positions (`ops_conv_blocks.pointwise_blocks`) so each block is still in cache; blocks
     too few to keep the threads busy are split over output channels (`m_split`)."""
     work = gm.n * gm.g * gm.mg * gm.p * gm.kk
+    if winograd_applies(gm, w, col_dtype):
+        lower_winograd(ctx, gm, x, w, y, accumulate, load, epilogue)
+        return
     if gm.pointwise and epilogue is not None:
         _pointwise_with_epilogue(ctx, gm, x, w, y, accumulate, epilogue, work)
         return

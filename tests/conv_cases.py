@@ -61,7 +61,8 @@ def check(m, x: np.ndarray, native: bool = True, tol: float = 1e-4) -> None:
         np.testing.assert_allclose(y, ort_run(m, x), rtol=tol, atol=tol)
 
 
-def program(m, x: np.ndarray):
+def program(m, *xs: np.ndarray):
     gm = import_model(m.SerializeToString(), OPTIONS)
-    _, prog = lower_signature(gm, ((DType.from_numpy(x.dtype), x.shape),), OPTIONS)
+    sig = tuple((DType.from_numpy(x.dtype), x.shape) for x in xs)
+    _, prog = lower_signature(gm, sig, OPTIONS)
     return prog

@@ -1,0 +1,125 @@
+"""Conv 3x3 stride 1 through Winograd F(2x2, 3x3) (ir/ops_conv_winograd.py): padding of every
+side, odd output sizes (a last tile row/column of one output), a last block of fewer tile
+rows, batches, float64, bias (Y filled first, the transform adding onto it), the fused
+epilogue (bias, Relu, residual Add) and 1 or 2 threads, against onnx's reference; the shapes
+it must leave to im2col; the weight transform against the convolution it stands for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conv_cases import ONNX_TYPES, program, rand, reference
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxjit
+from onnxjit.ir import ops_conv_winograd
+from onnxjit.ir.loops import Matmul, walk
+
+CASES = [
+    # (x shape, M, attributes, dtype)
+    ((2, 16, 24, 24), 32, dict(pads=[1] * 4), np.float32),
+    ((1, 16, 27, 25), 40, dict(pads=[1] * 4), np.float32),  # odd out 27 x 25, last block 2
+    ((2, 32, 20, 22), 16, {}, np.float32),  # no padding: 18 x 20
+    ((1, 24, 30, 29), 32, dict(pads=[2, 0, 1, 3]), np.float32),  # uneven padding
+    ((2, 16, 21, 20), 48, dict(pads=[1, 1, 0, 0]), np.float64),  # 20 x 19, 4 blocks of 3,3,3,1
+    ((1, 16, 40, 20), 32, dict(auto_pad="SAME_UPPER"), np.float32),
+]
+
+
+def _model(xs: tuple, m: int, attrs: dict, dt, bias: bool, fused: bool):
+    """Conv (+ bias) (+ Relu and a residual Add of a second input when `fused`)."""
+    ty = ONNX_TYPES[np.dtype(dt)]
+    inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    nodes = [helper.make_node("Conv", inputs, ["c" if fused else "y"], kernel_shape=[3, 3],
+                              **attrs)]
+    ins = [helper.make_tensor_value_info("x", ty, xs)]
+    if fused:
+        nodes += [helper.make_node("Relu", ["c"], ["r"]),
+                  helper.make_node("Add", ["r", "s"], ["y"])]
+        ins.append(helper.make_tensor_value_info("s", ty, [None] * 4))
+    inits = [numpy_helper.from_array(rand(m, xs[1], 3, 3, dtype=dt), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rand(m, dtype=dt), "b"))
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", ty, [None] * 4)],
+                          inits)
+    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mo.ir_version = 10
+    return mo
+
+
+def _winograd_kernels(mo, *args: np.ndarray) -> list[str]:
+    return [k.name for k in program(mo, *args).kernels if "winograd" in k.name]
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("xs,m,attrs,dt", CASES)
+def test_winograd_matches_reference(xs, m, attrs, dt, fused):
+    x = rand(*xs, dtype=dt)
+    mo = _model(xs, m, attrs, dt, bias=True, fused=fused)
+    tol = 1e-4 if dt == np.float32 else 1e-10
+    if fused:
+        ref = ReferenceEvaluator(mo)
+        shape = ref.run(None, {"x": x, "s": np.zeros((1, 1, 1, 1), dt)})[0].shape
+        feeds = {"x": x, "s": rand(*shape, dtype=dt)}
+        want = ref.run(None, feeds)[0]
+        assert _winograd_kernels(mo, x, feeds["s"])
+    else:
+        want = reference(mo, x)
+        feeds = {"x": x}
+        assert _winograd_kernels(mo, x)
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=threads)(**feeds)
+        scale = max(1.0, float(np.abs(want).max()))
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol * scale)
+
+
+def test_winograd_without_bias_and_switched_off(monkeypatch):
+    xs = (2, 16, 24, 24)
+    mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=False, fused=False)
+    x = rand(*xs)
+    assert _winograd_kernels(mo, x)
+    (y,) = onnxjit.compile(mo, cache_dir=False)(x)
+    np.testing.assert_allclose(y, reference(mo, x), rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(ops_conv_winograd, "WINOGRAD", False)
+    assert not _winograd_kernels(mo, x)
+    (y2,) = onnxjit.compile(mo, cache_dir=False)(x)
+    np.testing.assert_allclose(y2, y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("xs,w,attrs", [
+    ((2, 16, 24, 24), (16, 16, 3, 3), dict(strides=[2, 2], pads=[1] * 4)),  # strided
+    ((2, 16, 24, 24), (16, 16, 3, 3), dict(dilations=[2, 2], pads=[2] * 4)),  # dilated
+    ((2, 16, 24, 24), (16, 8, 3, 3), dict(group=2, pads=[1] * 4)),  # grouped
+    ((2, 8, 24, 24), (16, 8, 3, 3), dict(pads=[1] * 4)),  # few input channels
+    ((1, 16, 8, 8), (16, 16, 3, 3), dict(pads=[1] * 4)),  # few tiles
+    ((1, 16, 200, 260), (16, 16, 3, 3), dict(pads=[1] * 4)),  # tile rows wider than a panel
+    ((2, 16, 24, 24), (16, 16, 5, 5), dict(pads=[2] * 4)),  # 5x5
+])
+def test_winograd_leaves_other_convs_to_im2col(xs, w, attrs):
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], **attrs)], "g",
+        [helper.make_tensor_value_info("x", ONNX_TYPES[np.dtype(np.float32)], xs)],
+        [helper.make_tensor_value_info("y", ONNX_TYPES[np.dtype(np.float32)], [None] * 4)],
+        [numpy_helper.from_array(rand(*w), "w")])
+    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mo.ir_version = 10
+    x = rand(*xs)
+    assert not _winograd_kernels(mo, x)
+    assert any(isinstance(s, Matmul) for k in program(mo, x).kernels for s in walk(k.body))
+
+
+def test_weight_transform_is_the_convolution_it_stands_for():
+    # sum over xi of U_xi * V_xi, then A^T . A, equals the direct 3x3 correlation of a 4x4 patch
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((5, 4, 3, 3))
+    d = rng.standard_normal((4, 4, 4))  # (channel, 4x4 patch)
+    u = ops_conv_winograd.weight_transform(w)  # (16, M, C)
+    bt = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], float)
+    at = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], float)
+    v = np.einsum("ia,cab,jb->ijc", bt, d, bt).reshape(16, 4)  # (16, C)
+    mt = np.einsum("xmc,xc->mx", u, v).reshape(5, 4, 4)
+    y = np.einsum("ia,mab,jb->mij", at, mt, at)
+    direct = np.array([[[np.sum(w[m] * d[:, i:i + 3, j:j + 3]) for j in range(2)]
+                        for i in range(2)] for m in range(5)])
+    np.testing.assert_allclose(y, direct, rtol=1e-12, atol=1e-12)
