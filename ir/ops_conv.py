@@ -3,6 +3,8 @@
 Shapes and attributes: `ops_conv_utils` (one geometry for every op of the family).
 Lowering of a node with X (N, C, *in), W (M, C/G, *k), Y (N, M, *out); K = C/G * prod(k) and
 P = prod(out):
+0) 3x3 kernel, stride 1, one group, constant float weights, enough channels and positions:
+   Winograd F(2x2, 3x3) (`ops_conv_winograd`), 2.25x fewer multiply-adds than im2col.
 1) 1x1 kernel, stride 1, no padding: X's image (C, P) already is the im2col panel, so per
    image and group one `Matmul` W_g (M/G, K) x X_g (K, P) -> Y_g (M/G, P) reads X directly.
 2) other group convs with C/G > 1, one kernel parallel over (image, group, block of rows of
@@ -51,8 +53,6 @@ from onnxjit.ir.ops_conv_blocks import (
 from onnxjit.ir.ops_conv_direct import lower_depthwise
 from onnxjit.ir.ops_conv_packed import emit_packed_panel, packed_width
 from onnxjit.ir.ops_conv_phases import Source, input_source
-from onnxjit.ir.ops_conv_winograd import applies as winograd_applies
-from onnxjit.ir.ops_conv_winograd import lower_winograd
 from onnxjit.ir.ops_conv_utils import (
     PANEL_BYTES,
     ConvAttrs,
@@ -70,6 +70,8 @@ from onnxjit.ir.ops_conv_utils import (
     tap_shift,
     taps,
 )
+from onnxjit.ir.ops_conv_winograd import applies as winograd_applies
+from onnxjit.ir.ops_conv_winograd import lower_winograd
 from onnxjit.ir.ops_elementwise import BF16, FLOATS, Types, accept_same, arity
 from onnxjit.ir.shape_utils import tensor_input
 from onnxjit.ir.types import DType

@@ -21,7 +21,11 @@ Lowering, one kernel parallel over blocks u = (image, R tile rows of the output)
 Every block has R tile rows (`block_tile_rows`), so one product code serves them all (a Matmul's
 sizes are compile-time): the last block's rows past the image are transformed from zeros and
 multiplied, but never stored; only its epilogue, over fewer output rows, is a second guarded
-copy. The 16 products are one loop over xi around one Matmul.
+copy. The 16 products are one loop over xi around one Matmul. With fewer blocks than
+`ops_conv_blocks.MIN_TASKS` (batch-1 deep layers: a 14x14 output is one block), the input
+transforms run first as a parallel kernel of their own over chunks of input channels
+(`c_split`), then the products, output transforms and epilogue over chunks of output channels
+(`m_split`), so both threads have work.
 
 Numerics: B and A hold 0 and +-1, G halves; the sums differ from im2col's in order and in
 the rounding of U and V, within float tolerance (the tests compare against the reference at
@@ -39,6 +43,7 @@ import numpy as np
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops_conv_blocks import c_split, for_chunk, m_split
 from onnxjit.ir.ops_conv_packed import packed_width
 from onnxjit.ir.types import DType
 
@@ -47,9 +52,8 @@ if TYPE_CHECKING:  # ops_conv imports this module
 
 #: Use F(2x2, 3x3) where `applies`; False keeps every conv on im2col + GEMM.
 WINOGRAD = True
-#: Fewest input and output channels, tiles per image and blocks over the batch for which
-#: the transforms pay off and both threads get work.
-MIN_CHANNELS, MIN_TILES, MIN_BLOCKS = 16, 36, 4
+#: Fewest input and output channels and tiles per image for which the transforms pay off.
+MIN_CHANNELS, MIN_TILES = 16, 36
 
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
@@ -83,9 +87,7 @@ def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
         return False
     th, tw = _tiles(gm)
     nr = packed_width(dtype, gm.m, min(th * tw, 64), gm.c)
-    if nr is None or tw > nr or th * tw < MIN_TILES:
-        return False
-    return gm.n * -(-th // block_tile_rows(gm, nr)) >= MIN_BLOCKS
+    return nr is not None and tw <= nr and th * tw >= MIN_TILES
 
 
 def weight_transform(w: np.ndarray) -> np.ndarray:
@@ -97,69 +99,116 @@ def weight_transform(w: np.ndarray) -> np.ndarray:
 
 def lower_winograd(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
                    accumulate: bool, load: Load, epilogue: EpilogueHook | None) -> None:
-    """The kernel of the module docstring (`applies` must hold)."""
+    """The kernel of the module docstring (`applies` must hold); with fewer blocks than
+    MIN_TASKS, two kernels split the work over threads as `ops_conv_blocks.m_split` does:
+    the input transforms in chunks of input channels, then the products, output transforms
+    and epilogues in chunks of output channels."""
     dt = x.dtype
     th, tw = _tiles(gm)
     nr = packed_width(dt, gm.m, min(th * tw, 64), gm.c)
     assert nr is not None and w.data is not None
     rows = block_tile_rows(gm, nr)
     nblk = -(-th // rows)
-    t = rows * tw
-    u_buf = ctx.constant("wino_u", weight_transform(w.data))
-    v_buf = ctx.scratch("wino_v", dt, (gm.n * nblk, 16 * gm.c * t))
-    m_buf = ctx.scratch("wino_m", dt, (gm.n * nblk, 16 * gm.m * t))
+    t, tasks = rows * tw, gm.n * nblk
+    ms, mc = m_split(gm, tasks, gm.n * gm.m * gm.p * gm.c * 9, dt.itemsize)
+    plan = _Plan(gm, x, y, load, nblk, rows, tw, nr, accumulate, epilogue,
+                 ctx.constant("wino_u", weight_transform(w.data)),
+                 ctx.scratch("wino_v", dt, (tasks, 16 * gm.c * t)),
+                 ctx.scratch("wino_m", dt, (tasks, 16 * gm.m * t)))
     b = Builder()
-    with b.loop(0, gm.n * nblk, parallel=True, hint="u") as u:
-        img, blk = (b.op("div", u, i64(nblk)), b.op("rem", u, i64(nblk))) if nblk > 1 \
-            else (u, i64(0))
-        block = _Block(b, gm, x, y, load, img, b.imul(u, 16 * gm.c * t),
-                       b.imul(u, 16 * gm.m * t))
-        tr0 = b.imul(blk, rows)
-        block.input(tr0, rows, tw, v_buf, t)
-        with b.loop(0, 16, hint="xi") as xi:
-            b.emit(Matmul(m_buf, b.iadd(block.mbase, b.imul(xi, gm.m * t)), t,
-                          u_buf, b.imul(xi, gm.m * gm.c), gm.c,
-                          v_buf, b.iadd(block.vbase, b.imul(xi, gm.c * t)), nr,
-                          gm.m, t, gm.c, b_packed=True))
-        # the last block's rows past the image are computed (on zeros) but never stored
-        valid = b.op("min", i64(rows), b.op("sub", i64(th), tr0)) if th % rows else i64(rows)
-        block.output(tr0, valid, tw, m_buf, t, accumulate)
-        if epilogue is not None:
-            oh, ow = gm.out
-            off = b.iadd(b.imul(img, gm.m * gm.p), b.imul(tr0, 2 * ow))
-            last_rows = oh - 2 * (nblk - 1) * rows  # output rows of the last block
-            if last_rows == 2 * rows:
-                epilogue(b, off, gm.p, gm.m, 2 * rows * ow, i64(0))
-            else:
-                full = b.op("select", b.op("lt", blk, i64(nblk - 1)), i64(1), i64(0))
-                with b.loop(0, full, hint="full"):
-                    epilogue(b, off, gm.p, gm.m, 2 * rows * ow, i64(0))
-                with b.loop(full, 1, hint="last"):
-                    epilogue(b, off, gm.p, gm.m, last_rows * ow, i64(0))
+    if ms == 1:
+        with b.loop(0, tasks, parallel=True, hint="u") as u:
+            block = plan.block(b, u)
+            block.input(0, gm.c)
+            block.product(0, gm.m)
+        ctx.kernel("conv_winograd", b.body)
+        return
+    cs = c_split(gm, tasks)
+    cc = gm.c // cs
+    with b.loop(0, tasks * cs, parallel=True, hint="v") as v:
+        block = plan.block(b, b.op("div", v, i64(cs)))
+        c0 = b.imul(b.op("rem", v, i64(cs)), cc)
+        block.input(c0, b.iadd(c0, i64(cc)))
+    ctx.kernel("conv_winograd_in", b.body)
+    b = Builder()
+    with b.loop(0, tasks * ms, parallel=True, hint="v") as v:
+        block = plan.block(b, b.op("div", v, i64(ms)))
+        for_chunk(b, b.op("rem", v, i64(ms)), ms, mc, gm.m, block.product)
     ctx.kernel("conv_winograd", b.body)
 
 
+class _Plan:
+    """What every block shares: sizes, buffers and the caller's choices."""
+
+    def __init__(self, gm: Geometry, x: Buffer, y: Buffer, load: Load, nblk: int, rows: int,
+                 tw: int, nr: int, accumulate: bool, epilogue: EpilogueHook | None,
+                 u_buf: Buffer, v_buf: Buffer, m_buf: Buffer):
+        self.gm, self.x, self.y, self.load = gm, x, y, load
+        self.nblk, self.rows, self.tw, self.nr, self.t = nblk, rows, tw, nr, rows * tw
+        self.accumulate, self.epilogue = accumulate, epilogue
+        self.u_buf, self.v_buf, self.m_buf = u_buf, v_buf, m_buf
+
+    def block(self, b: Builder, u: Operand) -> _Block:
+        return _Block(b, self, u)
+
+
 class _Block:
-    """The code of one block of tile rows of one image (see `lower_winograd`)."""
+    """The code of block u = (image, R tile rows) (see `lower_winograd`)."""
 
-    def __init__(self, b: Builder, gm: Geometry, x: Buffer, y: Buffer, load: Load,
-                 img: Operand, vbase: Operand, mbase: Operand):
-        self.b, self.gm, self.x, self.y, self.load = b, gm, x, y, load
-        self.img, self.vbase, self.mbase = img, vbase, mbase
+    def __init__(self, b: Builder, plan: _Plan, u: Operand):
+        gm, nblk = plan.gm, plan.nblk
+        self.b, self.p, self.gm = b, plan, gm
+        self.img, self.blk = (b.op("div", u, i64(nblk)), b.op("rem", u, i64(nblk))) \
+            if nblk > 1 else (u, i64(0))
+        self.tr0 = b.imul(self.blk, plan.rows)
+        self.vbase = b.imul(u, 16 * gm.c * plan.t)
+        self.mbase = b.imul(u, 16 * gm.m * plan.t)
 
-    def input(self, tr0: Operand, rows: int, tw: int, v_buf: Buffer, t: int) -> None:
-        """V_xi[c, r*tw + j] = (B^T d B)[xi] of tile (tr0 + r, j) of every channel."""
-        b, gm = self.b, self.gm
+    def product(self, m0: Operand | int, mrows: int) -> None:
+        """Output channels [m0, m0 + mrows): the 16 products, the output transform, the
+        epilogue."""
+        b, gm, p = self.b, self.gm, self.p
+        m0 = i64(m0) if isinstance(m0, int) else m0
+        t, th = p.t, _tiles(gm)[0]
+        with b.loop(0, 16, hint="xi") as xi:
+            b.emit(Matmul(p.m_buf, b.iadd(self.mbase, b.iadd(b.imul(xi, gm.m * t),
+                                                              b.imul(m0, t))), t,
+                          p.u_buf, b.iadd(b.imul(xi, gm.m * gm.c), b.imul(m0, gm.c)), gm.c,
+                          p.v_buf, b.iadd(self.vbase, b.imul(xi, gm.c * t)), p.nr,
+                          mrows, t, gm.c, b_packed=True))
+        # the last block's rows past the image are computed (on zeros) but never stored
+        valid = b.op("min", i64(p.rows), b.op("sub", i64(th), self.tr0)) if th % p.rows \
+            else i64(p.rows)
+        self.output(valid, m0, b.iadd(m0, i64(mrows)))
+        if p.epilogue is None:
+            return
+        oh, ow = gm.out
+        off = b.iadd(b.iadd(b.imul(self.img, gm.m * gm.p), b.imul(m0, gm.p)),
+                     b.imul(self.tr0, 2 * ow))
+        last_rows = oh - 2 * (p.nblk - 1) * p.rows  # output rows of the last block
+        if last_rows == 2 * p.rows:
+            p.epilogue(b, off, gm.p, mrows, 2 * p.rows * ow, m0)
+            return
+        full = b.op("select", b.op("lt", self.blk, i64(p.nblk - 1)), i64(1), i64(0))
+        with b.loop(0, full, hint="full"):
+            p.epilogue(b, off, gm.p, mrows, 2 * p.rows * ow, m0)
+        with b.loop(full, 1, hint="last"):
+            p.epilogue(b, off, gm.p, mrows, last_rows * ow, m0)
+
+    def input(self, c0: Operand | int, c1: Operand | int) -> None:
+        """V_xi[c, r*tw + j] = (B^T d B)[xi] of tile (tr0 + r, j), channels [c0, c1)."""
+        b, gm, p = self.b, self.gm, self.p
+        tw, t = p.tw, p.t
         ih, iw = gm.ins
         pt, pl = gm.begin
-        zero = const(0, self.x.dtype)
+        zero = const(0, p.x.dtype)
         # tile columns whose 4 input columns are all inside the image
         lo = min(tw, (pl + 1) // 2)
         hi = max(lo, min(tw, (iw - 4 + pl) // 2 + 1))
-        with b.loop(0, gm.c, hint="c") as c:
+        with b.loop(c0, c1, hint="c") as c:
             plane = b.imul(b.iadd(b.imul(self.img, gm.c), c), ih * iw)
-            with b.loop(0, rows, hint="r") as r:
-                iy0 = b.iadd(b.imul(b.iadd(tr0, r), 2), i64(-pt))
+            with b.loop(0, p.rows, hint="r") as r:
+                iy0 = b.iadd(b.imul(b.iadd(self.tr0, r), 2), i64(-pt))
                 rowinfo = []
                 for a in range(4):
                     iy = b.iadd(iy0, i64(a))
@@ -177,7 +226,7 @@ class _Block:
                         at = b.iadd(b.iadd(self.vbase, b.imul(c, t)),
                                     b.iadd(b.imul(r, tw), j))
                         for xi in range(16):
-                            b.store(v_buf, b.iadd(at, i64(xi * gm.c * t)), v[xi])
+                            b.store(p.v_buf, b.iadd(at, i64(xi * gm.c * t)), v[xi])
 
     def _at(self, row: tuple[Operand, Operand], ix0: Operand, col: int, iw: int, check: bool,
             zero: Operand) -> Operand:
@@ -188,32 +237,31 @@ class _Block:
         if check:
             ok = b.op("and", ok, b.op("and", b.op("ge", ix, i64(0)), b.op("lt", ix, i64(iw))))
             ix = b.op("min", b.op("max", ix, i64(0)), i64(iw - 1))
-        return b.op("select", ok, self.load(b, b.iadd(base, ix)), zero)
+        return b.op("select", ok, self.p.load(b, b.iadd(base, ix)), zero)
 
-    def output(self, tr0: Operand, rows: Operand, tw: int, m_buf: Buffer, t: int,
-               accumulate: bool) -> None:
-        """Y (+)= A^T M A per channel and tile of tile rows [tr0, tr0 + rows); a tile's
-        second row or column is stored only where the image has it (odd sizes)."""
+    def output(self, rows: Operand, m0: Operand, m1: Operand) -> None:
+        """Y (+)= A^T M A per channel in [m0, m1) and tile of tile rows [tr0, tr0 + rows);
+        a tile's second row or column is stored only where the image has it (odd sizes)."""
         b, gm = self.b, self.gm
         oh = gm.out[0]
-        with b.loop(0, gm.m, hint="m") as m:
+        with b.loop(m0, m1, hint="m") as m:
             ybase = b.imul(b.iadd(b.imul(self.img, gm.m), m), gm.p)
             with b.loop(0, rows, hint="r") as r:
-                oy = b.imul(b.iadd(tr0, r), 2)
+                oy = b.imul(b.iadd(self.tr0, r), 2)
                 if oh % 2 == 0:
-                    self._row(ybase, oy, r, tw, m, m_buf, t, 2, accumulate)
+                    self._row(ybase, oy, r, m, 2)
                 else:
                     both = b.op("select", b.op("lt", b.iadd(oy, i64(1)), i64(oh)), i64(1),
                                 i64(0))
                     with b.loop(0, both, hint="rows2"):
-                        self._row(ybase, oy, r, tw, m, m_buf, t, 2, accumulate)
+                        self._row(ybase, oy, r, m, 2)
                     with b.loop(both, 1, hint="rows1"):
-                        self._row(ybase, oy, r, tw, m, m_buf, t, 1, accumulate)
+                        self._row(ybase, oy, r, m, 1)
 
-    def _row(self, ybase: Operand, oy: Operand, r: Operand, tw: int, m: Operand,
-             m_buf: Buffer, t: int, out_rows: int, accumulate: bool) -> None:
+    def _row(self, ybase: Operand, oy: Operand, r: Operand, m: Operand, out_rows: int) -> None:
         """The tiles of tile row r of channel m, storing `out_rows` output rows each."""
-        b, gm, y = self.b, self.gm, self.y
+        b, gm, p = self.b, self.gm, self.p
+        tw, t, y = p.tw, p.t, p.y
         ow = gm.out[1]
         segments = ((0, tw - 1, 2), (tw - 1, tw, 1)) if ow % 2 else ((0, tw, 2),)
         for j0, j1, out_cols in segments:
@@ -221,7 +269,7 @@ class _Block:
                 continue
             with b.loop(j0, j1, hint="j") as j:
                 at = b.iadd(b.iadd(self.mbase, b.imul(m, t)), b.iadd(b.imul(r, tw), j))
-                mt = [b.load(m_buf, b.iadd(at, i64(xi * gm.m * t))) for xi in range(16)]
+                mt = [b.load(p.m_buf, b.iadd(at, i64(xi * gm.m * t))) for xi in range(16)]
                 out = _at_m_a(b, mt)
                 ox = b.imul(j, 2)
                 for dy in range(out_rows):
@@ -229,7 +277,7 @@ class _Block:
                         yat = b.iadd(ybase, b.iadd(b.imul(b.iadd(oy, i64(dy)), ow),
                                                    b.iadd(ox, i64(dx))))
                         v = out[2 * dy + dx]
-                        b.store(y, yat, b.op("add", b.load(y, yat), v) if accumulate else v)
+                        b.store(y, yat, b.op("add", b.load(y, yat), v) if p.accumulate else v)
 
 
 def _bt_d_b(b: Builder, d: list[list[Operand]]) -> list[Operand]:

@@ -24,6 +24,8 @@ CASES = [
     ((1, 24, 30, 29), 32, dict(pads=[2, 0, 1, 3]), np.float32),  # uneven padding
     ((2, 16, 21, 20), 48, dict(pads=[1, 1, 0, 0]), np.float64),  # 20 x 19, 4 blocks of 3,3,3,1
     ((1, 16, 40, 20), 32, dict(auto_pad="SAME_UPPER"), np.float32),
+    ((1, 32, 14, 14), 64, dict(pads=[1] * 4), np.float32),  # one block: channel chunks
+    ((1, 48, 13, 15), 40, dict(pads=[1] * 4), np.float32),  # one block, odd, last chunk
 ]
 
 
@@ -72,6 +74,22 @@ def test_winograd_matches_reference(xs, m, attrs, dt, fused):
         (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=threads)(**feeds)
         scale = max(1.0, float(np.abs(want).max()))
         np.testing.assert_allclose(y, want, rtol=tol, atol=tol * scale)
+
+
+def test_winograd_splits_few_blocks_over_channels():
+    # a batch-1 14x14 output is one block: the input transforms become a kernel of their own
+    # (chunks of input channels), the products and output transforms another (chunks of
+    # output channels), each with more than one parallel iteration
+    from onnxjit.ir.loops import Loop
+
+    xs = (1, 32, 14, 14)
+    mo = _model(xs, 64, dict(pads=[1] * 4), np.float32, bias=True, fused=False)
+    x = rand(*xs)
+    kernels = {k.name: k for k in program(mo, x).kernels if "winograd" in k.name}
+    assert sorted(kernels) == ["conv_winograd", "conv_winograd_in"]
+    for k in kernels.values():
+        loop = next(s for s in k.body if isinstance(s, Loop))
+        assert loop.parallel and loop.stop.value >= 2
 
 
 def test_winograd_without_bias_and_switched_off(monkeypatch):
