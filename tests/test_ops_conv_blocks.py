@@ -136,13 +136,13 @@ def test_conv_split_over_output_channels(xs, ws, attrs, dt, residual, monkeypatc
 
 
 @pytest.mark.parametrize("xs,ws,attrs,residual", [
-    ((1, 64, 14, 14), (64, 64, 1, 1), {}, True),  # 196 positions: 4 blocks of 49
-    ((1, 32, 28, 28), (24, 32, 1, 1), {}, False),  # 784: 4 of 196
-    ((2, 48, 8, 16), (32, 24, 1, 1), dict(group=2), False),  # 2 x 2 x (128 -> 64)
+    ((1, 64, 28, 28), (64, 64, 1, 1), {}, True),  # 784 positions: 4 blocks of 196
+    ((1, 32, 28, 28), (24, 32, 1, 1), {}, False),
+    ((1, 48, 16, 16), (32, 24, 1, 1), dict(group=2), False),  # 2 groups x (256 -> 2 x 128)
 ])
 def test_pointwise_conv_split_over_positions(xs, ws, attrs, residual, monkeypatch):
-    # a pointwise conv with fewer blocks than MIN_TASKS cuts its positions into equal blocks
-    # (ops_conv_blocks.pointwise_blocks) before splitting its output channels
+    # a pointwise conv with fewer blocks than MIN_TASKS and too few channels to split cuts its
+    # positions into equal blocks (ops_conv_blocks.pointwise_blocks)
     from onnxjit.ir import ops_conv_blocks
 
     monkeypatch.setattr(ops_conv_blocks, "SPLIT_WORK", 0)
@@ -182,6 +182,18 @@ def test_block_choice_for_deep_layers():
     rows = block_rows(wide, 4)
     assert rows * 56 >= 192 and rows * 56 * 576 * 4 <= 512 << 10
     assert m_split(wide, 56 // rows, 64 * 56 * 56 * 576, 4) == (1, 64)
+    # pointwise: few channels split the positions (into blocks of whole vectors' worth),
+    # many channels are left to m_split
+    from onnxjit.ir.ops_conv_blocks import pointwise_blocks
+
+    def pointwise(c: int, m: int, hw: int) -> Geometry:
+        a = ConvAttrs(kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
+                      group=1, auto_pad="NOTSET")
+        return Geometry(a, (1, c, hw, hw), (m, c, 1, 1), (1, m, hw, hw))
+
+    assert pointwise_blocks(pointwise(192, 32, 28), 4, 1 << 30) == 196
+    assert pointwise_blocks(pointwise(256, 1024, 14), 4, 1 << 30) == 196
+    assert pointwise_blocks(pointwise(192, 32, 14), 4, 1 << 30) == 196  # 49 would be narrow
 
 
 PHASE_CASES = [
