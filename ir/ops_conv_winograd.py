@@ -52,8 +52,9 @@ if TYPE_CHECKING:  # ops_conv imports this module
 
 #: Use F(2x2, 3x3) where `applies`; False keeps every conv on im2col + GEMM.
 WINOGRAD = True
-#: Fewest input and output channels and tiles per image for which the transforms pay off.
-MIN_CHANNELS, MIN_TILES = 16, 36
+#: Fewest input and output channels and tiles per image for which the transforms pay off
+#: (a 7x7 output is 16 tiles: 3x3 512->512 there 1.35x faster than im2col, one thread).
+MIN_CHANNELS, MIN_TILES = 16, 16
 
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
