@@ -392,36 +392,44 @@ def test_idle_pool_does_not_spin() -> None:
         time.sleep(0.01)
 
 
-def _worker_cpus() -> list[set[int]]:
-    import os
+_STEER_SCRIPT = """
+import os, sys
+from pathlib import Path
+import numpy as np
+sys.path.insert(0, {tests!r})
+from models import chain
+import onnxjit
 
+def worker_cpus():
     tasks = Path("/proc/self/task")
     return [os.sched_getaffinity(int(t.name)) for t in tasks.iterdir()
             if (t / "comm").read_text().strip() == "onnxjit-worker"]
 
+a, b = sorted(os.sched_getaffinity(0))[:2]
+fn = onnxjit.compile(chain({n}), num_threads=2, cache_dir=False)
+x = np.linspace(-2, 2, {n}).astype(np.float32)
+want, = onnxjit.compile(chain({n}), num_threads=1, cache_dir=False)(x)
+fn(x)  # the pool takes its CPUs from its first dispatcher: all of this process's
+for cpu, other in ((a, b), (b, a), (a, b)):
+    os.sched_setaffinity(0, {{cpu}})  # this thread only
+    assert np.array_equal(fn(x)[0], want)
+    masks = worker_cpus()
+    assert masks and all(cpu not in m and other in m for m in masks), (cpu, masks)
+"""
+
 
 def test_workers_stay_off_the_callers_cpu() -> None:
     """Each dispatch moves the workers off the CPU its caller is on (else Linux may wake a
-    worker there, and the call runs at one thread's speed); a caller alone on a CPU the pool
-    does not otherwise have leaves the workers where they were allowed to be."""
+    worker there, and the call runs at one thread's speed). In a fresh process: other tests
+    link extra copies of the pool whose workers have the same name."""
     import os
+    import subprocess
+    import sys
 
-    mine = os.sched_getaffinity(0)
-    if len(mine) < 2:
+    if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
-    a, b = sorted(mine)[:2]
-    fn = compiled(chain(N), 2)
-    x = np.linspace(-2, 2, N).astype(np.float32)
-    want, = compiled(chain(N), 1)(x)
-    fn(x)  # the pool takes its CPUs from its first dispatcher: all of this process's
-    try:
-        for cpu, other in ((a, b), (b, a), (a, b)):
-            os.sched_setaffinity(0, {cpu})  # this thread only
-            np.testing.assert_array_equal(fn(x)[0], want)
-            masks = _worker_cpus()
-            assert masks and all(cpu not in m and other in m for m in masks), (cpu, masks)
-    finally:
-        os.sched_setaffinity(0, mine)
+    script = _STEER_SCRIPT.format(tests=str(Path(__file__).parent), n=N)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
 
 
 def test_warm_start_links_the_pool_from_the_disk_cache(tmp_path) -> None:
