@@ -58,6 +58,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from onnxjit.codegen.irutil import Callee
+from onnxjit.codegen.mathlib import intrinsic
 from onnxjit.codegen.pool import CONTROL, ENTRY
 
 PTR = ir.PointerType()
@@ -145,25 +146,17 @@ class _Builder:
              yield_cpu: bool = False) -> None:
         """Poll the global `name` until `name <pred> value` holds or `polls` (default SPIN)
         polls went by, pausing (or with `yield_cpu`, calling sched_yield) between polls."""
-        fn = b.block.function
-        head, body, done = (fn.append_basic_block(f"spin.{x}") for x in ("head", "body", "end"))
-        pre = b.block
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, name="polls")
-        i.add_incoming(_c(0), pre)
-        hit = b.icmp_signed(pred, self.get(b, name), value)
-        b.cbranch(b.or_(hit, b.icmp_signed(">=", i, _c(polls or SPIN))), done, body)
-        b.position_at_end(body)
-        if yield_cpu:
-            self.call(b, "sched_yield")
-        elif self.x86:
-            pause = self.module.globals.get("llvm.x86.sse2.pause") or ir.Function(
-                self.module, ir.FunctionType(VOID, []), "llvm.x86.sse2.pause")
-            b.call(pause, [])
-        i.add_incoming(b.add(i, _c(1)), body)
-        b.branch(head)
-        b.position_at_end(done)
+        def stop(b: ir.IRBuilder, i: ir.Value) -> ir.Value:
+            hit = b.icmp_signed(pred, self.get(b, name), value)
+            return b.or_(hit, b.icmp_signed(">=", i, _c(polls or SPIN)))
+
+        def wait(b: ir.IRBuilder, i: ir.Value) -> None:
+            if yield_cpu:
+                self.call(b, "sched_yield")
+            elif self.x86:
+                b.call(intrinsic(self.module, "llvm.x86.sse2.pause", VOID, []), [])
+
+        self.loop(b, "spin", stop, wait)
 
     def word(self, b: ir.IRBuilder, name: str | ir.Value, i: ir.Value) -> ir.Value:
         """Address of element `i` of the i64 array global `name` (or of an alloca)."""
@@ -172,14 +165,18 @@ class _Builder:
 
     def count(self, b: ir.IRBuilder, n: ir.Value, body) -> None:
         """for (i = 0; i < n; i++) body(b, i)"""
+        self.loop(b, "for", lambda b, i: b.icmp_signed(">=", i, n), body)
+
+    def loop(self, b: ir.IRBuilder, tag: str, stop, body) -> None:
+        """for (i = 0; !stop(b, i); i++) body(b, i), left at the block after the loop."""
         fn = b.block.function
-        head, loop, done = (fn.append_basic_block(f"for.{x}") for x in ("head", "body", "end"))
+        head, loop, done = (fn.append_basic_block(f"{tag}.{x}") for x in ("head", "body", "end"))
         pre = b.block
         b.branch(head)
         b.position_at_end(head)
         i = b.phi(I64, name="i")
         i.add_incoming(_c(0), pre)
-        b.cbranch(b.icmp_signed("<", i, n), loop, done)
+        b.cbranch(stop(b, i), done, loop)
         b.position_at_end(loop)
         body(b, i)
         i.add_incoming(b.add(i, _c(1)), b.block)
