@@ -25,7 +25,8 @@ copy. The 16 products are one loop over xi around one Matmul. With fewer blocks 
 `ops_conv_blocks.MIN_TASKS` (batch-1 deep layers: a 14x14 output is one block), the input
 transforms run first as a parallel kernel of their own over chunks of input channels
 (`c_split`), then the products, output transforms and epilogue over chunks of output channels
-(`m_split`), so both threads have work.
+(`m_split`), so both threads have work. A batch whose transforms would take more than
+`PANEL_BYTES` of scratch runs in passes of fewer images.
 
 Numerics: B and A hold 0 and +-1, G halves; the sums differ from im2col's in order and in
 the rounding of U and V, within float tolerance (the tests compare against the reference at
@@ -45,6 +46,7 @@ from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.ops_conv_blocks import c_split, for_chunk, m_split
 from onnxjit.ir.ops_conv_packed import packed_width
+from onnxjit.ir.ops_conv_utils import PANEL_BYTES
 from onnxjit.ir.types import DType
 
 if TYPE_CHECKING:  # ops_conv imports this module
@@ -110,12 +112,24 @@ def lower_winograd(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buf
     assert nr is not None and w.data is not None
     rows = block_tile_rows(gm, nr)
     nblk = -(-th // rows)
-    t, tasks = rows * tw, gm.n * nblk
+    t = rows * tw
+    # images per pass: the scratch of a pass stays under PANEL_BYTES (as im2col's panels do)
+    per_image = nblk * 16 * (gm.c + gm.m) * t * dt.itemsize
+    chunk = max(1, min(gm.n, PANEL_BYTES // per_image))
+    tasks = chunk * nblk
     ms, mc = m_split(gm, tasks, gm.n * gm.m * gm.p * gm.c * 9, dt.itemsize)
-    plan = _Plan(gm, x, y, load, nblk, rows, tw, nr, accumulate, epilogue,
-                 ctx.constant("wino_u", weight_transform(w.data)),
-                 ctx.scratch("wino_v", dt, (tasks, 16 * gm.c * t)),
-                 ctx.scratch("wino_m", dt, (tasks, 16 * gm.m * t)))
+    u_buf = ctx.constant("wino_u", weight_transform(w.data))
+    v_buf = ctx.scratch("wino_v", dt, (tasks, 16 * gm.c * t))
+    m_buf = ctx.scratch("wino_m", dt, (tasks, 16 * gm.m * t))
+    for n0 in range(0, gm.n, chunk):
+        plan = _Plan(gm, x, y, load, n0, nblk, rows, tw, nr, accumulate, epilogue, u_buf,
+                     v_buf, m_buf)
+        _kernels(ctx, plan, min(chunk, gm.n - n0) * nblk, ms, mc)
+
+
+def _kernels(ctx: LowerContext, plan: _Plan, tasks: int, ms: int, mc: int) -> None:
+    """The kernel(s) of one pass over `tasks` blocks (see `lower_winograd`)."""
+    gm = plan.gm
     b = Builder()
     if ms == 1:
         with b.loop(0, tasks, parallel=True, hint="u") as u:
@@ -141,10 +155,10 @@ def lower_winograd(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buf
 class _Plan:
     """What every block shares: sizes, buffers and the caller's choices."""
 
-    def __init__(self, gm: Geometry, x: Buffer, y: Buffer, load: Load, nblk: int, rows: int,
-                 tw: int, nr: int, accumulate: bool, epilogue: EpilogueHook | None,
+    def __init__(self, gm: Geometry, x: Buffer, y: Buffer, load: Load, n0: int, nblk: int,
+                 rows: int, tw: int, nr: int, accumulate: bool, epilogue: EpilogueHook | None,
                  u_buf: Buffer, v_buf: Buffer, m_buf: Buffer):
-        self.gm, self.x, self.y, self.load = gm, x, y, load
+        self.gm, self.x, self.y, self.load, self.n0 = gm, x, y, load, n0
         self.nblk, self.rows, self.tw, self.nr, self.t = nblk, rows, tw, nr, rows * tw
         self.accumulate, self.epilogue = accumulate, epilogue
         self.u_buf, self.v_buf, self.m_buf = u_buf, v_buf, m_buf
@@ -159,8 +173,9 @@ class _Block:
     def __init__(self, b: Builder, plan: _Plan, u: Operand):
         gm, nblk = plan.gm, plan.nblk
         self.b, self.p, self.gm = b, plan, gm
-        self.img, self.blk = (b.op("div", u, i64(nblk)), b.op("rem", u, i64(nblk))) \
+        img, self.blk = (b.op("div", u, i64(nblk)), b.op("rem", u, i64(nblk))) \
             if nblk > 1 else (u, i64(0))
+        self.img = b.iadd(img, i64(plan.n0))
         self.tr0 = b.imul(self.blk, plan.rows)
         self.vbase = b.imul(u, 16 * gm.c * plan.t)
         self.mbase = b.imul(u, 16 * gm.m * plan.t)

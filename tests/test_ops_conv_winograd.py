@@ -92,6 +92,18 @@ def test_winograd_splits_few_blocks_over_channels():
         assert loop.parallel and loop.stop.value >= 2
 
 
+def test_winograd_batch_in_passes(monkeypatch):
+    # a batch whose transforms exceed PANEL_BYTES runs in passes of fewer images (one here)
+    monkeypatch.setattr(ops_conv_winograd, "PANEL_BYTES", 1)
+    xs = (3, 16, 20, 18)
+    mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True, fused=False)
+    x = rand(*xs)
+    assert len(_winograd_kernels(mo, x)) == 3
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=threads)(x)
+        np.testing.assert_allclose(y, reference(mo, x), rtol=1e-4, atol=1e-4)
+
+
 def test_winograd_without_bias_and_switched_off(monkeypatch):
     xs = (2, 16, 24, 24)
     mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=False, fused=False)
