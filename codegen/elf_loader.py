@@ -337,8 +337,11 @@ class _Linker:
         rows = [f"{addrs[i]:x} {size:x} {name}\n"
                 for i, (_, info, _, shndx, _, size, name) in enumerate(self.syms)
                 if info & 0xF == _STT_FUNC and shndx != _SHN_UNDEF and size and addrs[i]]
-        with open(f"/tmp/perf-{os.getpid()}.map", "a") as f:
-            f.writelines(rows)
+        try:
+            with open(f"/tmp/perf-{os.getpid()}.map", "a") as f:
+                f.writelines(rows)
+        except OSError:  # a profiling aid: no map is better than a failed compile
+            pass
 
     def _resolve(self, i: int, rw_base: int) -> int:
         _, info, _, shndx, value, _, name = self.syms[i]

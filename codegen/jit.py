@@ -32,6 +32,7 @@ from onnxjit.codegen import pyentry, target
 from onnxjit.codegen.irutil import LOOP_SELF
 from onnxjit.codegen.llvmgen import build_module, n_io, uses_pool
 from onnxjit.codegen.objects import CompiledObject
+from onnxjit.codegen.pool_ir import PTHREAD_SYMBOLS
 from onnxjit.digest import hexdigest
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Program
@@ -40,11 +41,8 @@ _PLACEHOLDER = "onnxjit_PROGRAMID"
 _LOOP_SELF = re.compile(r'(!\d+) = !\{ !"' + re.escape(LOOP_SELF) + r'\.\d+",')
 _LIBC_SYMBOLS = ("exp", "log", "tanh", "erf", "pow", "powf", "fmod", "fmodf", "expf", "logf",
                  "tanhf", "erff", "memset", "memcpy", "memmove",
-                 # the worker pool (pool_ir.py); in libc since glibc 2.34, else libpthread
-                 "pthread_create", "pthread_mutex_lock", "pthread_mutex_unlock",
-                 "pthread_mutex_trylock", "pthread_cond_wait", "pthread_cond_broadcast",
-                 "sched_yield", "sched_getcpu", "sched_getaffinity", "pthread_setaffinity_np",
-                 "pthread_setname_np")
+                 # the worker pool's; in libc since glibc 2.34, else libpthread
+                 *PTHREAD_SYMBOLS)
 _symbols_done = False
 #: LLVM's global context is not thread-safe: one compile or link at a time per process
 _llvm_lock = threading.RLock()

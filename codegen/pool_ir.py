@@ -16,7 +16,7 @@ Algorithm:
 2) Workers are created lazily with pthread_create, up to t - 1 (the caller works too), and live
    for the rest of the process. Each waits on a condition variable until the job generation
    changes: idle workers block in the kernel (after a short spin following each job).
-3) A dispatch publishes (fn, ctx, n, chunk), resets the atomic chunk counter, opens the job,
+3) A dispatch publishes (fn, ctx, n, chunk, part), resets the parts' counters, opens the job,
    bumps the generation and broadcasts. Workers with index < t - 1 join (under the mutex:
    `active += 1`) while the job is open, then claim chunks of `chunk` iterations with atomic
    adds on the counters of the parts (4). The caller claims chunks too; when every part is

@@ -79,6 +79,13 @@ def block_tile_rows(gm: Geometry, nr: int) -> int:
     return max(range(1, max(1, min(th, nr // tw)) + 1), key=score)
 
 
+def _panel_width(gm: Geometry, dtype: DType) -> int | None:
+    """The GEMM's packed-panel width (NR) for this conv's products, None when they are too
+    small for the tiled kernel (probed with at most one panel's worth of tiles)."""
+    th, tw = _tiles(gm)
+    return packed_width(dtype, gm.m, min(th * tw, 64), gm.c)
+
+
 def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
     """True when F(2x2, 3x3) lowers this conv (see the module docstring)."""
     a = gm.a
@@ -89,7 +96,7 @@ def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
             and min(gm.c, gm.m) >= MIN_CHANNELS):
         return False
     th, tw = _tiles(gm)
-    nr = packed_width(dtype, gm.m, min(th * tw, 64), gm.c)
+    nr = _panel_width(gm, dtype)
     return nr is not None and tw <= nr and th * tw >= MIN_TILES
 
 
@@ -108,7 +115,7 @@ def lower_winograd(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buf
     and epilogues in chunks of output channels."""
     dt = x.dtype
     th, tw = _tiles(gm)
-    nr = packed_width(dt, gm.m, min(th * tw, 64), gm.c)
+    nr = _panel_width(gm, dt)
     assert nr is not None and w.data is not None
     rows = block_tile_rows(gm, nr)
     nblk = -(-th // rows)
@@ -160,6 +167,7 @@ class _Plan:
                  u_buf: Buffer, v_buf: Buffer, m_buf: Buffer):
         self.gm, self.x, self.y, self.load, self.n0 = gm, x, y, load, n0
         self.nblk, self.rows, self.tw, self.nr, self.t = nblk, rows, tw, nr, rows * tw
+        self.th = _tiles(gm)[0]
         self.accumulate, self.epilogue = accumulate, epilogue
         self.u_buf, self.v_buf, self.m_buf = u_buf, v_buf, m_buf
 
@@ -185,7 +193,7 @@ class _Block:
         epilogue."""
         b, gm, p = self.b, self.gm, self.p
         m0 = i64(m0) if isinstance(m0, int) else m0
-        t, th = p.t, _tiles(gm)[0]
+        t, th = p.t, p.th
         with b.loop(0, 16, hint="xi") as xi:
             b.emit(Matmul(p.m_buf, b.iadd(self.mbase, b.iadd(b.imul(xi, gm.m * t),
                                                               b.imul(m0, t))), t,
