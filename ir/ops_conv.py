@@ -6,7 +6,9 @@ P = prod(out):
 0) 3x3 kernel, stride 1, one group, constant float weights, enough channels and positions:
    Winograd F(2x2, 3x3) (`ops_conv_winograd`), 2.25x fewer multiply-adds than im2col.
 1) 1x1 kernel, stride 1, no padding: X's image (C, P) already is the im2col panel, so per
-   image and group one `Matmul` W_g (M/G, K) x X_g (K, P) -> Y_g (M/G, P) reads X directly.
+   image and group one `Matmul` W_g (M/G, K) x X_g (K, P) -> Y_g (M/G, P) reads X directly;
+   with few positions (7x7: vectors along P would waste a quarter of their lanes) and constant
+   weights, transposed: T = X^T W^T, then T copied into Y (`ops_conv_transposed`).
 2) other group convs with C/G > 1, one kernel parallel over (image, group, block of rows of
    the first output dim): build the block's im2col panel (K, cols) in scratch, then one
    `Matmul` W_g (M/G, K) x panel -> the block's columns of Y_g (ldc = P). Block sizes, and
@@ -53,6 +55,8 @@ from onnxjit.ir.ops_conv_blocks import (
 from onnxjit.ir.ops_conv_direct import lower_depthwise
 from onnxjit.ir.ops_conv_packed import emit_packed_panel, packed_width
 from onnxjit.ir.ops_conv_phases import Source, input_source
+from onnxjit.ir.ops_conv_transposed import applies as transposed_applies
+from onnxjit.ir.ops_conv_transposed import lower_transposed
 from onnxjit.ir.ops_conv_utils import (
     PANEL_BYTES,
     ConvAttrs,
@@ -152,6 +156,9 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     work = gm.n * gm.g * gm.mg * gm.p * gm.kk
     if winograd_applies(gm, w, col_dtype):
         lower_winograd(ctx, gm, x, w, y, accumulate, load, epilogue)
+        return
+    if transposed_applies(gm, x, w, y, accumulate):
+        lower_transposed(ctx, gm, x, w, y, epilogue)
         return
     if gm.pointwise and epilogue is not None:
         _pointwise_with_epilogue(ctx, gm, x, w, y, accumulate, epilogue, work)

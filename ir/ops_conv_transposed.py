@@ -1,0 +1,114 @@
+"""Pointwise Conv over few positions as T = X^T W^T: the positions become the product's rows.
+
+A 1x1 conv is, per image, the product Y[M, P] = W[M, C] @ X[C, P]. The tiled GEMM kernel
+(`codegen/matmul_kernel.py`) runs along C's columns in vectors of VL lanes, so P positions cost
+ceil(P / VL) vectors a row: at 7x7 (P = 49) four vectors do the work of 3.06, and a quarter
+of every multiply-add is wasted (ResNet-50's last stage: three 1x1 convs a block). Transposed,
+
+    T[P, M] = X^T @ W^T    (A' = X read transposed, B' = W^T packed at compile time)
+
+runs its vectors along the M output channels (whole panels in real networks), and its P rows
+go in tiles of MR rows, where the edge tile costs only its own rows (49 = 8 * 6 + 1).
+
+Kernel, parallel over (image, chunk of output channels); the chunks are whole packed panels,
+at least `MIN_TASKS` of them over the batch, so each thread reads its share of W:
+1) one Matmul into the chunk's columns of the scratch T (B offset = the chunk's first panel:
+   W^T is packed here, with `loops.pack_panels`, so the offset may vary at run time);
+2) the chunk's columns of T copied, transposed, into its rows of Y, in blocks of COPY_BLOCK
+   channels (T's rows padded by PAD elements);
+3) the epilogue (bias, activation, residual: `ops_conv.EpilogueHook`) on those rows of Y.
+Used for float convs of one group with constant weights, when the lanes wasted by the usual
+form, ceil(P/VL)*VL/P - 1, are at least MIN_WASTE and the depth is at least MIN_DEPTH (the
+copy is then small next to the product); other pointwise convs keep `ops_conv`'s forms.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from onnxjit.ir.loop_builder import Builder
+from onnxjit.ir.loops import Buffer, Matmul, Operand, i64, pack_panels
+from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops_conv_blocks import MIN_TASKS, for_chunk
+from onnxjit.ir.ops_conv_packed import packed_width
+from onnxjit.ir.types import DType
+
+if TYPE_CHECKING:  # ops_conv imports this module
+    from onnxjit.ir.ops_conv import EpilogueHook, Geometry
+
+#: Lower eligible pointwise convs transposed; False keeps them on Y = W @ X.
+TRANSPOSED = True
+#: Fewest lanes wasted by Y = W @ X (fraction of the useful ones) for the transposed form.
+MIN_WASTE = 0.15
+#: Fewest input channels (the product's depth) for the transposed form.
+MIN_DEPTH = 64
+#: Elements of padding after each row of T: unpadded, M = 2048 puts the rows 8 KB apart, all in
+#: one L1 set, and the copy's column reads miss (measured 512->2048 at 7x7: 1.045x with it).
+PAD = 16
+#: Output channels a step of the copy (one cache line of T's row, 16 rows of Y).
+COPY_BLOCK = 16
+
+
+def _lanes(itemsize: int) -> int:
+    from onnxjit.codegen.matmul_kernel import tile_shape  # lazy: ir/ must not load llvmlite
+
+    return tile_shape(itemsize)[0]
+
+
+def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool) -> bool:
+    """True when `lower_transposed` handles this pointwise conv (see the module docstring)."""
+    dt = y.dtype
+    if not (TRANSPOSED and gm.pointwise and gm.g == 1 and not accumulate
+            and dt in (DType.FLOAT, DType.DOUBLE) and x.dtype == dt and w.dtype == dt
+            and w.kind == "const" and w.data is not None and gm.kk >= MIN_DEPTH):
+        return False
+    vl = _lanes(dt.itemsize)
+    if -(-gm.p // vl) * vl < (1 + MIN_WASTE) * gm.p:
+        return False
+    nr = packed_width(dt, gm.p, gm.m, gm.kk)
+    return nr is not None and gm.m >= nr
+
+
+def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
+                     epilogue: EpilogueHook | None) -> None:
+    """The kernel of the module docstring (`applies` must hold)."""
+    dt, p, k, m = y.dtype, gm.p, gm.kk, gm.m
+    nr = packed_width(dt, p, m, k)
+    assert nr is not None and w.data is not None
+    wt = ctx.constant("w_t", pack_panels(np.ascontiguousarray(w.data.reshape(m, k).T), nr))
+    panels = -(-m // nr)
+    per = -(-panels // min(panels, -(-MIN_TASKS // gm.n)))  # panels a chunk
+    cols = per * nr
+    chunks = -(-m // cols)
+    ldt = m + PAD
+    t = ctx.scratch("conv_t", dt, (gm.n, p, ldt))
+    b = Builder()
+    with b.loop(0, gm.n * chunks, parallel=True, hint="u") as u:
+        img, ci = (b.op("div", u, i64(chunks)), b.op("rem", u, i64(chunks))) if chunks > 1 \
+            else (u, i64(0))
+
+        def chunk(c0: Operand, ncols: int) -> None:
+            t_off = b.iadd(b.imul(img, p * ldt), c0)
+            b.emit(Matmul(t, t_off, ldt, x, b.imul(img, k * p), p, wt, b.imul(c0, k), nr,
+                          p, ncols, k, a_trans=True, b_packed=True))
+            y_off = b.iadd(b.imul(img, m * p), b.imul(c0, p))
+            # in blocks of COPY_BLOCK channels: the block's rows of Y and the line of each row
+            # of T it reads stay in L1 (a plain double loop ran ~4 cycles an element: LLVM
+            # vectorizes it with scatters, microcoded on Zen 4)
+            whole = ncols - ncols % COPY_BLOCK
+            for lo, hi, step in ((0, whole, COPY_BLOCK), (whole, ncols, ncols - whole)):
+                if lo == hi:
+                    continue
+                with b.loop(lo, hi, step, hint="cb") as cb:
+                    with b.loop(0, p, hint="q") as q:
+                        with b.loop(0, step, hint="co") as j:
+                            co = b.iadd(cb, j)
+                            b.store(y, b.iadd(y_off, b.iadd(b.imul(co, p), q)),
+                                    b.load(t, b.iadd(t_off, b.iadd(b.imul(q, ldt), co))))
+            if epilogue is not None:
+                epilogue(b, y_off, p, ncols, p, c0)
+
+        for_chunk(b, ci, chunks, cols, m, chunk)
+    ctx.kernel("conv_gemm_t", b.body)
