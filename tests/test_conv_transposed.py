@@ -1,7 +1,9 @@
 """Pointwise convs over few positions lowered as T = X^T W^T (`ir/ops_conv_transposed.py`):
 which convs take the form, and its results against the reference (bounds-checked loop-IR
 interpreter and native code, one and two threads) for 7x7 and 3x3 images, output channels
-that are not whole panels or copy blocks, batches, f64, bias and a fused Relu + residual Add."""
+that are not whole panels or copy blocks, batches, f64, bias and a fused Relu + residual Add.
+Also 1x1 convs with strides, which subsample X and then take the pointwise forms
+(`ops_conv._strided_pointwise`), and keep im2col when padded."""
 
 from __future__ import annotations
 
@@ -100,3 +102,49 @@ def test_switch_off_restores_the_usual_form(monkeypatch):
     feeds = _feeds(m, (1, 64, 7, 7), 128, np.float32)
     monkeypatch.setattr(ops_conv_transposed, "TRANSPOSED", False)
     assert "conv_gemm_t" not in _kernels(m, feeds)
+
+
+@pytest.mark.parametrize("xs,cout,strides,group,threads", [
+    ((1, 64, 14, 14), 96, [2, 2], 1, 1),  # to 7x7: the transposed product
+    ((2, 32, 9, 11), 48, [2, 3], 1, 2),  # odd sizes, unequal strides, a batch
+    ((1, 64, 10, 10), 64, [2, 2], 4, 1),  # groups
+    ((1, 16, 12), 24, [3], 1, 1),  # 1-D
+])
+def test_strided_1x1_subsamples_then_runs_pointwise(xs, cout, strides, group, threads):
+    t = TensorProto.FLOAT
+    k = [1] * len(strides)
+    w = (RNG.standard_normal((cout, xs[1] // group, *k)) * 0.2).astype(np.float32)
+    b = RNG.standard_normal(cout).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=k, strides=strides,
+                          group=group),
+         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", t, list(xs))],
+        [helper.make_tensor_value_info("y", t, [None] * len(xs))],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    x = RNG.standard_normal(xs).astype(np.float32)
+    names = _kernels(m, [x])
+    assert "conv_subsample" in names and not any("im2col" in n for n in names), names
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run_via_loop_ir(m, [x])[0], want, rtol=1e-4, atol=1e-4)
+    (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(x)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_padded_strided_1x1_keeps_im2col():
+    t = TensorProto.FLOAT
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1], strides=[2, 2],
+                          pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", t, [1, 8, 6, 6])],
+        [helper.make_tensor_value_info("y", t, [None] * 4)],
+        [numpy_helper.from_array(RNG.standard_normal((8, 8, 1, 1)).astype(np.float32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    assert "conv_subsample" not in _kernels(m, [x])
+    (y,) = onnxjit.compile(m, cache_dir=False)(x)
+    np.testing.assert_allclose(y, ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-4,
+                               atol=1e-4)
