@@ -8,8 +8,9 @@ P = prod(out):
 1) 1x1 kernel, stride 1, no padding: X's image (C, P) already is the im2col panel, so per
    image and group one `Matmul` W_g (M/G, K) x X_g (K, P) -> Y_g (M/G, P) reads X directly;
    with few positions (7x7: vectors along P would waste a quarter of their lanes) and constant
-   weights, transposed: T = X^T W^T, then T copied into Y (`ops_conv_transposed`). With
-   strides (and no padding) X is first subsampled into a scratch (`_strided_pointwise`).
+   weights, transposed: T = X^T W^T, then T copied into Y (`ops_conv_transposed`; im2col
+   convs over few positions too, from whole plain panels). With strides (and no padding) X
+   is first subsampled into a scratch (`ops_conv_subsample`).
 2) other group convs with C/G > 1, one kernel parallel over (image, group, block of rows of
    the first output dim): build the block's im2col panel (K, cols) in scratch, then one
    `Matmul` W_g (M/G, K) x panel -> the block's columns of Y_g (ldc = P). Block sizes, and
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -57,6 +57,7 @@ from onnxjit.ir.ops_conv_blocks import (
 from onnxjit.ir.ops_conv_direct import lower_depthwise
 from onnxjit.ir.ops_conv_packed import emit_packed_panel, packed_width
 from onnxjit.ir.ops_conv_phases import Source, input_source
+from onnxjit.ir.ops_conv_subsample import strided_pointwise
 from onnxjit.ir.ops_conv_transposed import applies as transposed_applies
 from onnxjit.ir.ops_conv_transposed import lower_transposed
 from onnxjit.ir.ops_conv_utils import (
@@ -159,9 +160,11 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     if winograd_applies(gm, w, col_dtype):
         lower_winograd(ctx, gm, x, w, y, accumulate, load, epilogue)
         return
-    if _strided_pointwise(ctx, gm, x, w, y, accumulate, col_dtype, epilogue):
+    if strided_pointwise(ctx, gm, x, w, y, accumulate, col_dtype, epilogue, lower_gemm_conv):
         return
-    if transposed_applies(gm, x, w, y, accumulate):
+    if transposed_applies(gm, x, w, y, accumulate, col_dtype):
+        if not gm.pointwise:  # one plain panel per image, in parallel over channel chunks
+            x = _plain_panels(ctx, gm, x, load, col_dtype)
         lower_transposed(ctx, gm, x, w, y, epilogue)
         return
     if gm.pointwise and epilogue is not None:
@@ -218,39 +221,23 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
         ctx.kernel("conv_im2col_gemm", b.body)
 
 
-#: Subsample X for 1x1 convs with strides (then the pointwise forms); False: im2col panels.
-SUBSAMPLE = True
-
-
-def _strided_pointwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
-                       accumulate: bool, col_dtype: DType, epilogue: EpilogueHook | None) -> bool:
-    """A 1x1 float conv with strides and no padding (ResNet's downsampling shortcuts): copy
-    the strided positions of X into a scratch (N, C, *out) in one plain pass, then lower the
-    stride-1 pointwise conv on it (its Matmul reads X's columns in place, or transposed for
-    few positions). False (nothing emitted) for other convs. The im2col panel of before cost
-    ~12x the copy (1x1 s2 256->512 at 56x56: 0.6 ms building 64-column packed panels row
-    piece by row piece)."""
-    begin, end = conv_pads(gm.a, gm.ins)
-    if not (SUBSAMPLE and all(k == 1 for k in gm.k) and any(s > 1 for s in gm.a.strides)
-            and not any(begin) and not any(end) and x.dtype == col_dtype
-            and x.dtype in (DType.FLOAT, DType.DOUBLE)):
-        return False
-    xs = ctx.scratch("x_sub", x.dtype, (gm.n, gm.c, *gm.out))
-    in_str = row_major_strides(gm.ins)
+def _plain_panels(ctx: LowerContext, gm: Geometry, x: Buffer, load: Load,
+                  col_dtype: DType) -> Buffer:
+    """Every image's whole im2col panel (K, P), row-major at image * K * P in a scratch, built
+    by one kernel parallel over (image, chunk of input channels)."""
+    col = ctx.scratch("col", col_dtype, (gm.n, gm.kk * gm.p))
+    src = input_source(ctx, gm, x, load, col_dtype)
+    rows = gm.out[0] if len(gm.out) > 1 else 1
+    blocks = _Blocks(gm, 0, 1, rows, gm.p, gm.kk * gm.p, None)
+    cs = c_split(gm, gm.n)
+    cc = gm.cg // cs
     b = Builder()
-    with b.loop(0, gm.n * gm.c, parallel=True, hint="q") as q:
-        with Nest(b, gm.out, "o") as o:
-            src = b.iadd(b.imul(q, gm.in_plane), b.linear(
-                o, [s * st for s, st in zip(gm.a.strides, in_str)]))
-            dst = b.iadd(b.imul(q, gm.p), b.linear(o, row_major_strides(gm.out)))
-            b.store(xs, dst, b.load(x, src))
-    ctx.kernel("conv_subsample", b.body)
-    rank = len(gm.k)
-    unit = replace(gm.a, strides=(1,) * rank, pads=(0,) * (2 * rank), auto_pad="NOTSET")
-    sub = Geometry(unit, (gm.n, gm.c, *gm.out), (gm.m, gm.cg, *gm.k), (gm.n, gm.m, *gm.out))
-    lower_gemm_conv(ctx, sub, xs, w, y, accumulate, col_dtype, lambda bb, i: bb.load(xs, i),
-                    epilogue)
-    return True
+    with b.loop(0, gm.n * cs, parallel=True, hint="v") as v:
+        u, ci = (b.op("div", v, i64(cs)), b.op("rem", v, i64(cs))) if cs > 1 else (v, i64(0))
+        c0 = b.imul(ci, cc)
+        blocks.build(b, u, col, x, src, (c0, b.iadd(c0, i64(cc))))
+    ctx.kernel("conv_im2col", b.body)
+    return col
 
 
 class _Blocks:

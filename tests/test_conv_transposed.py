@@ -3,7 +3,7 @@ which convs take the form, and its results against the reference (bounds-checked
 interpreter and native code, one and two threads) for 7x7 and 3x3 images, output channels
 that are not whole panels or copy blocks, batches, f64, bias and a fused Relu + residual Add.
 Also 1x1 convs with strides, which subsample X and then take the pointwise forms
-(`ops_conv._strided_pointwise`), and keep im2col when padded."""
+(`ops_conv_subsample`), and keep im2col when padded."""
 
 from __future__ import annotations
 
@@ -148,3 +148,50 @@ def test_padded_strided_1x1_keeps_im2col():
     (y,) = onnxjit.compile(m, cache_dir=False)(x)
     np.testing.assert_allclose(y, ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-4,
                                atol=1e-4)
+
+
+def _conv_model(xs, cout, k, dtype=np.float32, residual=False, **attrs):
+    t = TYPES[dtype]
+    w = (RNG.standard_normal((cout, xs[1], *k)) / np.sqrt(xs[1] * np.prod(k))).astype(dtype)
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(RNG.standard_normal(cout).astype(dtype), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=list(k), **attrs)]
+    ins = [helper.make_tensor_value_info("x", t, list(xs))]
+    out = "c"
+    if residual:
+        ins.append(helper.make_tensor_value_info("r", t, [None] * 4))
+        nodes += [helper.make_node("Add", ["c", "r"], ["s"]),
+                  helper.make_node("Relu", ["s"], ["y"])]
+        out = "y"
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info(out, t, [None] * 4)],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 10
+    return m
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("xs,cout,k,attrs,dtype,residual", [
+    ((1, 16, 14, 14), 64, (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), np.float32, True),
+    ((2, 8, 7, 7), 96, (5, 5), dict(pads=[2, 2, 2, 2]), np.float32, False),  # batch
+    ((1, 8, 9, 9), 64, (3, 3), dict(dilations=[2, 2], pads=[1, 2, 1, 0]), np.float32, True),
+    ((1, 8, 5, 5), 70, (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), np.float64, False),
+])
+def test_im2col_convs_over_few_positions_run_transposed(xs, cout, k, attrs, dtype, residual,
+                                                        threads):
+    m = _conv_model(xs, cout, k, dtype, residual, **attrs)
+    x = RNG.standard_normal(xs).astype(dtype)
+    feeds = {"x": x}
+    want = ReferenceEvaluator(m).run(None, feeds)[0] if not residual else None
+    if residual:
+        shape = ReferenceEvaluator(_conv_model(xs, cout, k, dtype, **attrs)).run(
+            None, feeds)[0].shape
+        feeds["r"] = RNG.standard_normal(shape).astype(dtype)
+        want = ReferenceEvaluator(m).run(None, feeds)[0]
+    names = _kernels(m, list(feeds.values()))
+    assert "conv_gemm_t" in names and "conv_im2col" in names, names
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(run_via_loop_ir(m, list(feeds.values()))[0], want, rtol=tol,
+                               atol=tol)
+    (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(**feeds)
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
