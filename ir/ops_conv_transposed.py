@@ -11,8 +11,9 @@ multiply-add is wasted (ResNet-50's last stage; Inception's 7x7 modules). Transp
 runs its vectors along the M output channels (whole panels in real networks), and its P rows
 go in tiles of MR rows, where the edge tile costs only its own rows (49 = 8 * 6 + 1).
 
-Kernel, parallel over (image, chunk of output channels); the chunks are whole packed panels,
-at least `MIN_TASKS` of them over the batch, so each thread reads its share of W:
+Kernel, parallel over (image, chunk of output channels): the chunks are whole packed panels,
+at least `MIN_TASKS` of them over the batch, so each thread reads its share of W (with fewer
+panels than that, chunks of positions instead, whole tiles of rows each):
 1) one Matmul into the chunk's columns of the scratch T (B offset = the chunk's first panel:
    W^T is packed here, with `loops.pack_panels`, so the offset may vary at run time);
 2) the chunk's columns of T copied, transposed, into its rows of Y, in blocks of COPY_BLOCK
@@ -20,11 +21,16 @@ at least `MIN_TASKS` of them over the batch, so each thread reads its share of W
 3) the epilogue (bias, activation, residual: `ops_conv.EpilogueHook`) on those rows of Y.
 Convs that need a panel first build every image's whole panel (K, P), row-major, in one
 kernel parallel over chunks of input channels (`ops_conv._plain_panels`).
-Used for float convs of one group with constant weights, when the lanes wasted by the usual
-form, ceil(P/VL)*VL/P - 1, are at least MIN_WASTE and the depth is at least MIN_DEPTH (the
-copy is then small next to the product); other convs keep `ops_conv`'s forms.
-Measured, one thread against the usual form: 1x1 2048->512 at 7x7 1.18x, 768->128 1.31x;
-3x3 s2 512->512 to 7x7 1.14x, 5x5 128->256 at 7x7 1.21x.
+Used for float convs of one group with constant weights and a depth of at least MIN_DEPTH
+(the copy is then small next to the product), when the lanes wasted by the usual form,
+ceil(P/VL)*VL/P - 1, are at least MIN_WASTE, or for deep products over small images (`DEEP`:
+the usual form re-packs X for each of its chunks of few output channels); other convs keep
+`ops_conv`'s forms.
+Measured against the usual form, one thread: 1x1 2048->512 at 7x7 1.18x, 768->128 1.31x;
+3x3 s2 512->512 to 7x7 1.14x, 5x5 128->256 at 7x7 1.21x; two threads: 1024->256 at 14x14
+1.06x, 384->96 at 14x14 1.27x, 512->128 at 28x28 1.09x; whole models, two threads:
+ResNet-50 1.02x (one thread 1.04x), DenseNet-121 1.04x, Inception-v2 1.03x, MobileNetV2-like
+1.03x.
 """
 
 from __future__ import annotations
@@ -50,6 +56,12 @@ TRANSPOSED = True
 MIN_WASTE = 0.15
 #: Fewest input channels (the product's depth) for the transposed form.
 MIN_DEPTH = 64
+#: Deep products over small images take the transposed form whatever the lanes: at least DEEP
+#: input channels, at most DEEP_MAX_P positions and DEEP_MAX_M output channels. The usual
+#: form splits their few output channels into chunks that each pack X again (one thread:
+#: 1024->256 at 14x14 1.11x, 512->128 at 28x28 1.05x, 384->96 at 14x14 1.14x transposed;
+#: 512->1000 at 13x13 0.98x, 256->64 at 56x56 0.98x, so not those).
+DEEP, DEEP_MAX_P, DEEP_MAX_M = 256, 1024, 512
 #: Elements of padding after each row of T: unpadded, M = 2048 puts the rows 8 KB apart, all in
 #: one L1 set, and the copy's column reads miss (measured 512->2048 at 7x7: 1.045x with it).
 PAD = 16
@@ -73,11 +85,13 @@ def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
             and w.kind == "const" and w.data is not None and gm.kk >= MIN_DEPTH
             and (gm.pointwise or gm.n * gm.kk * gm.p * dt.itemsize <= PANEL_BYTES)):
         return False
-    vl = _lanes(dt.itemsize)
-    if -(-gm.p // vl) * vl < (1 + MIN_WASTE) * gm.p:
-        return False
     nr = packed_width(dt, gm.p, gm.m, gm.kk)
-    return nr is not None and gm.m >= nr
+    if nr is None or gm.m < nr:
+        return False
+    vl = _lanes(dt.itemsize)
+    if -(-gm.p // vl) * vl >= (1 + MIN_WASTE) * gm.p:
+        return True
+    return gm.kk >= DEEP and gm.p <= DEEP_MAX_P and gm.m <= DEEP_MAX_M
 
 
 def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
@@ -88,10 +102,16 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
     nr = packed_width(dt, p, m, k)
     assert nr is not None and w.data is not None
     wt = ctx.constant("w_t", pack_panels(np.ascontiguousarray(w.data.reshape(m, k).T), nr))
+    want = -(-MIN_TASKS // gm.n)  # chunks an image
     panels = -(-m // nr)
-    per = -(-panels // min(panels, -(-MIN_TASKS // gm.n)))  # panels a chunk
-    cols = per * nr
-    chunks = -(-m // cols)
+    if panels >= want:  # chunks of whole panels of channels
+        cols, rows = -(-panels // want) * nr, p
+    else:  # too few panels: chunks of positions, whole tiles of rows
+        mr = _tile_rows(dt.itemsize)
+        per = -(-p // want)
+        cols, rows = m, -(-per // mr) * mr
+    cchunks, pchunks = -(-m // cols), -(-p // rows)
+    chunks = cchunks * pchunks
     ldt = m + PAD
     t = ctx.scratch("conv_t", dt, (gm.n, p, ldt))
     b = Builder()
@@ -99,11 +119,11 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
         img, ci = (b.op("div", u, i64(chunks)), b.op("rem", u, i64(chunks))) if chunks > 1 \
             else (u, i64(0))
 
-        def chunk(c0: Operand, ncols: int) -> None:
-            t_off = b.iadd(b.imul(img, p * ldt), c0)
-            b.emit(Matmul(t, t_off, ldt, x, b.imul(img, k * p), p, wt, b.imul(c0, k), nr,
-                          p, ncols, k, a_trans=True, b_packed=True))
-            y_off = b.iadd(b.imul(img, m * p), b.imul(c0, p))
+        def block(c0: Operand, ncols: int, p0: Operand, nrows: int) -> None:
+            t_off = b.iadd(b.imul(img, p * ldt), b.iadd(b.imul(p0, ldt), c0))
+            b.emit(Matmul(t, t_off, ldt, x, b.iadd(b.imul(img, k * p), p0), p, wt,
+                          b.imul(c0, k), nr, nrows, ncols, k, a_trans=True, b_packed=True))
+            y_off = b.iadd(b.imul(img, m * p), b.iadd(b.imul(c0, p), p0))
             # in blocks of COPY_BLOCK channels: the block's rows of Y and the line of each row
             # of T it reads stay in L1 (a plain double loop ran ~4 cycles an element: LLVM
             # vectorizes it with scatters, microcoded on Zen 4)
@@ -112,13 +132,22 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
                 if lo == hi:
                     continue
                 with b.loop(lo, hi, step, hint="cb") as cb:
-                    with b.loop(0, p, hint="q") as q:
+                    with b.loop(0, nrows, hint="q") as q:
                         with b.loop(0, step, hint="co") as j:
                             co = b.iadd(cb, j)
                             b.store(y, b.iadd(y_off, b.iadd(b.imul(co, p), q)),
                                     b.load(t, b.iadd(t_off, b.iadd(b.imul(q, ldt), co))))
             if epilogue is not None:
-                epilogue(b, y_off, p, ncols, p, c0)
+                epilogue(b, y_off, p, ncols, nrows, c0)
 
-        for_chunk(b, ci, chunks, cols, m, chunk)
+        if pchunks == 1:
+            for_chunk(b, ci, cchunks, cols, m, lambda c0, n: block(c0, n, i64(0), p))
+        else:
+            for_chunk(b, ci, pchunks, rows, p, lambda p0, n: block(i64(0), m, p0, n))
     ctx.kernel("conv_gemm_t", b.body)
+
+
+def _tile_rows(itemsize: int) -> int:
+    from onnxjit.codegen.matmul_kernel import tile_shape  # lazy: ir/ must not load llvmlite
+
+    return tile_shape(itemsize)[1]

@@ -68,6 +68,10 @@ CASES = [
     ((1, 80, 3, 3), 72, np.float32, True, True),
     ((1, 64, 3, 3), 96, np.float64, True, False),  # f64: 9 positions of 8-lane vectors
     ((1, 256, 5, 5), 512, np.float32, True, True),
+    # deep products over small images, whatever the lanes; one panel of channels: the
+    # threads share chunks of positions (54, 54, 54, 34 and 30, 30, 30, 10)
+    ((1, 256, 14, 14), 64, np.float32, True, True),
+    ((1, 256, 10, 10), 96, np.float32, False, False),
 ]
 
 
@@ -90,6 +94,9 @@ def test_transposed_pointwise_matches_reference(xs, cout, dtype, bias, residual,
     ((1, 48, 7, 7), 128, 1, "depth below MIN_DEPTH"),
     ((1, 64, 7, 7), 32, 1, "fewer channels than a panel"),
     ((1, 128, 7, 7), 128, 2, "two groups"),
+    ((1, 256, 40, 40), 64, 1, "deep, but 1600 positions"),
+    ((1, 256, 13, 13), 600, 1, "deep, but 600 output channels"),
+    ((1, 128, 14, 14), 64, 1, "196 positions, depth below DEEP"),
 ])
 def test_other_pointwise_convs_keep_the_usual_form(xs, cout, group, why):
     m = _model(xs, cout, group=group)
