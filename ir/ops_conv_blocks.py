@@ -18,8 +18,10 @@ Three choices, all at compile time from the concrete geometry:
 3) `m_split`: when (images x groups x blocks) gives fewer than `MIN_TASKS` parallel
    iterations (deep layers of a batch-1 CNN: one 14x14 or 7x7 block), the output channels of
    each block are split into chunks of at least `MIN_SPLIT_ROWS` rows (a multiple of the
-   microkernel's tile rows, the last chunk shorter), each chunk one parallel iteration (its
-   own Matmul on the shared packed panel, then the epilogue on its rows), and the panels are
+   microkernel's tile rows, the last chunk shorter; a single block with too few channels for
+   that still splits them in two from 4 tile rows, `PAIR_SPLIT`), each chunk one parallel
+   iteration (its own Matmul on the shared packed panel, then the epilogue on its rows), and
+   the panels are
    built first by a separate parallel loop over (block, chunk of input channels) (`c_split`).
    A split pointwise conv multiplies X's columns directly in each chunk. Without this the
    second core idled on those layers (2-thread speed-up 1.0x; 1.7-1.9x with it).
@@ -53,6 +55,9 @@ SPLIT_WORK = 1 << 21
 #: Split the output channels of too few blocks over threads; False restores one iteration
 #: per block.
 SPLIT_M = True
+#: A single block whose channels are too few for MIN_SPLIT_ROWS still splits them in two
+#: (from 4 tile rows); False leaves it one iteration.
+PAIR_SPLIT = True
 #: Cut a pointwise conv's positions into MIN_TASKS blocks (of MIN_SPLIT_COLS or more) before
 #: splitting its channels; False restores the cache-only block choice.
 SPLIT_P, MIN_SPLIT_COLS = True, 64
@@ -111,6 +116,12 @@ def m_split(gm: Geometry, tasks: int, work: int, itemsize: int) -> tuple[int, in
     rows = max(-(-gm.mg // want), MIN_SPLIT_ROWS)
     rows = -(-rows // mr) * mr
     chunks = -(-gm.mg // rows)
+    if chunks == 1 and PAIR_SPLIT and tasks == 1 and gm.mg >= 4 * mr:
+        # too few channels for MIN_SPLIT_ROWS: still two chunks, one a thread (DenseNet's
+        # 3x3 128->32 convs at 14x14 and 7x7 ran serially: 7 of its 43 ms on two threads)
+        half = -(-gm.mg // 2)
+        rows = -(-half // mr) * mr
+        chunks = -(-gm.mg // rows)
     return (chunks, rows) if chunks > 1 else (1, gm.mg)
 
 

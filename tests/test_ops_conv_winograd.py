@@ -92,6 +92,28 @@ def test_winograd_splits_few_blocks_over_channels():
         assert loop.parallel and loop.stop.value >= 2
 
 
+@pytest.mark.parametrize("m", [32, 26])
+def test_winograd_splits_few_channels_in_two(m, monkeypatch):
+    # 32 (or 26) output channels of one block: fewer than MIN_SPLIT_ROWS, still two chunks of
+    # whole tiles (18 + 14, 18 + 8) so both threads work (DenseNet's 3x3 128->32 layers)
+    from onnxjit.ir import ops_conv_blocks
+    from onnxjit.ir.loops import Loop
+
+    xs = (1, 64, 14, 14)
+    mo = _model(xs, m, dict(pads=[1] * 4), np.float32, bias=True, fused=True)
+    x = rand(*xs)
+    s = rand(1, m, 14, 14)
+    kernels = {k.name: k for k in program(mo, x, s).kernels if "winograd" in k.name}
+    loop = next(st for st in kernels["conv_winograd"].body if isinstance(st, Loop))
+    assert loop.parallel and loop.stop.value == 2
+    ref = ReferenceEvaluator(mo).run(None, {"x": x, "s": s})[0]
+    (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=2)(x, s)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(ops_conv_blocks, "PAIR_SPLIT", False)
+    kernels = {k.name: k for k in program(mo, x, s).kernels if "winograd" in k.name}
+    assert list(kernels) == ["conv_winograd"]  # one serial iteration
+
+
 def test_winograd_batch_in_passes(monkeypatch):
     # a batch whose transforms exceed PANEL_BYTES runs in passes of fewer images (one here)
     monkeypatch.setattr(ops_conv_winograd, "PANEL_BYTES", 1)
