@@ -69,10 +69,11 @@ PAD = 16
 COPY_BLOCK = 16
 
 
-def _lanes(itemsize: int) -> int:
+def _tile(itemsize: int) -> tuple[int, int, int]:
+    """The host's microkernel tile: (vector lanes, tile rows, vectors a row)."""
     from onnxjit.codegen.matmul_kernel import tile_shape  # lazy: ir/ must not load llvmlite
 
-    return tile_shape(itemsize)[0]
+    return tile_shape(itemsize)
 
 
 def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
@@ -88,7 +89,7 @@ def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
     nr = packed_width(dt, gm.p, gm.m, gm.kk)
     if nr is None or gm.m < nr:
         return False
-    vl = _lanes(dt.itemsize)
+    vl = _tile(dt.itemsize)[0]
     if -(-gm.p // vl) * vl >= (1 + MIN_WASTE) * gm.p:
         return True
     return gm.kk >= DEEP and gm.p <= DEEP_MAX_P and gm.m <= DEEP_MAX_M
@@ -107,7 +108,7 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
     if panels >= want:  # chunks of whole panels of channels
         cols, rows = -(-panels // want) * nr, p
     else:  # too few panels: chunks of positions, whole tiles of rows
-        mr = _tile_rows(dt.itemsize)
+        mr = _tile(dt.itemsize)[1]
         per = -(-p // want)
         cols, rows = m, -(-per // mr) * mr
     cchunks, pchunks = -(-m // cols), -(-p // rows)
@@ -145,9 +146,3 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
         else:
             for_chunk(b, ci, pchunks, rows, p, lambda p0, n: block(i64(0), m, p0, n))
     ctx.kernel("conv_gemm_t", b.body)
-
-
-def _tile_rows(itemsize: int) -> int:
-    from onnxjit.codegen.matmul_kernel import tile_shape  # lazy: ir/ must not load llvmlite
-
-    return tile_shape(itemsize)[1]
