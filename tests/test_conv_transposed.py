@@ -22,28 +22,34 @@ RNG = np.random.default_rng(5)
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
 
 
-def _model(xs, cout, dtype=np.float32, bias=True, residual=False, group=1):
-    n, c, h, w = xs
+def _conv(xs, cout, k=(1, 1), dtype=np.float32, bias=True, residual=False, **attrs):
+    """Conv (+ bias) (+ a residual Add of input "r" and Relu) with random constant weights."""
     t = TYPES[dtype]
+    group = attrs.get("group", 1)
+    fan_in = xs[1] // group * int(np.prod(k))
     inits = [numpy_helper.from_array(
-        (RNG.standard_normal((cout, c // group, 1, 1)) / np.sqrt(c)).astype(dtype), "w")]
+        (RNG.standard_normal((cout, xs[1] // group, *k)) / np.sqrt(fan_in)).astype(dtype), "w")]
     names = ["x", "w"]
     if bias:
         inits.append(numpy_helper.from_array(RNG.standard_normal(cout).astype(dtype), "b"))
         names.append("b")
-    nodes = [helper.make_node("Conv", names, ["c"], kernel_shape=[1, 1], group=group)]
+    nodes = [helper.make_node("Conv", names, ["c"], kernel_shape=list(k), **attrs)]
     ins = [helper.make_tensor_value_info("x", t, list(xs))]
     out = "c"
     if residual:  # Conv + Add + Relu: the epilogue reads the residual at the same positions
-        ins.append(helper.make_tensor_value_info("r", t, [n, cout, h, w]))
+        ins.append(helper.make_tensor_value_info("r", t, [None] * len(xs)))
         nodes += [helper.make_node("Add", ["c", "r"], ["s"]),
                   helper.make_node("Relu", ["s"], ["y"])]
         out = "y"
-    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info(out, t, [None] * 4)],
-                          inits)
+    g = helper.make_graph(nodes, "g", ins,
+                          [helper.make_tensor_value_info(out, t, [None] * len(xs))], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 10
     return m
+
+
+def _model(xs, cout, dtype=np.float32, bias=True, residual=False, group=1):
+    return _conv(xs, cout, (1, 1), dtype, bias, residual, group=group)
 
 
 def _feeds(m, xs, cout, dtype):
@@ -119,16 +125,10 @@ def test_switch_off_restores_the_usual_form(monkeypatch):
 ])
 def test_strided_1x1_subsamples_then_runs_pointwise(xs, cout, strides, group, threads):
     t = TensorProto.FLOAT
-    k = [1] * len(strides)
-    w = (RNG.standard_normal((cout, xs[1] // group, *k)) * 0.2).astype(np.float32)
-    b = RNG.standard_normal(cout).astype(np.float32)
-    g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=k, strides=strides,
-                          group=group),
-         helper.make_node("Relu", ["c"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", t, list(xs))],
-        [helper.make_tensor_value_info("y", t, [None] * len(xs))],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    c = _conv(xs, cout, [1] * len(strides), strides=strides, group=group)
+    g = helper.make_graph([*c.graph.node, helper.make_node("Relu", ["c"], ["y"])], "g",
+                          c.graph.input, [helper.make_tensor_value_info("y", t, [None] * len(xs))],
+                          c.graph.initializer)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 10
     x = RNG.standard_normal(xs).astype(np.float32)
@@ -141,40 +141,12 @@ def test_strided_1x1_subsamples_then_runs_pointwise(xs, cout, strides, group, th
 
 
 def test_padded_strided_1x1_keeps_im2col():
-    t = TensorProto.FLOAT
-    g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[1, 1], strides=[2, 2],
-                          pads=[1, 1, 1, 1])], "g",
-        [helper.make_tensor_value_info("x", t, [1, 8, 6, 6])],
-        [helper.make_tensor_value_info("y", t, [None] * 4)],
-        [numpy_helper.from_array(RNG.standard_normal((8, 8, 1, 1)).astype(np.float32), "w")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 10
+    m = _conv((1, 8, 6, 6), 8, bias=False, strides=[2, 2], pads=[1, 1, 1, 1])
     x = RNG.standard_normal((1, 8, 6, 6)).astype(np.float32)
     assert "conv_subsample" not in _kernels(m, [x])
     (y,) = onnxjit.compile(m, cache_dir=False)(x)
     np.testing.assert_allclose(y, ReferenceEvaluator(m).run(None, {"x": x})[0], rtol=1e-4,
                                atol=1e-4)
-
-
-def _conv_model(xs, cout, k, dtype=np.float32, residual=False, **attrs):
-    t = TYPES[dtype]
-    w = (RNG.standard_normal((cout, xs[1], *k)) / np.sqrt(xs[1] * np.prod(k))).astype(dtype)
-    inits = [numpy_helper.from_array(w, "w"),
-             numpy_helper.from_array(RNG.standard_normal(cout).astype(dtype), "b")]
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=list(k), **attrs)]
-    ins = [helper.make_tensor_value_info("x", t, list(xs))]
-    out = "c"
-    if residual:
-        ins.append(helper.make_tensor_value_info("r", t, [None] * 4))
-        nodes += [helper.make_node("Add", ["c", "r"], ["s"]),
-                  helper.make_node("Relu", ["s"], ["y"])]
-        out = "y"
-    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info(out, t, [None] * 4)],
-                          inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 10
-    return m
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -186,12 +158,12 @@ def _conv_model(xs, cout, k, dtype=np.float32, residual=False, **attrs):
 ])
 def test_im2col_convs_over_few_positions_run_transposed(xs, cout, k, attrs, dtype, residual,
                                                         threads):
-    m = _conv_model(xs, cout, k, dtype, residual, **attrs)
+    m = _conv(xs, cout, k, dtype, True, residual, **attrs)
     x = RNG.standard_normal(xs).astype(dtype)
     feeds = {"x": x}
     want = ReferenceEvaluator(m).run(None, feeds)[0] if not residual else None
     if residual:
-        shape = ReferenceEvaluator(_conv_model(xs, cout, k, dtype, **attrs)).run(
+        shape = ReferenceEvaluator(_conv(xs, cout, k, dtype, **attrs)).run(
             None, feeds)[0].shape
         feeds["r"] = RNG.standard_normal(shape).astype(dtype)
         want = ReferenceEvaluator(m).run(None, feeds)[0]
