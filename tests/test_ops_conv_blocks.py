@@ -115,11 +115,14 @@ SPLIT_CASES = [
 def test_conv_split_over_output_channels(xs, ws, attrs, dt, residual, monkeypatch):
     # few blocks: panels built in parallel over input channels, then one product per chunk
     # of output channels (ops_conv_blocks.m_split), with the epilogue on the chunk's rows
-    from onnxjit.ir import ops_conv_blocks
+    from onnxjit.ir import ops_conv_blocks, ops_conv_transposed
 
     monkeypatch.setattr(ops_conv_blocks, "SPLIT_WORK", 0)
     monkeypatch.setattr(ops_conv_blocks, "MIN_TASKS", 64)
     monkeypatch.setattr(ops_conv_blocks, "MIN_SPLIT_ROWS", 8)
+    # the usual form's split (7x7 outputs would take the transposed form, whose rows are
+    # positions: tests/test_conv_transposed.py)
+    monkeypatch.setattr(ops_conv_transposed, "TRANSPOSED", False)
     m = _fused_model(xs, ws, attrs, dt, residual)
     x = rand(*xs, dtype=dt)
     gemms = [s for k in program(m, x).kernels for s in walk(k.body) if isinstance(s, Matmul)]
