@@ -3,10 +3,10 @@ vectorizer turns into broadcast-FMA code.
 
 `C (+)= alpha * A' @ B'` on row-major windows (see `onnxjit.ir.loops.Matmul`). Float products of
 at least TILE_WORK multiply-adds go to `matmul_kernel.TileGemm` (explicit vector register tile;
-B packed on the stack from PACK_MIN_M rows, else read in place when not transposed). The rest
-(ints, small products, one-row products, few rows with B transposed) use two forms here, both
-needing no extra memory. A B packed at compile time (`Matmul.b_packed`, see `packs_b`) always
-goes to the tiled kernel, which alone reads that layout:
+B packed on the stack from PACK_MIN_M rows, PACK_MIN_M_T when transposed, else read in place).
+The rest (ints, small products, one-row products, few rows with B transposed) use two forms
+here, both needing no extra memory. A B packed at compile time (`Matmul.b_packed`, see
+`packs_b`) always goes to the tiled kernel, which alone reads that layout:
 
 - axpy form (B not transposed, A either way): C's row i is accumulated as
   `C[i, :] += (alpha * A'[i, kk]) * B[kk, :]`, so the innermost loop runs over j along
@@ -53,8 +53,12 @@ RI_ROWS, RJ_COLS, DOT_BLOCK_BYTES = 2, 4, 256 * 1024
 SMALL_WORK = 8192
 #: float products from this many multiply-adds use the register-tiled kernel (matmul_kernel);
 #: below PACK_MIN_M rows B is read in place (packing would cost as much as the product), and a
-#: single row (a matrix-vector product, bound by reading B) stays in the axpy form
-TILE_WORK, PACK_MIN_M = 32768, 16
+#: single row (a matrix-vector product, bound by reading B) stays in the axpy form. A
+#: transposed B cannot be read in place: it is packed from PACK_MIN_M_T rows (the dot form
+#: below). Measured, one thread, 16-24 rows (pointwise convs' chunks of output channels) read
+#: in place against packed per call: 1x1 32->16 at 112x112 1.25x, 256->16 at 56x56 1.30x,
+#: 512->16 at 14x14 1.25x, 128->24 at 28x28 1.17x; MobileNetV2-like 1.02x (two threads 1.05x).
+TILE_WORK, PACK_MIN_M, PACK_MIN_M_T = 32768, 32, 16
 #: a constant B is packed at compile time (once) for products of this many rows on: read from
 #: a packed constant, the tiled kernel beats the forms reading B in place at every m
 #: (784x512 weights, one thread: m = 1 even, m = 2..12 3-8% faster, 25-45% with B transposed)
@@ -257,7 +261,7 @@ def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequ
         TileGemm(b, s, ptrs, offs).emit()
         return
     if s.k > 0 and dt.is_float and s.m * s.n * s.k >= TILE_WORK:
-        if s.m >= PACK_MIN_M:
+        if s.m >= PACK_MIN_M or s.b_trans and s.m >= PACK_MIN_M_T:
             TileGemm(b, s, ptrs, offs).emit()
             return
         if not s.b_trans and s.m > 1:
