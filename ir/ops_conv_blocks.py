@@ -21,8 +21,8 @@ Three choices, all at compile time from the concrete geometry:
    microkernel's tile rows, the last chunk shorter; a single block with too few channels for
    that still splits them in two from 4 tile rows, `PAIR_SPLIT`), each chunk one parallel
    iteration (its own Matmul on the shared packed panel, then the epilogue on its rows), and
-   the panels are
-   built first by a separate parallel loop over (block, chunk of input channels) (`c_split`).
+   the panels are built first by a separate parallel loop over (block, chunk of input
+   channels) (`c_split`).
    A split pointwise conv multiplies X's columns directly in each chunk. Without this the
    second core idled on those layers (2-thread speed-up 1.0x; 1.7-1.9x with it).
 """
@@ -61,6 +61,13 @@ PAIR_SPLIT = True
 #: Cut a pointwise conv's positions into MIN_TASKS blocks (of MIN_SPLIT_COLS or more) before
 #: splitting its channels; False restores the cache-only block choice.
 SPLIT_P, MIN_SPLIT_COLS = True, 64
+
+
+def host_tile(itemsize: int) -> tuple[int, int, int]:
+    """The host's GEMM microkernel tile: (vector lanes, tile rows, vectors a row)."""
+    from onnxjit.codegen.matmul_kernel import tile_shape  # lazy: ir/ must not load llvmlite
+
+    return tile_shape(itemsize)
 
 
 def block_rows(gm: Geometry, itemsize: int) -> int:
@@ -110,8 +117,7 @@ def m_split(gm: Geometry, tasks: int, work: int, itemsize: int) -> tuple[int, in
     last runs a narrow edge tile; the last chunk takes what is left."""
     if not SPLIT_M or tasks >= MIN_TASKS or work < SPLIT_WORK:
         return 1, gm.mg
-    from onnxjit.codegen.matmul_kernel import tile_shape  # the host's tile (lazy: ir/ must
-    mr = tile_shape(itemsize)[1]                          # not load llvmlite at import)
+    mr = host_tile(itemsize)[1]
     want = -(-MIN_TASKS // tasks)
     rows = max(-(-gm.mg // want), MIN_SPLIT_ROWS)
     rows = -(-rows // mr) * mr

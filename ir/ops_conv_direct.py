@@ -20,6 +20,7 @@ from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Operand, i64
 from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops_conv_blocks import host_tile
 from onnxjit.ir.ops_conv_utils import (
     Nest,
     operand,
@@ -116,9 +117,7 @@ def _whole_vectors(lo: int, hi: int, itemsize: int, stride: int) -> list[tuple[i
     function of x (`y = bias + sum w*x`), so the overlap is recomputed to the same values;
     without it the vectorizer finishes a 54-column row with half and quarter vectors and
     scalars (3 full vectors + 4 partial steps per tap instead of 4)."""
-    from onnxjit.codegen.matmul_kernel import tile_shape  # lazy: ir/ must not load llvmlite
-
-    vl = tile_shape(itemsize)[0]
+    vl = host_tile(itemsize)[0]
     n = hi - lo
     if not OVERLAP_TAIL or stride != 1 or n <= vl or n % vl == 0:
         return [(lo, hi)]

@@ -42,7 +42,7 @@ import numpy as np
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64, pack_panels
 from onnxjit.ir.opdef import LowerContext
-from onnxjit.ir.ops_conv_blocks import MIN_TASKS, for_chunk
+from onnxjit.ir.ops_conv_blocks import MIN_TASKS, for_chunk, host_tile
 from onnxjit.ir.ops_conv_packed import packed_width
 from onnxjit.ir.ops_conv_utils import PANEL_BYTES
 from onnxjit.ir.types import DType
@@ -69,13 +69,6 @@ PAD = 16
 COPY_BLOCK = 16
 
 
-def _tile(itemsize: int) -> tuple[int, int, int]:
-    """The host's microkernel tile: (vector lanes, tile rows, vectors a row)."""
-    from onnxjit.codegen.matmul_kernel import tile_shape  # lazy: ir/ must not load llvmlite
-
-    return tile_shape(itemsize)
-
-
 def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
             col_dtype: DType) -> bool:
     """True when `lower_transposed` handles this conv (see the module docstring): pointwise,
@@ -89,7 +82,7 @@ def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
     nr = packed_width(dt, gm.p, gm.m, gm.kk)
     if nr is None or gm.m < nr:
         return False
-    vl = _tile(dt.itemsize)[0]
+    vl = host_tile(dt.itemsize)[0]
     if -(-gm.p // vl) * vl >= (1 + MIN_WASTE) * gm.p:
         return True
     return gm.kk >= DEEP and gm.p <= DEEP_MAX_P and gm.m <= DEEP_MAX_M
@@ -108,7 +101,7 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
     if panels >= want:  # chunks of whole panels of channels
         cols, rows = -(-panels // want) * nr, p
     else:  # too few panels: chunks of positions, whole tiles of rows
-        mr = _tile(dt.itemsize)[1]
+        mr = host_tile(dt.itemsize)[1]
         per = -(-p // want)
         cols, rows = m, -(-per // mr) * mr
     cchunks, pchunks = -(-m // cols), -(-p // rows)
