@@ -362,3 +362,66 @@ def test_packed_edge_tiles_every_row_count() -> None:
     got = _run_program(plan(p, PassContext()).ir, inputs)
     for case, g, r in zip(cases, got, ref):
         np.testing.assert_allclose(g, r, rtol=3e-5, atol=3e-5, err_msg=str(case))
+
+
+#: (m, k, n): a constant A (a conv's weights) over an input B: whole 6-row tiles and edge
+#: tiles (the last tile's prefetch of the next tile reaches past A), depth past the 256-row
+#: block, n past the panel width, and m under PACK_MIN_M (B read in place)
+CONST_A_CASES = [(23, 257, 65), (64, 40, 520), (7, 300, 100), (36, 64, 196), (130, 96, 49)]
+
+
+def _const_a_program(cases: list[tuple[int, int, int]], a_kind: str,
+                     rng: np.random.Generator) -> tuple[Program, list[np.ndarray], list]:
+    """One kernel per case: C = A @ B with A a `a_kind` ("const" or "input") buffer of PAD
+    extra rows and columns (the window at row 1, column PAD); returns the program, its inputs
+    (every B, then every input A) and numpy's products."""
+    bufs: list[Buffer] = []
+    kernels: list[Kernel] = []
+    b_in: list[np.ndarray] = []
+    a_in: list[np.ndarray] = []
+    expected: list[np.ndarray] = []
+    n_in = len(cases) * (2 if a_kind == "input" else 1)
+    for j, (m, k, n) in enumerate(cases):
+        data = _rand(F32, (m + PAD, k + PAD), rng)
+        if a_kind == "const":
+            a = Buffer(f"a{j}", F32, data.shape, "const", slot=j, data=data)
+        else:
+            a = Buffer(f"a{j}", F32, data.shape, "input", slot=len(cases) + j)
+            a_in.append(data)
+        b = Buffer(f"b{j}", F32, (k, n), "input", slot=j)
+        c = Buffer(f"c{j}", F32, (m, n), "output", slot=n_in + j)
+        bufs += [a, b, c]
+        b_in.append(_rand(F32, b.shape, rng))
+        bld = Builder()
+        bld.emit(Matmul(c, i64(0), n, a, i64(k + 2 * PAD), k + PAD, b, i64(0), n, m, n, k))
+        kernels.append(Kernel(f"mm{j}", bld.body))
+        expected.append(data[1:m + 1, PAD:].astype(np.float64) @ b_in[-1])
+    return Program(bufs, kernels), b_in + a_in, expected
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_constant_a_products(threads: int) -> None:
+    """A constant A (prefetched a tile ahead, `matmul_kernel.PREFETCH_A`) over every tile and
+    panel edge, on one thread and split over two: right, and the same bits either way."""
+    from onnxjit.passes import PassContext
+    from onnxjit.passes.plan_memory import run as plan
+
+    p, inputs, expected = _const_a_program(CONST_A_CASES, "const", np.random.default_rng(5))
+    p = plan(p, PassContext()).ir
+    got = _run_program(p, inputs, threads)
+    one = got if threads == 1 else _run_program(p, inputs, 1)
+    for case, g, o, r in zip(CONST_A_CASES, got, one, expected):
+        tol = 2e-6 * case[1] ** 0.5 * 4
+        np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
+        np.testing.assert_array_equal(g, o, err_msg=str(case))
+
+
+def test_only_constant_a_is_prefetched() -> None:
+    """The tiled kernel prefetches the next tile of a constant A (weights from DRAM) and
+    nothing for an A computed at run time (an MLP's activations, already in cache)."""
+    texts: dict[str, str] = {}
+    for kind in ("const", "input"):
+        p, _, _ = _const_a_program(CONST_A_CASES[:2], kind, np.random.default_rng(5))
+        compile_program(p, dump=lambda name, text, kind=kind: texts.setdefault(kind, text))
+    assert "llvm.prefetch" in texts["const"]
+    assert "llvm.prefetch" not in texts["input"]
