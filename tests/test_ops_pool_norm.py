@@ -134,6 +134,46 @@ def test_averagepool_count_include_pad(include: int, attrs: dict) -> None:
     check("AveragePool", [x(2, 2, 13, 9)], 19, count_include_pad=include, **attrs)
 
 
+@pytest.mark.parametrize("fused, shape, attrs", [
+    (True, (1, 3, 12, 30), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    (True, (2, 2, 20, 20), dict(kernel_shape=[2, 2], strides=[2, 2])),
+    (True, (1, 2, 33, 41), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                ceil_mode=1)),
+    (True, (1, 2, 16, 40), dict(kernel_shape=[5, 5], pads=[2, 1, 2, 3], dilations=[1, 2])),
+    (True, (1, 2, 9, 9), dict(kernel_shape=[3, 3])),
+    (False, (1, 2, 7, 7), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    (False, (1, 2, 20, 40), dict(kernel_shape=[6, 5], pads=[1, 1, 1, 1])),
+])
+@pytest.mark.parametrize("include", [0, 1])
+def test_averagepool_fused_rows(fused: bool, shape: tuple, attrs: dict, include: int,
+                                monkeypatch) -> None:
+    """2-D average pools whose window rows are inside fold each column in one pass
+    (`ops_pool_loops.FUSED_ROWS`): compiled, the same bits as the general rows and close to
+    onnxruntime; narrow rows with border columns and kernels of more than FUSED_TAPS taps keep
+    the general rows (the same loop IR either way)."""
+    from onnxjit import runtime
+    from onnxjit.driver import import_model, lower_signature
+    from onnxjit.ir import ops_pool_loops
+    from onnxjit.ir.loop_printer import print_program
+    from onnxjit.options import CompileOptions
+
+    a = x(*shape)
+    m = model("AveragePool", [a], 19, count_include_pad=include, **attrs)
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"in0": a})[0]
+    opts = CompileOptions.from_user({"cache_dir": False})
+    got, texts = [], []
+    for on in (False, True):
+        monkeypatch.setattr(ops_pool_loops, "FUSED_ROWS", on)
+        runtime._MEMORY.clear()  # the process-wide artifact cache does not key on the switch
+        got.append(onnxjit.compile(m, cache_dir=False)(a)[0])
+        gm = import_model(m.SerializeToString(), opts)
+        texts.append(print_program(lower_signature(gm, ((DType.FLOAT, shape),), opts)[1]))
+    assert (texts[0] != texts[1]) == fused
+    np.testing.assert_array_equal(got[1], got[0])
+    np.testing.assert_allclose(got[1], want, rtol=1e-5, atol=1e-6)
+
+
 def test_averagepool_3d_and_1d() -> None:
     check("AveragePool", [x(1, 2, 5, 6, 7)], 19, kernel_shape=[2, 3, 3],
           pads=[1, 0, 1, 1, 1, 1], count_include_pad=1)
