@@ -157,7 +157,9 @@ class KernelTranslator:
         self.b.store(value, self.slot(v))
 
     def pointer(self, buf: Buffer) -> ir.Value:
-        return self.ptrs[id(buf.root())]
+        """The buffer's first element: its root's pointer, plus a view's byte offset."""
+        p, off = self.ptrs[id(buf.root())], buf.root_offset()
+        return load_elem_ptr(self.b, p, off) if off else p
 
     # statements --------------------------------------------------------------------------------
     def stmts(self, body: list[Stmt]) -> None:

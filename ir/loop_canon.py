@@ -5,8 +5,9 @@ touches (in order of first use) as arguments, so two kernels differing only in W
 they touch (a ResNet's repeated blocks: the same convolution on other weights and activations)
 can share one function, called with different pointers. `kernel_key` prints a kernel with the
 loop-IR printer's statement syntax, but with the buffers named by the position of their root
-in that argument list (plus dtype and shape, and a view's position among the views), the
-variables numbered in order of appearance (hints are ignored) and the kernel's name left out.
+in that argument list (plus dtype and shape, and a view's position among the views and its
+byte offset: the function adds it to the root pointer), the variables numbered in order of
+appearance (hints are ignored) and the kernel's name left out.
 Kernels with a `check` are never shared: their failure codes index the program's messages.
 """
 
@@ -28,7 +29,7 @@ class _Canonical(_Printer):
                 roots.append(id(r))
             name = f"%r{roots.index(id(r))}"
             if b is not r:
-                name += f"v{views}"
+                name += f"v{views}@{b.root_offset()}"
                 views += 1
             shape = ",".join(str(d) for d in b.shape)
             self.names[id(b)] = f"{name}:{b.dtype.short}[{shape}]"

@@ -63,7 +63,10 @@ class _Machine:
         self.env: dict[Var, np.ndarray] = {}
 
     def array(self, buf: Buffer) -> np.ndarray:
-        return self.mem[id(buf.root())]
+        """The buffer's elements: its root's flat array, or the slice a view covers."""
+        flat = self.mem[id(buf.root())]
+        off = buf.root_offset()
+        return flat[off // flat.itemsize:off // flat.itemsize + buf.numel] if off else flat
 
     def index(self, buf: Buffer, idx: object) -> int:
         i = int(operand_value(idx, self.env))  # type: ignore[arg-type]

@@ -6,8 +6,8 @@ after every loop-level pass (the driver's hook), so it is one linear walk.
 Algorithm:
 1) buffers: unique names, a known kind, concrete non-negative shapes; inputs and outputs have
    dense, distinct slots (inputs 0..n-1, outputs n..n+m-1); consts carry an array of their dtype
-   and size; views have a base, fit inside it and are not bases of a cycle; temps have an
-   aligned offset once plan-memory has run (-1 before);
+   and size; views have a base, fit inside it at their byte offset and are not bases of a
+   cycle; temps have an aligned offset once plan-memory has run (-1 before);
 2) kernels in order, each statement in program order with the set of variables assigned so
    far (a variable assigned inside a loop stays defined after it: the loop IR has no block
    scoping, code generation gives every Var one stack slot): operands are defined Vars or
@@ -89,6 +89,10 @@ def _check_buffers(buffers: Sequence[Buffer]) -> set[int]:
             if id(r) in seen or id(r) not in ids:
                 raise CompileError(f"view %{b.name} has a base outside the program or a cycle")
             seen.add(id(r))
+        off = max(b.offset, 0)
+        if off % b.dtype.itemsize or off + b.nbytes > b.base.nbytes:
+            raise CompileError(f"view %{b.name} ({b.nbytes} bytes at byte {off}) does not fit "
+                               f"its base %{b.base.name} ({b.base.nbytes} bytes)")
         if b.nbytes > r.nbytes:
             raise CompileError(f"view %{b.name} ({b.nbytes} bytes) is larger than its root "
                                f"%{r.name} ({r.nbytes} bytes)")

@@ -18,7 +18,8 @@ Variables (`Var`) are typed scalar registers, identified by object identity; unl
 variable may be assigned more than once (a reduction's accumulator is assigned in the loop body),
 so code generation gives each one a stack slot and lets LLVM's mem2reg promote it. Operands are a
 `Var` or a typed `Const`. All buffers are dense, row-major and contiguous, so a flat index is
-enough; a view (`base` set) shares the storage of its base buffer.
+enough; a view (`base` set) shares the storage of its base buffer, starting `offset` bytes
+into it (0 when unset: a reshape's whole base; a slice of a Concat's output written in place).
 
 Storage: `input` and `output` buffers are the caller's arrays (slot = position in the entry's
 argument list), `const` buffers hold arrays passed by pointer (slot = position in the static
@@ -113,6 +114,15 @@ class Buffer:
         while b.base is not None:
             b = b.base
         return b
+
+    def root_offset(self) -> int:
+        """Bytes from the root's start to this buffer's (a view's offsets summed; 0 for a root,
+        whose own `offset` is its place in the arena)."""
+        total, b = 0, self
+        while b.base is not None:
+            total += max(b.offset, 0)
+            b = b.base
+        return total
 
     def __repr__(self) -> str:
         return f"<Buffer {self.name} {self.kind} {self.dtype.short}{list(self.shape)}>"

@@ -8,7 +8,8 @@ reads its target through `dims_of`, and an unknown target gives unknown dims, no
 Lowering: Transpose, Concat and Split are each one or more box copies
 (`index_utils.strided_copy`: `dst[off + idx.dst_strides] = src[off + idx.src_strides]`, with
 contiguous dims coalesced): a transpose permutes the source strides, a concat/split
-writes/reads windows at running offsets. Expand is a broadcast copy through the elementwise
+writes/reads windows at running offsets; a Concat input its producer already wrote in place
+(`passes/concat_in_place`) is not copied. Expand is a broadcast copy through the elementwise
 nest. Gather and GatherElements load each index, wrap negative values (+dim) and range-check it
 with a `Check` (InputError at run time naming the node and the bound) before the indirect load.
 """
@@ -131,9 +132,13 @@ def _concat_lower(ctx: LowerContext, node: Node) -> None:
         if v is None:
             continue
         x = ctx.buf(v)
-        strided_copy(b, x.shape, out, offset * out_st[axis], out_st, x, 0, row_strides(x.shape))
+        start = offset * out_st[axis]
+        if not (x.base is out and x.offset == start * out.dtype.itemsize):
+            # (an input its producer wrote in place already: `passes/concat_in_place`)
+            strided_copy(b, x.shape, out, start, out_st, x, 0, row_strides(x.shape))
         offset += x.shape[axis]
-    ctx.kernel("concat", b.body)
+    if b.body:
+        ctx.kernel("concat", b.body)
 
 
 # --------------------------------------------------------------------------- Split

@@ -7,7 +7,9 @@ arithmetic on the cast-only ones); ensures every graph output has its own `outpu
 Algorithm:
 1) buffers for the interface: graph inputs -> `input` (slot = position), graph outputs ->
    `output` (slot = n_inputs + position), constants -> `const` (the array, passed by pointer);
-   every other value gets a `temp` buffer on first use (plan-memory gives it an arena offset);
+   every other value gets a `temp` buffer on first use (plan-memory gives it an arena offset),
+   except the inputs of Concats that their producers write in place (`concat_in_place`: views
+   of the Concat's output at their offsets);
 2) each node, in order, emits kernels through its OpDef's `lower` (a lone elementwise node goes
    through the same nest helper as a Fused region); reshape-like ops alias storage with `view`;
 3) an output that is not written by any node (it is an input, a constant, a view, or a second
@@ -26,6 +28,7 @@ from onnxjit.ir.opdef import resolve
 from onnxjit.ir.ops_fused import lower_elementwise_nodes
 from onnxjit.ir.types import STORAGE_DTYPES, DType, TensorType, supported_dtypes_text
 from onnxjit.passes import PassContext, PassResult
+from onnxjit.passes.concat_in_place import place_concat_inputs
 
 name = "lower-to-loops"
 level = "graph->loops"
@@ -69,6 +72,13 @@ class Lowering:
             self._copy(src, existing)
             return
         self.of[out] = self._new(out.name or "v", dtype, shape, "view", base=src)
+
+    def place(self, value: Value, base: Buffer, offset: int) -> Buffer:
+        """A view buffer for `value` inside `base`, `offset` bytes in (see concat_in_place)."""
+        dtype, shape = _static(value, None)
+        b = self._new(value.name or "v", dtype, shape, "view", base=base)
+        b.offset = offset
+        return b
 
     def scratch(self, hint: str, dtype: DType, shape: tuple[int, ...]) -> Buffer:
         """A temporary buffer no graph value owns (an im2col panel, a partial sum...).
@@ -120,6 +130,7 @@ class Lowering:
             if v not in self.of and v.const is None:
                 self.of[v] = b
             out_bufs.append((v, b))
+        place_concat_inputs(self)
         for node in g.nodes:
             self._current = node
             opdef = resolve(node)
