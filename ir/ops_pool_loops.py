@@ -138,14 +138,15 @@ class _Pool:
         os_ = row_major_strides(out)
         xplane, oplane = math.prod(self.spatial), math.prod(out)
         planes = x.shape[0] * x.shape[1]
+        fusable = self._fusable()
         with b.loop(0, planes, parallel=True, hint="p") as pl:
             xb, yb = b.imul(pl, xplane), b.imul(pl, oplane)
             with b.nest(out[:-1]) as oo:
                 ybase = b.iadd(yb, b.linear(oo, os_[:-1]))
-                inside = self._row_inside(oo[0]) if self._fusable() else i64(0)
+                inside = self._row_inside(oo[0]) if fusable else i64(0)
                 if inside is None:  # no row's window reaches past the input's rows
                     self._fused_row(oo[0], xb, ybase)
-                elif self._fusable():
+                elif fusable:
                     with b.loop(0, inside, hint="interior"):
                         self._fused_row(oo[0], xb, ybase)
                     with b.loop(inside, 1, hint="border"):
@@ -198,10 +199,11 @@ class _Pool:
         return b.op("select", ok, i64(1), i64(0))
 
     def _fused_row(self, o0: Operand, xb: Operand, ybase: Operand) -> None:
-        """An output row whose taps along the rows are all inside: each column folds all its
-        taps and is stored once (the general row loads and stores it once per tap row). The
-        sums run in the general order (tap rows, then columns), so averages are the same bits;
-        interior columns divide by the window size, border columns by their real count."""
+        """An average pool's output row whose taps along the rows are all inside: each column
+        sums all its taps and is stored once (the general row loads and stores it once per tap
+        row). The sums run in the general order (0, then tap rows, then columns), so averages
+        are the same bits; interior columns divide by the window size, border columns by their
+        count (`count`: real taps, or with count_include_pad those inside the padding too)."""
         b, g = self.b, self.g
         (s0, s1), (d0, d1), (p0, p1) = g.strides, g.dilations, g.pb
         k0, k1, n = g.kernel[0], g.kernel[1], self.spatial[1]
@@ -214,38 +216,30 @@ class _Pool:
         def col(o: Operand, t: Operand) -> Operand:
             return b.iadd(b.op("sub", b.imul(o, s1), i64(p1)), b.imul(t, d1))
 
-        def finish(acc: Operand, count: Operand | None) -> Operand:
-            if self.mode == "max":
-                return acc
-            return b.op("div", acc, b.cast(count, dt) if count is not None
-                        else const(k0 * k1, dt))
+        def add(acc: Operand, xi: Operand) -> Operand:
+            return b.op("add", acc, b.load(self.x, xi))
 
         def border(lo: int, hi: int) -> None:
             if lo >= hi:
                 return
             with b.loop(lo, hi, hint="w") as o:
                 t_lo, t_hi = self.tap_range(1, o, n)
-                acc = b.var(self.identity(), hint="acc")
+                acc = b.var(const(0, dt), hint="acc")
                 for xrow in rows:
                     with b.loop(t_lo, t_hi, hint="tw") as t:
-                        b.assign(acc, "copy", self._fold_value(acc, b.iadd(xrow, col(o, t))))
-                cnt = None if self.mode == "max" else b.op("mul", i64(k0), self.count(1, o))
-                b.store(self.y, b.iadd(ybase, o), finish(acc, cnt))
+                        b.assign(acc, "copy", add(acc, b.iadd(xrow, col(o, t))))
+                cnt = b.cast(b.op("mul", i64(k0), self.count(1, o)), dt)
+                b.store(self.y, b.iadd(ybase, o), b.op("div", acc, cnt))
 
         border(0, first)
         if first < stop:
             with b.loop(first, stop, hint="w") as o:
-                acc: Operand = self.identity()
+                acc: Operand = const(0, dt)
                 for xrow in rows:
                     for t in range(k1):
-                        acc = self._fold_value(acc, b.iadd(xrow, col(o, i64(t))))
-                b.store(self.y, b.iadd(ybase, o), finish(acc, None))
+                        acc = add(acc, b.iadd(xrow, col(o, i64(t))))
+                b.store(self.y, b.iadd(ybase, o), b.op("div", acc, const(k0 * k1, dt)))
         border(stop, ow_n)
-
-    def _fold_value(self, acc: Operand, xi: Operand) -> Operand:
-        """acc combined with x[xi] (max or sum; no Indices)."""
-        v = self.b.load(self.x, xi)
-        return self.b.op("max" if self.mode == "max" else "add", acc, v)
 
     def _outer_taps(self, i: int, ranges: list, oo: list, taps: list, pos: list,
                     xrow: Operand, ybase: Operand, pl: Operand) -> None:
