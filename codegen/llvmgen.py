@@ -51,7 +51,7 @@ from onnxjit.codegen.scalar import (
     to_storage,
 )
 from onnxjit.errors import CompileError, UnsupportedError
-from onnxjit.ir.loop_canon import kernel_key
+from onnxjit.ir.loop_canon import kernel_args, kernel_key
 from onnxjit.ir.loop_ranges import magnitude, value_ranges
 from onnxjit.ir.loops import (
     Break,
@@ -92,7 +92,7 @@ class KernelTranslator:
         self.scalar = scalar
         self.kernel = kernel
         self.check_index = check_index
-        self.roots = kernel_roots(kernel)
+        self.roots, self.arg_of = kernel_args(kernel)
         self.has_checks = any(isinstance(s, Check) for s in walk(kernel.body))
         self.ranges = value_ranges(kernel.body)
         ret = I32 if self.has_checks else ir.VoidType()
@@ -105,13 +105,13 @@ class KernelTranslator:
         self.fn.linkage = "internal"
         for attr in ("nounwind", "noinline"):
             self.fn.attributes.add(attr)
-        self.ptrs: dict[int, ir.Value] = {}
-        for arg, r in zip(self.fn.args, self.roots):
+        self.ptrs: list[ir.Value] = []
+        for arg, (r, _) in zip(self.fn.args, self.roots):
             arg.name = _ident(r.name)
             if not self.plan:  # a dispatching kernel hands its pointers to other threads
                 arg.add_attribute("noalias")
                 arg.add_attribute("captures(none)")
-            self.ptrs[id(r)] = arg
+            self.ptrs.append(arg)
         self.alloca_block = self.fn.append_basic_block("entry")
         self.b = ir.IRBuilder(self.fn.append_basic_block("body"))
         self.slots: dict[Var, ir.Value] = {}
@@ -157,9 +157,20 @@ class KernelTranslator:
         self.b.store(value, self.slot(v))
 
     def pointer(self, buf: Buffer) -> ir.Value:
-        """The buffer's first element: its root's pointer, plus a view's byte offset."""
-        p, off = self.ptrs[id(buf.root())], buf.root_offset()
-        return load_elem_ptr(self.b, p, off) if off else p
+        """The buffer's first element: its argument's pointer (`loop_canon.kernel_args`), plus
+        the buffer's byte offset from the argument's start. A buffer the kernel does not touch
+        (the root of an outlined loop's slice) is reached from an argument of its root."""
+        k = self.arg_of.get(id(buf))
+        if k is None:
+            return self.at(buf.root(), buf.root_offset())
+        off = buf.root_offset() - self.roots[k][1]
+        return load_elem_ptr(self.b, self.ptrs[k], off) if off else self.ptrs[k]
+
+    def at(self, root: Buffer, offset: int) -> ir.Value:
+        """The address `offset` bytes into `root`, from an argument of that root."""
+        k = next(j for j, (r, _) in enumerate(self.roots) if r is root)
+        off = offset - self.roots[k][1]
+        return load_elem_ptr(self.b, self.ptrs[k], off) if off else self.ptrs[k]
 
     # statements --------------------------------------------------------------------------------
     def stmts(self, body: list[Stmt]) -> None:
@@ -298,17 +309,7 @@ class _Twin:
 
     def __init__(self, of: KernelTranslator, kernel: Kernel):
         self.fn, self.plan, self.has_checks = of.fn, of.plan, of.has_checks
-        self.roots = kernel_roots(kernel)
-
-
-def kernel_roots(kernel: Kernel) -> list[Buffer]:
-    """The root buffers a kernel's function takes, in order of first use."""
-    roots: list[Buffer] = []
-    for buf in kernel.buffers():
-        r = buf.root()
-        if all(r is not x for x in roots):
-            roots.append(r)
-    return roots
+        self.roots = kernel_args(kernel)[0]
 
 
 def uses_pool(program: Program) -> bool:
@@ -353,7 +354,8 @@ def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator |
         nthreads = load_elem(b, consts, i64c(n_consts + 1), PTR, 8)
         pool = [load_elem(b, consts, i64c(n_consts), PTR, 8), b.ptrtoint(nthreads, I64)]
     for kt in kernels:
-        rc = b.call(kt.fn, [root_ptr(r) for r in kt.roots] + (pool if kt.plan else []))
+        args = [load_elem_ptr(b, root_ptr(r), off) if off else root_ptr(r) for r, off in kt.roots]
+        rc = b.call(kt.fn, args + (pool if kt.plan else []))
         if kt.has_checks:
             fail = fn.append_basic_block("fail")
             cont = fn.append_basic_block("ok")

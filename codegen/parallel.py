@@ -240,8 +240,8 @@ def emit_parallel(kt, loop: Loop, captured: list[Var], index: int) -> None:
         return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True,
                      source_etype=ctx_ty)
 
-    for k, r in enumerate(roots):
-        b.store(kt.pointer(r), field(k))
+    for k, (r, off) in enumerate(roots):
+        b.store(kt.at(r, off), field(k))
     for k, v in enumerate(captured):
         b.store(kt.operand(v), field(len(roots) + k))
     start, stop = kt.operand(loop.start), kt.operand(loop.stop)

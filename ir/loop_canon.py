@@ -1,14 +1,16 @@
 """Canonical text of a kernel: equal texts mean the kernels compile to the same code.
 
-Code generation gives every kernel its own function taking the root pointers of the buffers it
-touches (in order of first use) as arguments, so two kernels differing only in WHICH buffers
-they touch (a ResNet's repeated blocks: the same convolution on other weights and activations)
-can share one function, called with different pointers. `kernel_key` prints a kernel with the
-loop-IR printer's statement syntax, but with the buffers named by the position of their root
-in that argument list (plus dtype and shape, and a view's position among the views and its
-byte offset: the function adds it to the root pointer), the variables numbered in order of
-appearance (hints are ignored) and the kernel's name left out.
-Kernels with a `check` are never shared: their failure codes index the program's messages.
+Code generation gives every kernel its own function taking pointers to the storage it touches
+(`kernel_args`: in order of first use, one per root buffer, or one per slice of a root when the
+kernel touches only disjoint slices of it - the blocks of a Concat's output written in place -
+so a function does not depend on where in its root a slice lies), so two kernels differing
+only in WHICH buffers they touch (a ResNet's repeated blocks: the same convolution on other
+weights and activations; DenseNet's layers writing into other slices) can share one function,
+called with different pointers. `kernel_key` prints a kernel with the loop-IR printer's
+statement syntax, but with the buffers named by their argument's position (plus dtype and
+shape, a view's position among the views and its byte offset from the argument), the variables
+numbered in order of appearance (hints are ignored) and the kernel's name left out. Kernels
+with a `check` are never shared: their failure codes index the program's messages.
 """
 
 from __future__ import annotations
@@ -17,19 +19,45 @@ from onnxjit.ir.loop_printer import _Printer
 from onnxjit.ir.loops import Buffer, Check, Kernel, Var, walk
 
 
+def kernel_args(kernel: Kernel) -> tuple[list[tuple[Buffer, int]], dict[int, int]]:
+    """The storage the kernel's function takes: a (root, byte offset) per argument, in order of
+    first use, and the argument of each buffer the kernel touches (by id). A root gets one
+    argument per distinct byte range the kernel touches when those ranges are pairwise disjoint
+    (slices of it: each argument then points at its slice, and may be `noalias`); otherwise
+    (the root itself, or overlapping views, touched) one argument at its start."""
+    touched = kernel.buffers()
+    by_root: dict[int, list[Buffer]] = {}
+    for b in touched:
+        by_root.setdefault(id(b.root()), []).append(b)
+    args: list[tuple[Buffer, int]] = []
+    arg_of: dict[int, int] = {}
+    where: dict[tuple[int, int], int] = {}
+    for b in touched:
+        r = b.root()
+        group = by_root[id(r)]
+        ranges = {(x.root_offset(), x.nbytes) for x in group}
+        spans = sorted(ranges)
+        split = all(x is not r for x in group) and all(
+            a[0] + a[1] <= c[0] for a, c in zip(spans, spans[1:]))
+        key = (id(r), b.root_offset() if split else -1)
+        if key not in where:
+            where[key] = len(args)
+            args.append((r, b.root_offset() if split else 0))
+        arg_of[id(b)] = where[key]
+    return args, arg_of
+
+
 class _Canonical(_Printer):
     def __init__(self, kernel: Kernel) -> None:
         super().__init__()
         self.names: dict[int, str] = {}
-        roots: list[int] = []
+        args, arg_of = kernel_args(kernel)
         views = 0
         for b in kernel.buffers():
-            r = b.root()
-            if id(r) not in roots:
-                roots.append(id(r))
-            name = f"%r{roots.index(id(r))}"
-            if b is not r:
-                name += f"v{views}@{b.root_offset()}"
+            k = arg_of[id(b)]
+            name = f"%r{k}"
+            if b is not b.root():
+                name += f"v{views}@{b.root_offset() - args[k][1]}"
                 views += 1
             shape = ",".join(str(d) for d in b.shape)
             self.names[id(b)] = f"{name}:{b.dtype.short}[{shape}]"

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxjit
 from onnxjit.driver import import_model, lower_signature
 from onnxjit.errors import CompileError
+from onnxjit.ir.loop_canon import kernel_args, kernel_key
 from onnxjit.ir.loop_parser import parse_program
 from onnxjit.ir.loop_printer import print_program
 from onnxjit.ir.loop_verify import verify_program
@@ -51,6 +52,23 @@ def _inception(batch: int) -> tuple:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     return m, RNG.standard_normal((batch, 4, 6, 7)).astype(np.float32)
+
+
+def _summed(nodes: list, inits: list):
+    """x [1, 4, 6, 7] -> nodes -> y = ReduceSum(c2 or c), a scalar (no output aliasing)."""
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [1, 4, 6, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def _check(m) -> None:
+    x = RNG.standard_normal((1, 4, 6, 7)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(onnxjit.compile(m, cache_dir=False)(x)[0], want, rtol=1e-5)
 
 
 def _program(m, shape: tuple) -> Program:
@@ -94,17 +112,28 @@ def test_fully_placed_concat_has_no_kernel() -> None:
              helper.make_node("Relu", ["x"], ["r"]),
              helper.make_node("Concat", ["c1", "r"], ["c2"], axis=1),
              helper.make_node("ReduceSum", ["c2"], ["y"], keepdims=0)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                     [1, 4, 6, 7])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
+    m = _summed(nodes, inits)
     prog = _program(m, (1, 4, 6, 7))
     assert not any(k.name.startswith("concat") for k in prog.kernels)
-    x = RNG.standard_normal((1, 4, 6, 7)).astype(np.float32)
-    want = ort.InferenceSession(m.SerializeToString(),
-                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(onnxjit.compile(m, cache_dir=False)(x)[0], want, rtol=1e-5)
+    # each slice is its kernel's own argument: the function does not depend on the offset
+    args = {k.name: kernel_args(k)[0] for k in prog.kernels}
+    assert any(off > 0 for a in args.values() for _, off in a)
+    _check(m)
+
+
+def test_slices_share_code() -> None:
+    """Two identical convs writing into different slices of a Concat compile to one function
+    (their kernels' canonical texts are equal), and the result is still right."""
+    inits: list = []
+    nodes = [_conv("a", "x", 4, 3, inits), _conv("b", "x", 4, 3, inits),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+             helper.make_node("ReduceSum", ["c"], ["y"], keepdims=0)]
+    m = _summed(nodes, inits)
+    prog = _program(m, (1, 4, 6, 7))
+    convs = [k for k in prog.kernels if k.name.startswith("conv")]
+    assert len(convs) == 2 and kernel_key(convs[0]) == kernel_key(convs[1])
+    assert [off for _, off in kernel_args(convs[1])[0] if off] == [3 * 42 * 4]
+    _check(m)
 
 
 def test_batches_copy() -> None:
