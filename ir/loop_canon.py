@@ -29,21 +29,21 @@ def kernel_args(kernel: Kernel) -> tuple[list[tuple[Buffer, int]], dict[int, int
     by_root: dict[int, list[Buffer]] = {}
     for b in touched:
         by_root.setdefault(id(b.root()), []).append(b)
+    split: dict[int, bool] = {}
+    for rid, group in by_root.items():
+        spans = sorted({(x.root_offset(), x.nbytes) for x in group})
+        split[rid] = all(x.base is not None for x in group) and all(
+            a[0] + a[1] <= c[0] for a, c in zip(spans, spans[1:]))
     args: list[tuple[Buffer, int]] = []
     arg_of: dict[int, int] = {}
     where: dict[tuple[int, int], int] = {}
     for b in touched:
         r = b.root()
-        group = by_root[id(r)]
-        ranges = {(x.root_offset(), x.nbytes) for x in group}
-        spans = sorted(ranges)
-        split = all(x is not r for x in group) and all(
-            a[0] + a[1] <= c[0] for a, c in zip(spans, spans[1:]))
-        key = (id(r), b.root_offset() if split else -1)
-        if key not in where:
-            where[key] = len(args)
-            args.append((r, b.root_offset() if split else 0))
-        arg_of[id(b)] = where[key]
+        at = b.root_offset() if split[id(r)] else 0
+        if (id(r), at) not in where:
+            where[id(r), at] = len(args)
+            args.append((r, at))
+        arg_of[id(b)] = where[id(r), at]
     return args, arg_of
 
 
