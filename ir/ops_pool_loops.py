@@ -10,9 +10,9 @@ Windowed pools (MaxPool, AveragePool, LpPool), one kernel per node. Algorithm:
    the output and strided by s in the input. The width splits at compile time into a left
    border, an interior where every tap is inside the input (no range arithmetic, taps unrolled
    when the kernel is narrow) and a right border, which computes its tap range per element;
-   2-D average pools fuse the rows whose window rows all lie inside the input (`_fused_row`,
-   see FUSED_ROWS): each column sums every tap in the general order and is stored once,
-   divided by its count, instead of being loaded and stored once per window row;
+   2-D max and average pools fuse the rows whose window rows all lie inside the input
+   (`_fused_row`, see FUSED_ROWS): each column folds every tap and is stored once instead of
+   being loaded and stored once per window row;
 3) AveragePool divides by the per-window count (real taps, or taps inside [-pb, D + pe) with
    count_include_pad), a product of per-dim counts from the same range formulas; LpPool takes
    the p-th root.
@@ -43,16 +43,18 @@ from onnxjit.ir.ops_elementwise import int_attr
 from onnxjit.ir.ops_norm_loops import Lanes
 from onnxjit.ir.ops_pool import Geometry, _lp_p, geometry, unpool_shape
 from onnxjit.ir.ops_reduce_loops import emit_reduce
+from onnxjit.ir.types import DType
 
 #: Kernel widths up to this are unrolled inside the loop over the output width.
 UNROLL_TAPS = 8
-#: 2-D average pools fold a row's taps in one pass where its window rows are all inside
-#: (`_fused_row`), for kernels of at most FUSED_TAPS taps; False: every row the general way.
-#: Measured, one thread, against False: 3x3 s1 at 28x28 2.2x, at 14x14 1.13x, 2x2 s2 over 56,
-#: 28 and 14 columns 1.9x, 3.7x, 1.1x (a 20-column one 3.4x, with `target.TUNING`); rows with
-#: border columns and fewer than FUSED_MIN_COLS interior ones lost (10 columns 0.83x, 7 0.92x).
-#: MaxPool keeps the general rows: its NaN-propagating max is a compare, a NaN test and a blend,
-#: and the fused order ran no faster (0.91-1.02x).
+#: 2-D max and average pools fold a row's taps in one pass where its window rows are all
+#: inside (`_fused_row`), for kernels of at most FUSED_TAPS taps; False: every row the general
+#: way. Measured, one thread, against False: average 3x3 s1 at 28x28 2.2x, at 14x14 1.13x, 2x2
+#: s2 over 56, 28 and 14 columns 1.9x, 3.7x, 1.1x (a 20-column one 3.4x, with
+#: `target.TUNING`); average rows with border columns and fewer than FUSED_MIN_COLS interior
+#: ones lost (10 columns 0.83x, 7 0.92x) and keep the general rows. Max 3x3 s2 at 111x111 1.9x,
+#: 3x3 s1 at 28x28 2.3x, at 14x14 2.6x, at 7x7 1.29x (`_fused_max`: 3 instructions a tap, not
+#: 4); SqueezeNet 1.014x, Inception-v1 1.020x (two threads).
 FUSED_ROWS, FUSED_TAPS, FUSED_MIN_COLS = True, 25, 12
 
 
@@ -178,13 +180,14 @@ class _Pool:
         return first, max(first, min(ow_n, last_num // s + 1 if last_num >= 0 else 0))
 
     def _fusable(self) -> bool:
-        """2-D average pools of at most FUSED_TAPS taps, whose rows are all interior columns or
-        have at least FUSED_MIN_COLS of them (see FUSED_ROWS)."""
-        if not (FUSED_ROWS and self.k == 2 and self.mode == "avg"
+        """2-D max (without Indices) and average pools of at most FUSED_TAPS taps; average
+        pools also need rows of all interior columns or at least FUSED_MIN_COLS of them."""
+        if not (FUSED_ROWS and self.k == 2 and self.ind is None and self.mode in ("max", "avg")
                 and self.g.kernel[0] * self.g.kernel[1] <= FUSED_TAPS):
             return False
         first, stop = self._interior()
-        return stop - first >= FUSED_MIN_COLS or first == 0 and stop == int(self.g.out[-1])
+        return (self.mode == "max" or stop - first >= FUSED_MIN_COLS
+                or first == 0 and stop == int(self.g.out[-1]))
 
     def _row_inside(self, o: Operand) -> Operand | None:
         """i64 1 when every tap of output row `o` lies inside the input rows, else 0; None
@@ -199,11 +202,12 @@ class _Pool:
         return b.op("select", ok, i64(1), i64(0))
 
     def _fused_row(self, o0: Operand, xb: Operand, ybase: Operand) -> None:
-        """An average pool's output row whose taps along the rows are all inside: each column
-        sums all its taps and is stored once (the general row loads and stores it once per tap
-        row). The sums run in the general order (0, then tap rows, then columns), so averages
-        are the same bits; interior columns divide by the window size, border columns by their
-        count (`count`: real taps, or with count_include_pad those inside the padding too)."""
+        """An output row whose taps along the rows are all inside: each column folds all its
+        taps and is stored once (the general row loads and stores it once per tap row).
+        Averages sum in the general order (0, then tap rows, then columns), so they are the same
+        bits; interior columns divide by the window size, border columns by their count
+        (`count`: real taps, or with count_include_pad those inside the padding too). Maxima:
+        `_fused_max`."""
         b, g = self.b, self.g
         (s0, s1), (d0, d1), (p0, p1) = g.strides, g.dilations, g.pb
         k0, k1, n = g.kernel[0], g.kernel[1], self.spatial[1]
@@ -218,6 +222,10 @@ class _Pool:
 
         def add(acc: Operand, xi: Operand) -> Operand:
             return b.op("add", acc, b.load(self.x, xi))
+
+        if self.mode == "max":
+            self._fused_max(rows, col, ybase)
+            return
 
         def border(lo: int, hi: int) -> None:
             if lo >= hi:
@@ -239,6 +247,49 @@ class _Pool:
                     for t in range(k1):
                         acc = add(acc, b.iadd(xrow, col(o, i64(t))))
                 b.store(self.y, b.iadd(ybase, o), b.op("div", acc, const(k0 * k1, dt)))
+        border(stop, ow_n)
+
+    def _fused_max(self, rows: list[Operand], col, ybase: Operand) -> None:
+        """`_fused_row` for MaxPool: acc = select(acc > v, acc, v) per tap (x86 `vmaxps`, which
+        keeps v on ties, as the general row's max does with signed zeros) and, for floats, a
+        sticky isnan(v): a window holding a NaN gives NaN, as the general row's NaN-propagating
+        max (a compare, a NaN test and a blend a tap) does."""
+        b, g = self.b, self.g
+        k1, n, ow_n = g.kernel[1], self.spatial[1], int(g.out[1])
+        first, stop = self._interior()
+        dt = self.y.dtype
+        floats = dt.is_float
+
+        def fold(acc: Operand, nan: Operand, xi: Operand) -> tuple[Operand, Operand]:
+            v = b.load(self.x, xi)
+            acc = b.op("select", b.op("gt", acc, v), acc, v)
+            return acc, b.op("or", nan, b.op("isnan", v)) if floats else nan
+
+        def result(acc: Operand, nan: Operand) -> Operand:
+            return b.op("select", nan, const(math.nan, dt), acc) if floats else acc
+
+        def border(lo: int, hi: int) -> None:
+            if lo >= hi:
+                return
+            with b.loop(lo, hi, hint="w") as o:
+                t_lo, t_hi = self.tap_range(1, o, n)
+                acc = b.var(self.identity(), hint="acc")
+                nan = b.var(const(False, DType.BOOL), hint="nan")
+                for xrow in rows:
+                    with b.loop(t_lo, t_hi, hint="tw") as t:
+                        a, f = fold(acc, nan, b.iadd(xrow, col(o, t)))
+                        b.assign(acc, "copy", a)
+                        b.assign(nan, "copy", f)
+                b.store(self.y, b.iadd(ybase, o), result(acc, nan))
+
+        border(0, first)
+        if first < stop:
+            with b.loop(first, stop, hint="w") as o:
+                acc, nan = self.identity(), const(False, DType.BOOL)
+                for xrow in rows:
+                    for t in range(k1):
+                        acc, nan = fold(acc, nan, b.iadd(xrow, col(o, i64(t))))
+                b.store(self.y, b.iadd(ybase, o), result(acc, nan))
         border(stop, ow_n)
 
     def _outer_taps(self, i: int, ranges: list, oo: list, taps: list, pos: list,

@@ -174,6 +174,46 @@ def test_averagepool_fused_rows(fused: bool, shape: tuple, attrs: dict, include:
     np.testing.assert_allclose(got[1], want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape, attrs", [
+    ((2, 3, 17, 40), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 2, 9, 33), dict(kernel_shape=[3, 2])),
+    ((1, 2, 20, 30), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ((1, 2, 7, 7), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], dilations=[1, 2])),
+])
+def test_maxpool_fused_rows_keep_nan_and_signed_zeros(shape: tuple, attrs: dict,
+                                                      monkeypatch) -> None:
+    """MaxPool's fused rows (`ops_pool_loops._fused_max`: a plain max and a sticky NaN test)
+    give the general rows' results: NaN wherever a window holds one, the same signed zero on
+    ties of -0 and +0, infinities; and onnxruntime's on NaN-free data."""
+    from onnxjit import runtime
+    from onnxjit.ir import ops_pool_loops
+
+    a = x(*shape)
+    flat = a.reshape(-1)
+    pick = RNG.choice(flat.size, 40, replace=False)
+    flat[pick[:8]] = np.nan
+    flat[pick[8:20]] = -0.0
+    flat[pick[20:32]] = 0.0
+    flat[pick[32:36]] = np.inf
+    flat[pick[36:]] = -np.inf
+    a[..., 2:5, 1:5] = -0.0
+    a[..., 3, 2] = 0.0
+    m = model("MaxPool", [a], 12, **attrs)
+    got = []
+    for on in (False, True):
+        monkeypatch.setattr(ops_pool_loops, "FUSED_ROWS", on)
+        runtime._MEMORY.clear()  # the process-wide artifact cache does not key on the switch
+        got.append(onnxjit.compile(m, cache_dir=False)(a)[0])
+    np.testing.assert_array_equal(got[1], got[0])  # NaNs in the same places
+    kept = ~np.isnan(got[0])
+    assert np.isnan(got[0]).any() and (got[0][kept] == 0).any()
+    np.testing.assert_array_equal(np.signbit(got[1][kept]), np.signbit(got[0][kept]))
+    clean = np.nan_to_num(a, nan=0.5)
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"in0": clean})[0]
+    np.testing.assert_array_equal(onnxjit.compile(m, cache_dir=False)(clean)[0], want)
+
+
 def test_averagepool_3d_and_1d() -> None:
     check("AveragePool", [x(1, 2, 5, 6, 7)], 19, kernel_shape=[2, 3, 3],
           pads=[1, 0, 1, 1, 1, 1], count_include_pad=1)
