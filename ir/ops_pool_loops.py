@@ -224,7 +224,7 @@ class _Pool:
             return b.op("add", acc, b.load(self.x, xi))
 
         if self.mode == "max":
-            self._fused_max(rows, col, ybase)
+            self._fused_max(rows, col, ybase, first, stop)
             return
 
         def border(lo: int, hi: int) -> None:
@@ -249,14 +249,14 @@ class _Pool:
                 b.store(self.y, b.iadd(ybase, o), b.op("div", acc, const(k0 * k1, dt)))
         border(stop, ow_n)
 
-    def _fused_max(self, rows: list[Operand], col, ybase: Operand) -> None:
+    def _fused_max(self, rows: list[Operand], col, ybase: Operand, first: int,
+                   stop: int) -> None:
         """`_fused_row` for MaxPool: acc = select(acc > v, acc, v) per tap (x86 `vmaxps`, which
         keeps v on ties, as the general row's max does with signed zeros) and, for floats, a
         sticky isnan(v): a window holding a NaN gives NaN, as the general row's NaN-propagating
         max (a compare, a NaN test and a blend a tap) does."""
         b, g = self.b, self.g
         k1, n, ow_n = g.kernel[1], self.spatial[1], int(g.out[1])
-        first, stop = self._interior()
         dt = self.y.dtype
         floats = dt.is_float
 

@@ -337,13 +337,19 @@ def test_few_row_products(threads: int) -> None:
     assert get_pass("prepack-weights").run(packed, PassContext()).changed
     ref = run_program(plain, inputs)
     for prog in (plain, packed):
-        prog = plan(prog, PassContext()).ir
-        got = _run_program(prog, inputs, threads)
-        one = got if threads == 1 else _run_program(prog, inputs, 1)
-        for case, g, o, r in zip(FEW_ROW_CASES, got, one, ref):
-            tol = 2e-6 * case[1] ** 0.5 * 4
-            np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
-            np.testing.assert_array_equal(g, o, err_msg=str(case))
+        _check_threads(plan(prog, PassContext()).ir, inputs, threads, FEW_ROW_CASES, ref)
+
+
+def _check_threads(prog: Program, inputs: list[np.ndarray], threads: int, cases: list,
+                   ref: list) -> None:
+    """Run `prog` on `threads`: each output close to `ref` (case[1] is the depth k) and, on two
+    threads, the same bits as on one."""
+    got = _run_program(prog, inputs, threads)
+    one = got if threads == 1 else _run_program(prog, inputs, 1)
+    for case, g, o, r in zip(cases, got, one, ref):
+        tol = 2e-6 * case[1] ** 0.5 * 4
+        np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
+        np.testing.assert_array_equal(g, o, err_msg=str(case))
 
 
 def test_packed_edge_tiles_every_row_count() -> None:
@@ -407,13 +413,7 @@ def test_constant_a_products(threads: int) -> None:
     from onnxjit.passes.plan_memory import run as plan
 
     p, inputs, expected = _const_a_program(CONST_A_CASES, "const", np.random.default_rng(5))
-    p = plan(p, PassContext()).ir
-    got = _run_program(p, inputs, threads)
-    one = got if threads == 1 else _run_program(p, inputs, 1)
-    for case, g, o, r in zip(CONST_A_CASES, got, one, expected):
-        tol = 2e-6 * case[1] ** 0.5 * 4
-        np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
-        np.testing.assert_array_equal(g, o, err_msg=str(case))
+    _check_threads(plan(p, PassContext()).ir, inputs, threads, CONST_A_CASES, expected)
 
 
 def test_only_constant_a_is_prefetched() -> None:
