@@ -70,6 +70,20 @@ def host_tile(itemsize: int) -> tuple[int, int, int]:
     return tile_shape(itemsize)
 
 
+def whole_vectors(lo: int, hi: int, itemsize: int, stride: int) -> list[tuple[int, int]]:
+    """Column ranges covering [lo, hi) in whole vectors: the largest multiple of the host's
+    vector lanes from lo, then one vector ending at hi that overlaps it; one range when the
+    stride is not 1 or the columns are whole vectors already. For rows whose columns are pure
+    functions of the input (a depthwise conv's fused row, a pool's), so the overlap is
+    recomputed to the same values; without it the vectorizer finishes a 54-column row with
+    half and quarter vectors and scalars (3 full vectors + 4 partial steps per tap, not 4)."""
+    vl = host_tile(itemsize)[0]
+    n = hi - lo
+    if stride != 1 or n <= vl or n % vl == 0:
+        return [(lo, hi)]
+    return [(lo, hi - n % vl), (hi - vl, hi)]
+
+
 def block_rows(gm: Geometry, itemsize: int) -> int:
     """Rows of the first output dim per panel (see the module docstring)."""
     if len(gm.out) < 2:

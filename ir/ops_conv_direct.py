@@ -4,8 +4,8 @@ Parallel over (image, output channel), per output row; the innermost loops run a
 contiguous output row, which the code generator vectorizes. Rows whose taps all stay inside
 the image along the outer dims sum every tap in one pass over their interior columns
 (`bias + sum w_t * x_t`, the weights hoisted per channel; at stride 1 in whole vectors, the
-last one overlapping its neighbour, see `_whole_vectors`); other rows store the bias, then add
-`w * x[row slice]` per tap over its valid range. Small 2-D images go through
+last one overlapping its neighbour, see `ops_conv_blocks.whole_vectors`); other rows store the
+bias, then add `w * x[row slice]` per tap over its valid range. Small 2-D images go through
 `ops_conv_depthwise` (stride-phased copies of each plane) instead. Moved out of `ops_conv`
 (which re-exports `lower_depthwise`) to keep files small.
 """
@@ -20,7 +20,7 @@ from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Operand, i64
 from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext
-from onnxjit.ir.ops_conv_blocks import host_tile
+from onnxjit.ir.ops_conv_blocks import whole_vectors
 from onnxjit.ir.ops_conv_utils import (
     Nest,
     operand,
@@ -91,7 +91,7 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     ctx.kernel("conv_depthwise", b.body)
 
 
-#: Finish stride-1 fused rows with one overlapping whole vector (`_whole_vectors`); False
+#: Finish stride-1 fused rows with one overlapping whole vector (`whole_vectors`); False
 #: restores one loop over the interior. Measured, one thread, 3x3 depthwise + Relu against
 #: False: 144ch at 56x56 1.05x, 96ch at 112x112 1.20x, 32ch at 112x112 1.33x; MobileNetV2-like
 #: 1.016x. Strided rows keep one loop: their 48-column loop is fully unrolled before the loop
@@ -109,19 +109,6 @@ def _axpy(b: Builder, y: Buffer, x: Buffer, yrow: Operand, xrow: Operand, s: int
         at = b.iadd(yrow, i)
         xv = b.load(x, b.iadd(xrow, b.imul(i, s)))
         b.store(y, at, b.op("add", b.load(y, at), b.op("mul", wt, xv)))
-
-
-def _whole_vectors(lo: int, hi: int, itemsize: int, stride: int) -> list[tuple[int, int]]:
-    """Column ranges covering [lo, hi) in whole vectors: the largest multiple of the host's
-    vector lanes from lo, then one vector ending at hi that overlaps it. The fused row is a pure
-    function of x (`y = bias + sum w*x`), so the overlap is recomputed to the same values;
-    without it the vectorizer finishes a 54-column row with half and quarter vectors and
-    scalars (3 full vectors + 4 partial steps per tap instead of 4)."""
-    vl = host_tile(itemsize)[0]
-    n = hi - lo
-    if not OVERLAP_TAIL or stride != 1 or n <= vl or n % vl == 0:
-        return [(lo, hi)]
-    return [(lo, hi - n % vl), (hi - vl, hi)]
 
 
 def _rows_inside(b: Builder, o: list, gm: Geometry) -> Operand | None:
@@ -167,7 +154,9 @@ def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, y
         # f16 sums in f32 and rounds once, then adds the bias, as the reference's matmul
         # does (`narrow.accumulator`); bf16 and wide types accumulate in their own type
         at = accumulator(y.dtype)
-        for lo, hi in _whole_vectors(lo_all, hi_all, y.dtype.itemsize, sw):
+        pieces = whole_vectors(lo_all, hi_all, y.dtype.itemsize, sw) if OVERLAP_TAIL \
+            else [(lo_all, hi_all)]
+        for lo, hi in pieces:
             with b.loop(lo, hi, hint="w") as i:
                 acc: Operand = init if at == y.dtype else const(0, at)
                 for r, xrow in enumerate(rows):

@@ -12,7 +12,9 @@ Windowed pools (MaxPool, AveragePool, LpPool), one kernel per node. Algorithm:
    when the kernel is narrow) and a right border, which computes its tap range per element;
    2-D max and average pools fuse the rows whose window rows all lie inside the input
    (`_fused_row`, see FUSED_ROWS): each column folds every tap and is stored once instead of
-   being loaded and stored once per window row;
+   being loaded and stored once per window row (at stride 1 in whole vectors, see OVERLAP);
+   short rows of pools whose windows all lie inside run as one flat loop per plane instead
+   (`ops_pool_flat`);
 3) AveragePool divides by the per-window count (real taps, or taps inside [-pb, D + pe) with
    count_include_pad), a product of per-dim counts from the same range formulas; LpPool takes
    the p-th root.
@@ -35,6 +37,7 @@ import math
 
 import numpy as np
 
+from onnxjit.ir import ops_pool_fused as fused
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Operand, i64
@@ -42,20 +45,12 @@ from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.ops_elementwise import int_attr
 from onnxjit.ir.ops_norm_loops import Lanes
 from onnxjit.ir.ops_pool import Geometry, _lp_p, geometry, unpool_shape
+from onnxjit.ir.ops_pool_flat import applies as flat_applies
+from onnxjit.ir.ops_pool_flat import lower_flat
 from onnxjit.ir.ops_reduce_loops import emit_reduce
-from onnxjit.ir.types import DType
 
 #: Kernel widths up to this are unrolled inside the loop over the output width.
 UNROLL_TAPS = 8
-#: 2-D max and average pools fold a row's taps in one pass where its window rows are all
-#: inside (`_fused_row`), for kernels of at most FUSED_TAPS taps; False: every row the general
-#: way. Measured, one thread, against False: average 3x3 s1 at 28x28 2.2x, at 14x14 1.13x, 2x2
-#: s2 over 56, 28 and 14 columns 1.9x, 3.7x, 1.1x (a 20-column one 3.4x, with
-#: `target.TUNING`); average rows with border columns and fewer than FUSED_MIN_COLS interior
-#: ones lost (10 columns 0.83x, 7 0.92x) and keep the general rows. Max 3x3 s2 at 111x111 1.9x,
-#: 3x3 s1 at 28x28 2.3x, at 14x14 2.6x, at 7x7 1.29x (`_fused_max`: 3 instructions a tap, not
-#: 4); SqueezeNet 1.014x, Inception-v1 1.020x (two threads).
-FUSED_ROWS, FUSED_TAPS, FUSED_MIN_COLS = True, 25, 12
 
 
 class _Pool:
@@ -140,17 +135,17 @@ class _Pool:
         os_ = row_major_strides(out)
         xplane, oplane = math.prod(self.spatial), math.prod(out)
         planes = x.shape[0] * x.shape[1]
-        fusable = self._fusable()
+        fusable = fused.fusable(self)
         with b.loop(0, planes, parallel=True, hint="p") as pl:
             xb, yb = b.imul(pl, xplane), b.imul(pl, oplane)
             with b.nest(out[:-1]) as oo:
                 ybase = b.iadd(yb, b.linear(oo, os_[:-1]))
-                inside = self._row_inside(oo[0]) if fusable else i64(0)
+                inside = fused.row_inside(self, oo[0]) if fusable else i64(0)
                 if inside is None:  # no row's window reaches past the input's rows
-                    self._fused_row(oo[0], xb, ybase)
+                    fused.fused_row(self, oo[0], xb, ybase)
                 elif fusable:
                     with b.loop(0, inside, hint="interior"):
-                        self._fused_row(oo[0], xb, ybase)
+                        fused.fused_row(self, oo[0], xb, ybase)
                     with b.loop(inside, 1, hint="border"):
                         self._general_row(oo, xb, ybase, pl)
                 else:
@@ -168,8 +163,7 @@ class _Pool:
         if self.mode != "max":
             self._finish(oo, ybase)
 
-    # fused rows ------------------------------------------------------------------------------
-    def _interior(self) -> tuple[int, int]:
+    def interior(self) -> tuple[int, int]:
         """[first, stop): the output columns whose taps all lie inside the input row
         (o*s - pb >= 0 and o*s - pb + (K-1)*d <= n - 1)."""
         g = self.g
@@ -178,119 +172,6 @@ class _Pool:
         first = min(ow_n, -(-pb // s))
         last_num = n - 1 - (kk - 1) * d + pb
         return first, max(first, min(ow_n, last_num // s + 1 if last_num >= 0 else 0))
-
-    def _fusable(self) -> bool:
-        """2-D max (without Indices) and average pools of at most FUSED_TAPS taps; average
-        pools also need rows of all interior columns or at least FUSED_MIN_COLS of them."""
-        if not (FUSED_ROWS and self.k == 2 and self.ind is None and self.mode in ("max", "avg")
-                and self.g.kernel[0] * self.g.kernel[1] <= FUSED_TAPS):
-            return False
-        first, stop = self._interior()
-        return (self.mode == "max" or stop - first >= FUSED_MIN_COLS
-                or first == 0 and stop == int(self.g.out[-1]))
-
-    def _row_inside(self, o: Operand) -> Operand | None:
-        """i64 1 when every tap of output row `o` lies inside the input rows, else 0; None
-        when that holds for every row."""
-        b, g = self.b, self.g
-        s, d, pb, kk, n = g.strides[0], g.dilations[0], g.pb[0], g.kernel[0], self.spatial[0]
-        reach = (kk - 1) * d
-        if pb <= 0 and (int(g.out[0]) - 1) * s + reach - pb < n:
-            return None
-        r0 = b.op("sub", b.imul(o, s), i64(pb))
-        ok = b.op("and", b.op("ge", r0, i64(0)), b.op("lt", b.iadd(r0, i64(reach)), i64(n)))
-        return b.op("select", ok, i64(1), i64(0))
-
-    def _fused_row(self, o0: Operand, xb: Operand, ybase: Operand) -> None:
-        """An output row whose taps along the rows are all inside: each column folds all its
-        taps and is stored once (the general row loads and stores it once per tap row).
-        Averages sum in the general order (0, then tap rows, then columns), so they are the same
-        bits; interior columns divide by the window size, border columns by their count
-        (`count`: real taps, or with count_include_pad those inside the padding too). Maxima:
-        `_fused_max`."""
-        b, g = self.b, self.g
-        (s0, s1), (d0, d1), (p0, p1) = g.strides, g.dilations, g.pb
-        k0, k1, n = g.kernel[0], g.kernel[1], self.spatial[1]
-        ow_n = int(g.out[1])
-        r0 = b.op("sub", b.imul(o0, s0), i64(p0))
-        rows = [b.iadd(xb, b.imul(b.iadd(r0, i64(t * d0)), n)) for t in range(k0)]
-        first, stop = self._interior()
-        dt = self.y.dtype
-
-        def col(o: Operand, t: Operand) -> Operand:
-            return b.iadd(b.op("sub", b.imul(o, s1), i64(p1)), b.imul(t, d1))
-
-        def add(acc: Operand, xi: Operand) -> Operand:
-            return b.op("add", acc, b.load(self.x, xi))
-
-        if self.mode == "max":
-            self._fused_max(rows, col, ybase, first, stop)
-            return
-
-        def border(lo: int, hi: int) -> None:
-            if lo >= hi:
-                return
-            with b.loop(lo, hi, hint="w") as o:
-                t_lo, t_hi = self.tap_range(1, o, n)
-                acc = b.var(const(0, dt), hint="acc")
-                for xrow in rows:
-                    with b.loop(t_lo, t_hi, hint="tw") as t:
-                        b.assign(acc, "copy", add(acc, b.iadd(xrow, col(o, t))))
-                cnt = b.cast(b.op("mul", i64(k0), self.count(1, o)), dt)
-                b.store(self.y, b.iadd(ybase, o), b.op("div", acc, cnt))
-
-        border(0, first)
-        if first < stop:
-            with b.loop(first, stop, hint="w") as o:
-                acc: Operand = const(0, dt)
-                for xrow in rows:
-                    for t in range(k1):
-                        acc = add(acc, b.iadd(xrow, col(o, i64(t))))
-                b.store(self.y, b.iadd(ybase, o), b.op("div", acc, const(k0 * k1, dt)))
-        border(stop, ow_n)
-
-    def _fused_max(self, rows: list[Operand], col, ybase: Operand, first: int,
-                   stop: int) -> None:
-        """`_fused_row` for MaxPool: acc = select(acc > v, acc, v) per tap (x86 `vmaxps`, which
-        keeps v on ties, as the general row's max does with signed zeros) and, for floats, a
-        sticky isnan(v): a window holding a NaN gives NaN, as the general row's NaN-propagating
-        max (a compare, a NaN test and a blend a tap) does."""
-        b, g = self.b, self.g
-        k1, n, ow_n = g.kernel[1], self.spatial[1], int(g.out[1])
-        dt = self.y.dtype
-        floats = dt.is_float
-
-        def fold(acc: Operand, nan: Operand, xi: Operand) -> tuple[Operand, Operand]:
-            v = b.load(self.x, xi)
-            acc = b.op("select", b.op("gt", acc, v), acc, v)
-            return acc, b.op("or", nan, b.op("isnan", v)) if floats else nan
-
-        def result(acc: Operand, nan: Operand) -> Operand:
-            return b.op("select", nan, const(math.nan, dt), acc) if floats else acc
-
-        def border(lo: int, hi: int) -> None:
-            if lo >= hi:
-                return
-            with b.loop(lo, hi, hint="w") as o:
-                t_lo, t_hi = self.tap_range(1, o, n)
-                acc = b.var(self.identity(), hint="acc")
-                nan = b.var(const(False, DType.BOOL), hint="nan")
-                for xrow in rows:
-                    with b.loop(t_lo, t_hi, hint="tw") as t:
-                        a, f = fold(acc, nan, b.iadd(xrow, col(o, t)))
-                        b.assign(acc, "copy", a)
-                        b.assign(nan, "copy", f)
-                b.store(self.y, b.iadd(ybase, o), result(acc, nan))
-
-        border(0, first)
-        if first < stop:
-            with b.loop(first, stop, hint="w") as o:
-                acc, nan = self.identity(), const(False, DType.BOOL)
-                for xrow in rows:
-                    for t in range(k1):
-                        acc, nan = fold(acc, nan, b.iadd(xrow, col(o, i64(t))))
-                b.store(self.y, b.iadd(ybase, o), result(acc, nan))
-        border(stop, ow_n)
 
     def _outer_taps(self, i: int, ranges: list, oo: list, taps: list, pos: list,
                     xrow: Operand, ybase: Operand, pl: Operand) -> None:
@@ -309,7 +190,7 @@ class _Pool:
         b, g, k = self.b, self.g, self.k - 1
         s, d, pb, kk, n = g.strides[k], g.dilations[k], g.pb[k], g.kernel[k], self.spatial[k]
         ow_n = int(g.out[k])
-        first, stop = self._interior()
+        first, stop = self.interior()
 
         def col(o: Operand, t: Operand) -> tuple[Operand, Operand]:
             c = b.iadd(b.op("sub", b.imul(o, s), i64(pb)), b.imul(t, d))
@@ -375,7 +256,11 @@ def pool_lower(ctx: LowerContext, node: Node) -> None:
         return
     g = geometry(node, x.shape[2:])
     b = Builder()
-    _Pool(b, node, x, y, ind, g).emit()
+    pool = _Pool(b, node, x, y, ind, g)
+    if flat_applies(pool):  # rows too short to vectorize: `ops_pool_flat`
+        lower_flat(ctx, pool)
+        return
+    pool.emit()
     ctx.kernel(node.op.lower(), b.body)
 
 

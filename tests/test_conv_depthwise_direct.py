@@ -1,6 +1,6 @@
 """The direct depthwise nest (`ir/ops_conv_direct.py`) on rows whose interior is not a whole
 number of vectors: at stride 1 the fused row ends with one vector that overlaps the previous
-one (`_whole_vectors`). Row widths around the vector lanes (f32 and f64), with and without
+one (`whole_vectors`). Row widths around the vector lanes (f32 and f64), with and without
 bias and a fused Clip + residual epilogue, run in the bounds-checked loop-IR interpreter and
 natively against the reference; the phased lowering is switched off so the direct nest runs."""
 
@@ -15,17 +15,17 @@ from test_conv_depthwise_phased import _model
 import onnxjit
 from onnxjit.codegen.matmul_kernel import tile_shape
 from onnxjit.ir import ops_conv_depthwise
-from onnxjit.ir.ops_conv_direct import _whole_vectors
+from onnxjit.ir.ops_conv_blocks import whole_vectors
 
 RNG = np.random.default_rng(11)
 
 
-def test_whole_vectors_ends_with_an_overlapping_vector():
+def testwhole_vectors_ends_with_an_overlapping_vector():
     vl = tile_shape(4)[0]
-    assert _whole_vectors(1, 1 + 3 * vl + 6, 4, 1) == [(1, 1 + 3 * vl), (7 + 2 * vl, 7 + 3 * vl)]
-    assert _whole_vectors(1, 1 + 2 * vl, 4, 1) == [(1, 1 + 2 * vl)]  # whole already
-    assert _whole_vectors(1, vl, 4, 1) == [(1, vl)]  # shorter than one vector
-    assert _whole_vectors(1, 1 + 3 * vl + 6, 4, 2) == [(1, 1 + 3 * vl + 6)]  # strided: one loop
+    assert whole_vectors(1, 1 + 3 * vl + 6, 4, 1) == [(1, 1 + 3 * vl), (7 + 2 * vl, 7 + 3 * vl)]
+    assert whole_vectors(1, 1 + 2 * vl, 4, 1) == [(1, 1 + 2 * vl)]  # whole already
+    assert whole_vectors(1, vl, 4, 1) == [(1, vl)]  # shorter than one vector
+    assert whole_vectors(1, 1 + 3 * vl + 6, 4, 2) == [(1, 1 + 3 * vl + 6)]  # strided: one loop
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
