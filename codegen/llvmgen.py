@@ -35,6 +35,7 @@ import math
 
 from llvmlite import ir
 
+from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.irutil import for_range, i64c, interleave_md, load_elem, store_elem
 from onnxjit.codegen.matmul import emit_matmul
 from onnxjit.codegen.narrow_matmul import emit_narrow_matmul
@@ -174,8 +175,18 @@ class KernelTranslator:
 
     # statements --------------------------------------------------------------------------------
     def stmts(self, body: list[Stmt]) -> None:
-        for s in body:
+        skip = None
+        for k, s in enumerate(body):
+            if s is skip:
+                continue
             planned = self.plan.get(id(s))  # top-level, or directly in a serial top-level loop
+            if isinstance(s, Matmul) and planned is None and FUSE_EPILOGUES \
+                    and k + 1 < len(body) and id(body[k + 1]) not in self.plan:
+                fused = match_epilogue(s, body[k + 1])
+                if fused is not None:
+                    if self.matmul(s, fused.bind(self)):
+                        skip = body[k + 1]  # the nest ran in the product's stores
+                    continue
             if planned is None:
                 self.stmt(s)
             else:
@@ -249,20 +260,31 @@ class KernelTranslator:
                 b.ret(ir.Constant(I32, 1 + self.check_index[id(s)]))
                 b.position_at_end(cont)
             case Matmul():
-                ptrs = (self.pointer(s.c), self.pointer(s.a), self.pointer(s.b))
-                offs = tuple(self.index(o) for o in (s.c_off, s.a_off, s.b_off))
-                if s.c.dtype in NARROW_FLOATS:  # the microkernel computes in its storage type
-                    if s.a.dtype != s.c.dtype or s.b.dtype != s.c.dtype:
-                        raise UnsupportedError(f"matrix product of {s.a.dtype.short} and "
-                                               f"{s.b.dtype.short} into {s.c.dtype.short}",
-                                               where=f"kernel {self.kernel.name}")
-                    emit_narrow_matmul(b, self.scalar, s, ptrs, offs)  # type: ignore[arg-type]
-                    return
-                emit_matmul(b, s, ptrs, offs, where=f"kernel {self.kernel.name}")
+                self.matmul(s)
             case _:
                 raise CompileError(f"unknown statement {type(s).__name__}",
                                    where=f"kernel {self.kernel.name}")
 
+
+    def matmul(self, s: Matmul, epilogue=None) -> bool:
+        """Emit a Matmul; `epilogue` (an `epilogue_fuse.Fused`) goes into its stores when the
+        tiled kernel takes it. Returns whether it did."""
+        ptrs = (self.pointer(s.c), self.pointer(s.a), self.pointer(s.b))
+        offs = tuple(self.index(o) for o in (s.c_off, s.a_off, s.b_off))
+        if s.c.dtype in NARROW_FLOATS:  # the microkernel computes in its storage type
+            if s.a.dtype != s.c.dtype or s.b.dtype != s.c.dtype:
+                raise UnsupportedError(f"matrix product of {s.a.dtype.short} and "
+                                       f"{s.b.dtype.short} into {s.c.dtype.short}",
+                                       where=f"kernel {self.kernel.name}")
+            emit_narrow_matmul(self.b, self.scalar, s, ptrs, offs)  # type: ignore[arg-type]
+            return False
+        return emit_matmul(self.b, s, ptrs, offs, where=f"kernel {self.kernel.name}",
+                           epilogue=epilogue)
+
+
+#: A Matmul's epilogue nest runs in the tiled kernel's stores (`epilogue_fuse`); False: as a
+#: pass over C after the product.
+FUSE_EPILOGUES = True
 
 #: Ops whose polynomial code is a long dependent chain: an innermost loop computing one is
 #: interleaved twice (measured: the 4M-float sigmoid(erf(tanh)) chain 13% faster).

@@ -248,25 +248,27 @@ def packs_b(s: Matmul) -> bool:
 
 
 def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequence[ir.Value],
-                where: object = None) -> None:
+                where: object = None, epilogue=None) -> bool:
     """Emit `s` at the builder's position; `ptrs` are the (C, A, B) root pointers and `offs`
-    the i64 element offsets of the windows."""
+    the i64 element offsets of the windows. `epilogue` (an `epilogue_fuse.Fused`) is applied
+    in the tiled kernel's stores when it can be; returns whether it was."""
     dt = s.c.dtype
     if s.a.dtype != dt or s.b.dtype != dt or not (dt.is_float or dt.is_int):
         raise UnsupportedError(f"Matmul of {s.a.dtype.short} x {s.b.dtype.short} -> "
                                f"{dt.short} is not supported", where=where)
     if s.m == 0 or s.n == 0:
-        return
+        return False
+    tile = None
     if s.b_packed and s.k > 0:  # whatever the sizes (a split product's leftover rows)
-        TileGemm(b, s, ptrs, offs).emit()
-        return
-    if s.k > 0 and dt.is_float and s.m * s.n * s.k >= TILE_WORK:
+        tile = TileGemm(b, s, ptrs, offs, epilogue=epilogue)
+    elif s.k > 0 and dt.is_float and s.m * s.n * s.k >= TILE_WORK:
         if s.m >= PACK_MIN_M or s.b_trans and s.m >= PACK_MIN_M_T:
-            TileGemm(b, s, ptrs, offs).emit()
-            return
-        if not s.b_trans and s.m > 1:
-            TileGemm(b, s, ptrs, offs, unpacked=True).emit()
-            return
+            tile = TileGemm(b, s, ptrs, offs, epilogue=epilogue)
+        elif not s.b_trans and s.m > 1:
+            tile = TileGemm(b, s, ptrs, offs, unpacked=True, epilogue=epilogue)
+    if tile is not None:
+        tile.emit()
+        return tile.epi is not None
     e = _Emitter(b, s, ptrs, offs)
     if s.k == 0:  # an empty sum: C = 0, or C unchanged
         if not s.accumulate:
@@ -277,3 +279,4 @@ def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequ
         if not s.accumulate:
             e.zero_c()
         e.axpy()
+    return False

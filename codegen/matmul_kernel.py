@@ -75,7 +75,10 @@ def panel_width(itemsize: int) -> int:
 class TileGemm:
     """Emits one float Matmul as the tiled/packed kernel at the builder's position."""
 
-    def __init__(self, b: ir.IRBuilder, s: Matmul, ptrs, offs, unpacked: bool = False):
+    def __init__(self, b: ir.IRBuilder, s: Matmul, ptrs, offs, unpacked: bool = False,
+                 epilogue=None):
+        """`epilogue`: an `epilogue_fuse.Fused` to apply in the stores; taken (self.epi) only
+        by products of one depth block, whose stores are final."""
         self.b, self.s = b, s
         self.pc, self.pa, self.pb = ptrs
         self.c_off, self.a_off, self.b_off = offs
@@ -97,6 +100,7 @@ class TileGemm:
         self.unpacked = unpacked
         self.fetch_a = PREFETCH_A > 0 and not s.a_trans and s.a.kind == "const"
         self.kc = min(KC, s.k)
+        self.epi = epilogue
         # panels per packed block: the block (kc x ncp*nr) within PACK_BYTES
         self.ncp = max(1, PACK_BYTES // (self.kc * self.nr * self.isz))
         sfx = "f32" if self.isz == 4 else "f64"
@@ -179,12 +183,15 @@ class TileGemm:
               b_row: Callable[[ir.Value], tuple[ir.Value, int]],
               a_at: Callable[[int, ir.Value], ir.Value],
               first: ir.Value | bool | None,
-              a_next: Callable[[ir.Value, ir.Value], ir.Value] | None = None) -> None:
+              a_next: Callable[[ir.Value, ir.Value], ir.Value] | None = None,
+              last: ir.Value | bool = True) -> None:
         """C[i:i+mr, col:col+sum(lanes)] (+)= alpha * A'[i:i+mr, pc:pc+kc] @ Bpanel: row kk of
         the B panel starts at b_row(kk) = (pointer, alignment), A'[i+q, pc+kk] is at a_at(q, kk);
         `first` (True: always, an i1, None: never) selects overwriting C instead of adding.
         `a_next(q, kk)`, when given, is the address of the next tile's A'[q, pc+kk]: each k step
-        prefetches row kk mod mr of it PREFETCH_A elements ahead."""
+        prefetches row kk mod mr of it PREFETCH_A elements ahead. `last` (True, or an i1: the
+        depth block is the product's last) says when the stores are final: then the epilogue
+        (`self.epi`), if any, runs on each vector before its store."""
         b, nv = self.b, len(lanes)
 
         def step(kk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
@@ -200,20 +207,36 @@ class TileGemm:
             return out
 
         accs = for_range_carry(b, 0, kc, 1, [self.zero] * (mr * nv), step, "kr")
-        for q in range(mr):
-            row = self.add(self.c_off, self.mul(self.add(i, i64c(q)), self.s.ldc), col)
-            for v in range(nv):
-                p = self.gep(self.pc, self.add(row, i64c(v * self.vl)))
-                acc = accs[q * nv + v]
-                scaled = acc if self.alpha is None else b.fmul(self.alpha, acc)
-                if first is True:
-                    self.vstore(scaled, p, lanes[v])
-                    continue
-                old = self.vload(p, lanes[v], self.isz)
-                plus = (b.fadd(old, acc) if self.alpha is None
-                        else b.call(self.fma, [self.alpha, acc, old]))
-                self.vstore(plus if first is None else b.select(first, scaled, plus), p,
-                            lanes[v])
+
+        def store(epi) -> None:
+            for q in range(mr):
+                if epi is not None:
+                    epi.row(b, self.add(i, i64c(q)))
+                row = self.add(self.c_off, self.mul(self.add(i, i64c(q)), self.s.ldc), col)
+                for v in range(nv):
+                    p = self.gep(self.pc, self.add(row, i64c(v * self.vl)))
+                    acc = accs[q * nv + v]
+                    scaled = acc if self.alpha is None else b.fmul(self.alpha, acc)
+                    if first is True:
+                        out = scaled
+                    else:
+                        old = self.vload(p, lanes[v], self.isz)
+                        plus = (b.fadd(old, acc) if self.alpha is None
+                                else b.call(self.fma, [self.alpha, acc, old]))
+                        out = plus if first is None else b.select(first, scaled, plus)
+                    if epi is not None:
+                        out = epi.apply(b, self.add(col, i64c(v * self.vl)), out, lanes[v],
+                                        self.vload)
+                    self.vstore(out, p, lanes[v])
+
+        if self.epi is None or last is True:
+            store(self.epi)
+            return
+        with b.if_else(last) as (final, partial):
+            with final:
+                store(self.epi)
+            with partial:
+                store(None)
 
     # driver ------------------------------------------------------------------------------------
     def emit(self) -> None:
@@ -248,6 +271,7 @@ class TileGemm:
                 first = True
             else:
                 first = b.icmp_signed("==", pc, i64c(0))
+            last = True if s.k <= self.kc else b.icmp_signed(">=", b.add(pc, kc), i64c(s.k))
             if self.bp is not None:
                 self.pack(pc, kc, col0, npanels, lanes)
             pstride = b.mul(kc, i64c(pw), flags=["nsw"])
@@ -281,7 +305,7 @@ class TileGemm:
                         def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
                             return self.gep(self.bp, self.add(start, self.mul(kk, pw))), aligned
                     self.micro(i, mr, lanes, col, kc, b_row, a_at, first,
-                               a_next if fetch else None)
+                               a_next if fetch else None, last)
 
                 if self.fetch_a:  # the first panel prefetches, the others find A in L1
                     panel(i64c(0), fetch=True)

@@ -18,8 +18,9 @@ block's Matmul (inside the same parallel iteration, while the block is still in 
 `Epilogue.emit` on that 2-D window (offset, leading dim, rows, cols, channel of row 0): one
 row loop (per-channel values loaded once per row for Conv) around a contiguous column loop
 that loads the product, adds the conv bias, runs the members' scalar rules and stores the
-result in place. A batched MatMul splits its rows into blocks of about `EPI_BLOCK_BYTES` of
-output so the epilogue still finds each block in cache.
+result in place (code generation runs that nest in the tiled product's stores where it can:
+`codegen/epilogue_fuse.py`). A batched MatMul splits its rows into blocks of about
+`EPI_BLOCK_BYTES` of output so the epilogue still finds each block in cache.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from onnxjit.ir.shape_utils import tensor_input
 
 #: Output bytes per row block of a matmul with an epilogue (about a quarter of a core's L2).
 EPI_BLOCK_BYTES = 256 << 10
+SKIP = False
 
 
 def extra_kind(shape: Sequence[int], out: Sequence[int], chan_axis: int) -> str | None:
@@ -87,6 +89,8 @@ class Epilogue:
         channel row0 + r (Conv) or the columns are the channels (MatMul). `parallel` marks
         the row loop parallel (only when the caller is not inside a parallel loop)."""
         y = self.y
+        if SKIP:
+            return
         with b.loop(0, rows, hint="er", parallel=parallel) as r:
             base = b.iadd(off, b.imul(r, ld))
             per_row: dict[int, Operand] = {}

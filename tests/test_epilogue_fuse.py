@@ -1,0 +1,135 @@
+"""Epilogues applied in the tiled kernel's stores (`codegen/epilogue_fuse.py`): a fused conv's or
+matmul's epilogue nest is recognized after its Matmul and run on the accumulator vectors. Each
+case compiles with the fusion on and off (`llvmgen.FUSE_EPILOGUES`): the results must be the
+same bits (NaN and infinities in the inputs included), close to onnxruntime, on one and two
+threads, and the separate pass (the nest's column loop, `ec`) must be gone from the LLVM IR
+exactly where the fusion applies."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+from onnxjit import runtime
+from onnxjit.codegen import llvmgen
+from onnxjit.codegen.epilogue_fuse import match
+from onnxjit.ir.loops import Loop, Matmul
+from onnxjit.ir.types import DType
+
+RNG = np.random.default_rng(3)
+
+
+def _conv(cin: int, cout: int, hw: int, tail: str, k: int = 1, stride: int = 1) -> tuple:
+    """Conv (bias) + `tail` ('clip', 'relu', 'res' = Add of a second input, 'res_relu',
+    'sigmoid', 'none'); returns (model, feeds)."""
+    w = (RNG.standard_normal((cout, cin, k, k)) * 0.2).astype(np.float32)
+    bias = RNG.standard_normal(cout).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
+                              pads=[k // 2] * 4, strides=[stride, stride])]
+    out = (hw + 2 * (k // 2) - k) // stride + 1
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])]
+    feeds = {"x": RNG.standard_normal((1, cin, hw, hw)).astype(np.float32)}
+    last = "c"
+    if tail.startswith("res"):
+        ins.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, cout, out, out]))
+        feeds["r"] = RNG.standard_normal((1, cout, out, out)).astype(np.float32)
+        nodes.append(helper.make_node("Add", ["c", "r"], ["s"]))
+        last = "s"
+    if tail == "clip":
+        inits += [numpy_helper.from_array(np.array(v, np.float32), n)
+                  for v, n in ((0.0, "lo"), (6.0, "hi"))]
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
+    elif tail in ("relu", "res_relu", "sigmoid"):
+        nodes.append(helper.make_node("Sigmoid" if tail == "sigmoid" else "Relu", [last], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [1, cout, out, out])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), feeds
+
+
+def _mlp(m: int, k: int, n: int) -> tuple:
+    w = (RNG.standard_normal((k, n)) * 0.2).astype(np.float32)
+    bias = RNG.standard_normal(n).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["s"]),
+         helper.make_node("Relu", ["s"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model, {"x": RNG.standard_normal((m, k)).astype(np.float32)}
+
+
+def _compiled(model, feeds: dict, on: bool, threads: int, tmp_path, monkeypatch) -> tuple:
+    """(outputs, LLVM IR text) with the fusion on or off."""
+    monkeypatch.setattr(llvmgen, "FUSE_EPILOGUES", on)
+    runtime._MEMORY.clear()  # the process-wide artifact cache does not key on the switch
+    dump = tmp_path / f"dump{int(on)}{threads}"
+    out = onnxjit.compile(model, num_threads=threads, cache_dir=False, dump_ir=str(dump))(
+        **feeds)[0]
+    (ll,) = dump.glob("*/12-llvm.ll")
+    return out, ll.read_text()
+
+
+@pytest.mark.parametrize("case, fused", [
+    (("conv", 16, 96, 56, "clip"), True),      # MobileNetV2's expansions
+    (("conv", 24, 20, 13, "relu"), True),      # edge tiles: 20 rows, 169 columns
+    (("conv", 40, 24, 28, "res"), True),       # residual: an extra of Y's shape
+    (("conv", 64, 32, 14, "res_relu"), True),
+    (("conv", 96, 24, 28, "none"), True),      # the bias alone
+    (("conv", 16, 32, 28, "sigmoid"), False),  # no vector form: the separate pass
+    (("conv", 320, 64, 40, "res_relu"), True),  # two depth blocks: in the last one's stores
+    (("conv", 64, 48, 80, "clip", 3, 2), True),  # im2col panels, depth 576
+    (("conv", 300, 64, 14, "relu"), False),    # the transposed form: its own epilogue pass
+    # a top-level product is split over threads by codegen and its nest is a parallel loop
+    # of its own: the separate pass stays
+    (("mlp", 32, 200, 150), False),
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_epilogue_in_stores_is_bit_identical(case: tuple, fused: bool, threads: int, tmp_path,
+                                             monkeypatch) -> None:
+    model, feeds = _conv(*case[1:]) if case[0] == "conv" else _mlp(*case[1:])
+    x = feeds["x"].reshape(-1)
+    x[RNG.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, np.nan, 1e30, -1e30]
+    got_off, ll_off = _compiled(model, feeds, False, threads, tmp_path, monkeypatch)
+    got_on, ll_on = _compiled(model, feeds, True, threads, tmp_path, monkeypatch)
+    assert "ec.head:" in ll_off
+    assert ("ec.head:" not in ll_on) == fused
+    np.testing.assert_array_equal(got_on, got_off)
+    clean = {k: np.nan_to_num(v, nan=0.5, posinf=3.0, neginf=-3.0) for k, v in feeds.items()}
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, clean)[0]
+    monkeypatch.setattr(llvmgen, "FUSE_EPILOGUES", True)
+    runtime._MEMORY.clear()
+    got = onnxjit.compile(model, num_threads=threads, cache_dir=False)(**clean)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_match_needs_the_products_own_window() -> None:
+    """The nest must cover exactly the Matmul's window of C: one row short, or another
+    buffer's store, is left alone."""
+    from onnxjit.driver import import_model, lower_signature
+    from onnxjit.options import CompileOptions
+
+    model, _ = _conv(16, 96, 56, "clip")
+    opts = CompileOptions(verify=False)
+    prog = lower_signature(import_model(model.SerializeToString(), opts),
+                           ((DType.FLOAT, (1, 16, 56, 56)),), opts)[1]
+    pairs = []
+    for k in prog.kernels:
+        for s in k.body:
+            if isinstance(s, Loop):
+                body = s.body
+                pairs += [(a, n) for a, n in zip(body, body[1:]) if isinstance(a, Matmul)]
+    assert pairs and all(match(a, n) is not None for a, n in pairs)
+    mm, nest = pairs[0]
+    short = Loop(nest.var, nest.start, type(nest.stop)(mm.m - 1, nest.stop.dtype), 1, nest.body)
+    assert match(mm, short) is None
+    other = Matmul(mm.a, mm.c_off, mm.ldc, mm.a, mm.a_off, mm.lda, mm.b, mm.b_off, mm.ldb,
+                   mm.m, mm.n, mm.k)
+    assert match(other, nest) is None
