@@ -42,7 +42,6 @@ from onnxjit.ir.shape_utils import tensor_input
 
 #: Output bytes per row block of a matmul with an epilogue (about a quarter of a core's L2).
 EPI_BLOCK_BYTES = 256 << 10
-SKIP = False
 
 
 def extra_kind(shape: Sequence[int], out: Sequence[int], chan_axis: int) -> str | None:
@@ -89,35 +88,40 @@ class Epilogue:
         channel row0 + r (Conv) or the columns are the channels (MatMul). `parallel` marks
         the row loop parallel (only when the caller is not inside a parallel loop)."""
         y = self.y
-        if SKIP:
-            return
         with b.loop(0, rows, hint="er", parallel=parallel) as r:
             base = b.iadd(off, b.imul(r, ld))
-            per_row: dict[int, Operand] = {}
-            bias = None
-            if self.chan_on_rows:
-                chan = b.iadd(row0, r)
-                per_row = {k: b.load(buf, chan) for k, (kind, buf) in enumerate(self.extras)
-                           if kind == "chan"}  # type: ignore[arg-type]
-                bias = b.load(self.bias, chan) if self.bias is not None else None
+            per_row = self.per_row(b, b.iadd(row0, r)) if self.chan_on_rows else {}
             with b.loop(0, cols, hint="ec") as c:
                 at = b.iadd(base, c)
-                acc: Operand = b.load(y, at)
-                if bias is not None:
-                    acc = b.op("add", acc, bias)
-                args: list[Operand] = []
-                for k, (kind, src) in enumerate(self.extras):
-                    if kind == "const":
-                        args.append(src)  # type: ignore[arg-type]
-                    elif kind == "scalar":
-                        args.append(b.load(src, i64(0)))  # type: ignore[arg-type]
-                    elif kind == "full":
-                        args.append(b.load(src, at))  # type: ignore[arg-type]
-                    elif k in per_row:
-                        args.append(per_row[k])
-                    else:
-                        args.append(b.load(src, c))  # type: ignore[arg-type]
-                b.store(y, at, b.cast(self._scalar(b, acc, args), y.dtype))
+                b.store(y, at, self.value(b, b.load(y, at), at, c, per_row))
+
+    def per_row(self, b: Builder, chan: Operand) -> dict:
+        """The per-channel values of channel `chan` (Conv): the "chan" extras and the bias."""
+        out: dict = {k: b.load(buf, chan) for k, (kind, buf) in enumerate(self.extras)
+                     if kind == "chan"}  # type: ignore[arg-type]
+        if self.bias is not None:
+            out["bias"] = b.load(self.bias, chan)
+        return out
+
+    def value(self, b: Builder, acc: Operand, at: Operand, c: Operand, per_row: dict
+              ) -> Operand:
+        """The epilogue of one element: `acc` is the product at flat index `at` of Y (column
+        c of its block); `per_row` comes from `per_row` for its channel (Conv)."""
+        if "bias" in per_row:
+            acc = b.op("add", acc, per_row["bias"])
+        args: list[Operand] = []
+        for k, (kind, src) in enumerate(self.extras):
+            if kind == "const":
+                args.append(src)  # type: ignore[arg-type]
+            elif kind == "scalar":
+                args.append(b.load(src, i64(0)))  # type: ignore[arg-type]
+            elif kind == "full":
+                args.append(b.load(src, at))  # type: ignore[arg-type]
+            elif k in per_row:
+                args.append(per_row[k])
+            else:
+                args.append(b.load(src, c))  # type: ignore[arg-type]
+        return b.cast(self._scalar(b, acc, args), self.y.dtype)
 
     def _scalar(self, b: Builder, acc: Operand, args: list[Operand]) -> Operand:
         if self.body is None:
@@ -155,7 +159,7 @@ def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
     extras = node.inputs[3:]
     if gm.cg == 1:
         epi = Epilogue(ctx, node, extras, y, chan_axis=1)
-        lower_depthwise(ctx, gm, x, w, y, bias, epilogue=epi.emit)
+        lower_depthwise(ctx, gm, x, w, y, bias, epilogue=epi.emit, element=epi)
         return
     epi = Epilogue(ctx, node, extras, y, chan_axis=1, bias=bias)
     lower_gemm_conv(ctx, gm, x, w, y, False, x.dtype, lambda bb, i: bb.load(x, i),

@@ -3,7 +3,8 @@ matmul's epilogue nest is recognized after its Matmul and run on the accumulator
 case compiles with the fusion on and off (`llvmgen.FUSE_EPILOGUES`): the results must be the
 same bits (NaN and infinities in the inputs included), close to onnxruntime, on one and two
 threads, and the separate pass (the nest's column loop, `ec`) must be gone from the LLVM IR
-exactly where the fusion applies."""
+exactly where the fusion applies. Depthwise convs apply theirs in the fused rows
+(`ops_conv_direct.INLINE_EPILOGUE`), checked the same way."""
 
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from onnxjit.ir.types import DType
 RNG = np.random.default_rng(3)
 
 
-def _conv(cin: int, cout: int, hw: int, tail: str, k: int = 1, stride: int = 1) -> tuple:
+def _conv(cin: int, cout: int, hw: int, tail: str, k: int = 1, stride: int = 1,
+          group: int = 1) -> tuple:
     """Conv (bias) + `tail` ('clip', 'relu', 'res' = Add of a second input, 'res_relu',
     'sigmoid', 'none'); returns (model, feeds)."""
-    w = (RNG.standard_normal((cout, cin, k, k)) * 0.2).astype(np.float32)
+    w = (RNG.standard_normal((cout, cin // group, k, k)) * 0.2).astype(np.float32)
     bias = RNG.standard_normal(cout).astype(np.float32)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k],
-                              pads=[k // 2] * 4, strides=[stride, stride])]
+                              pads=[k // 2] * 4, strides=[stride, stride], group=group)]
     out = (hw + 2 * (k // 2) - k) // stride + 1
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")]
     ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, hw, hw])]
@@ -105,6 +107,37 @@ def test_epilogue_in_stores_is_bit_identical(case: tuple, fused: bool, threads: 
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, clean)[0]
     monkeypatch.setattr(llvmgen, "FUSE_EPILOGUES", True)
+    runtime._MEMORY.clear()
+    got = onnxjit.compile(model, num_threads=threads, cache_dir=False)(**clean)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [
+    (48, 48, 56, "clip", 3, 1, 48),    # MobileNetV2's depthwise convs, whole-vector rows
+    (32, 32, 113, "clip", 3, 2, 32),   # stride 2, an odd row
+    (24, 24, 40, "res_relu", 5, 1, 24),
+    (16, 16, 33, "sigmoid", 3, 1, 16),  # any elementwise epilogue: it is loop IR
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_epilogue_in_rows_is_bit_identical(case: tuple, threads: int,
+                                                     monkeypatch) -> None:
+    """Depthwise convs apply the epilogue in their fused rows' interior loop
+    (`ops_conv_direct.INLINE_EPILOGUE`) and as a pass over the other columns and rows: the
+    same bits as the pass over each plane, and onnxruntime's values."""
+    from onnxjit.ir import ops_conv_direct
+
+    model, feeds = _conv(*case)
+    x = feeds["x"].reshape(-1)
+    x[RNG.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, np.nan, 1e30, -1e30]
+    got = []
+    for on in (False, True):
+        monkeypatch.setattr(ops_conv_direct, "INLINE_EPILOGUE", on)
+        runtime._MEMORY.clear()
+        got.append(onnxjit.compile(model, num_threads=threads, cache_dir=False)(**feeds)[0])
+    np.testing.assert_array_equal(got[1], got[0])
+    clean = {k: np.nan_to_num(v, nan=0.5, posinf=3.0, neginf=-3.0) for k, v in feeds.items()}
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, clean)[0]
     runtime._MEMORY.clear()
     got = onnxjit.compile(model, num_threads=threads, cache_dir=False)(**clean)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
