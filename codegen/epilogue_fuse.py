@@ -177,9 +177,10 @@ def match(mm: Matmul, nest: Stmt) -> Fused | None:
             if any(a is inner.var or a is at or a is nest.var for a in s.args):
                 return None
             if _uses_any(s.args, local):
-                if s.op not in VECTOR_OPS or (s.op == "cast"
-                                              and s.args[0].dtype != s.dst.dtype):
-                    return None
+                if s.op not in VECTOR_OPS or s.dst.dtype.is_int or any(
+                        a.dtype.is_int for a in s.args) or (
+                        s.op == "cast" and s.args[0].dtype != s.dst.dtype):
+                    return None  # integer lanes: the scalar rules' guards are not vectors
                 local.add(id(s.dst))
         else:
             return None

@@ -265,7 +265,6 @@ class KernelTranslator:
                 raise CompileError(f"unknown statement {type(s).__name__}",
                                    where=f"kernel {self.kernel.name}")
 
-
     def matmul(self, s: Matmul, epilogue=None) -> bool:
         """Emit a Matmul; `epilogue` (an `epilogue_fuse.Fused`) goes into its stores when the
         tiled kernel takes it. Returns whether it did."""

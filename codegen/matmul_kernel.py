@@ -77,8 +77,8 @@ class TileGemm:
 
     def __init__(self, b: ir.IRBuilder, s: Matmul, ptrs, offs, unpacked: bool = False,
                  epilogue=None):
-        """`epilogue`: an `epilogue_fuse.Fused` to apply in the stores; taken (self.epi) only
-        by products of one depth block, whose stores are final."""
+        """`epilogue`: an `epilogue_fuse.Fused` applied in the stores of the last depth block
+        (`micro`'s `last`), whose stores are final."""
         self.b, self.s = b, s
         self.pc, self.pa, self.pb = ptrs
         self.c_off, self.a_off, self.b_off = offs
