@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from onnxjit.codegen.irutil import i64c
+from onnxjit.codegen.irutil import splat
 from onnxjit.codegen.scalar import compute_type, constant
 from onnxjit.ir.loop_ranges import magnitude
 from onnxjit.ir.loops import Const, Load, Loop, Matmul, Op, Operand, Stmt, Store, Var
@@ -106,14 +106,6 @@ class Fused:
                 out = vec(s.value)
         assert out is not None
         return out
-
-
-def splat(b: ir.IRBuilder, x: ir.Value, vl: int) -> ir.Value:
-    """x in every lane of a vector of vl lanes."""
-    ty = ir.VectorType(x.type, vl)
-    v = b.insert_element(ir.Constant(ty, ir.Undefined), x, i64c(0))
-    return b.shuffle_vector(v, ir.Constant(ty, ir.Undefined),
-                            ir.Constant(ir.VectorType(ir.IntType(32), vl), [0] * vl))
 
 
 def match(mm: Matmul, nest: Stmt) -> Fused | None:

@@ -4,7 +4,9 @@
 expect: a header testing `i < stop`, `i + step` with `nsw` in the latch, so scalar evolution
 computes the trip count and the vectorizer can widen the body). Element access is a GEP on the
 element type with an i64 flat index, `inbounds` (every index the loop IR produces is inside its
-buffer), aligned to the element size (numpy arrays and the arena guarantee it).
+buffer), aligned to the element size (numpy arrays and the arena guarantee it). `splat`
+broadcasts a scalar to a vector (insertelement + shufflevector, which LLVM turns into one
+broadcast).
 """
 
 from __future__ import annotations
@@ -113,3 +115,11 @@ class Callee:
 
     def get_reference(self) -> str:
         return self.value.get_reference()
+
+
+def splat(b: ir.IRBuilder, x: ir.Value, lanes: int) -> ir.Value:
+    """x in every lane of a vector of `lanes` lanes."""
+    ty = ir.VectorType(x.type, lanes)
+    v = b.insert_element(ir.Constant(ty, ir.Undefined), x, i64c(0))
+    return b.shuffle_vector(v, ir.Constant(ty, ir.Undefined),
+                            ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))

@@ -165,13 +165,13 @@ class KernelTranslator:
         if k is None:
             return self.at(buf.root(), buf.root_offset())
         off = buf.root_offset() - self.roots[k][1]
-        return load_elem_ptr(self.b, self.ptrs[k], off) if off else self.ptrs[k]
+        return load_elem_ptr(self.b, self.ptrs[k], off)
 
     def at(self, root: Buffer, offset: int) -> ir.Value:
         """The address `offset` bytes into `root`, from an argument of that root."""
         k = next(j for j, (r, _) in enumerate(self.roots) if r is root)
         off = offset - self.roots[k][1]
-        return load_elem_ptr(self.b, self.ptrs[k], off) if off else self.ptrs[k]
+        return load_elem_ptr(self.b, self.ptrs[k], off)
 
     # statements --------------------------------------------------------------------------------
     def stmts(self, body: list[Stmt]) -> None:
@@ -375,7 +375,7 @@ def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator |
         nthreads = load_elem(b, consts, i64c(n_consts + 1), PTR, 8)
         pool = [load_elem(b, consts, i64c(n_consts), PTR, 8), b.ptrtoint(nthreads, I64)]
     for kt in kernels:
-        args = [load_elem_ptr(b, root_ptr(r), off) if off else root_ptr(r) for r, off in kt.roots]
+        args = [load_elem_ptr(b, root_ptr(r), off) for r, off in kt.roots]
         rc = b.call(kt.fn, args + (pool if kt.plan else []))
         if kt.has_checks:
             fail = fn.append_basic_block("fail")
@@ -389,7 +389,9 @@ def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator |
 
 
 def load_elem_ptr(b: ir.IRBuilder, base: ir.Value, byte_offset: int) -> ir.Value:
-    """base + byte_offset as a pointer."""
+    """base + byte_offset as a pointer (base itself for 0)."""
+    if not byte_offset:
+        return base
     return b.gep(base, [i64c(byte_offset)], inbounds=True, source_etype=I8)
 
 

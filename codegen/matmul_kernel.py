@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from llvmlite import ir
 
-from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin
+from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin, splat
 from onnxjit.codegen.mathlib import intrinsic
 from onnxjit.codegen.target import vector_bytes
 from onnxjit.errors import CompileError
@@ -158,11 +158,7 @@ class TileGemm:
                                       self.mask(lanes)])
 
     def splat(self, x: ir.Value) -> ir.Value:
-        b = self.b
-        v = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, i64c(0))
-        return b.shuffle_vector(v, ir.Constant(self.vty, ir.Undefined),
-                                ir.Constant(ir.VectorType(ir.IntType(32), self.vl),
-                                            [0] * self.vl))
+        return splat(self.b, x, self.vl)
 
     def a_ptr(self, i: ir.Value, kk: ir.Value) -> ir.Value:
         """&A'[i, kk]"""

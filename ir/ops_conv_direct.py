@@ -34,12 +34,12 @@ from onnxjit.ir.ops_conv_utils import (
 )
 
 if TYPE_CHECKING:  # ops_conv imports this module
-    from onnxjit.ir.ops_conv import EpilogueHook, Geometry
+    from onnxjit.ir.ops_conv import Geometry
+    from onnxjit.ir.ops_fused_linear import Epilogue
 
 
 def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
-                    bias: Buffer | None, epilogue: EpilogueHook | None = None,
-                    element=None) -> None:
+                    bias: Buffer | None, epilogue: Epilogue | None = None) -> None:
     """Direct nest for C/G == 1, parallel over (image, output channel), per output row.
 
     Rows whose every kernel tap lies inside the image along the outer dims (the interior)
@@ -47,22 +47,21 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     (`bias + sum w_t * x_t`, weights hoisted per channel), and the few edge columns get the
     taps whose input is inside. Other rows (top/bottom borders) store the bias, then add each
     tap over its valid range. Kernels with more than `MAX_FUSED_TAPS` taps always take the
-    second path, with the outer kernel dims as loops. An `epilogue` (see `lower_gemm_conv`)
-    runs on each (image, channel) plane right after it is computed (rows = 1, cols = P).
-    Small 2-D images go through `ops_conv_depthwise` instead (one flat loop per plane).
-    `element` (an `ops_fused_linear.Epilogue`, with `epilogue` its `emit`) lets the fused
-    rows' interior columns apply the epilogue before their store (INLINE_EPILOGUE); the
-    other columns and rows then get the epilogue pass row by row.
+    second path, with the outer kernel dims as loops. A fused conv's `epilogue`
+    (`ops_fused_linear.Epilogue`) runs in the fused rows' interior columns before their store
+    and as a pass (`emit`) over the other columns and rows (INLINE_EPILOGUE; else a pass over
+    each (image, channel) plane right after it is computed: rows = 1, cols = P). Small 2-D
+    images go through `ops_conv_depthwise` instead (one flat loop per plane).
     """
     from onnxjit.ir.ops_conv_depthwise import lower_depthwise_phased, phased_applies
 
     if phased_applies(gm, y):
-        lower_depthwise_phased(ctx, gm, x, w, y, bias, epilogue)
+        lower_depthwise_phased(ctx, gm, x, w, y, bias, None if epilogue is None else epilogue.emit)
         return
     a, b = gm.a, Builder()
     ow, kw, sw, pw, iw = gm.out[-1], gm.k[-1], a.strides[-1], gm.begin[-1], gm.ins[-1]
     fused = gm.kprod <= MAX_FUSED_TAPS
-    inline = element if INLINE_EPILOGUE and fused and epilogue is not None else None
+    inline = epilogue if INLINE_EPILOGUE and fused else None
     with b.loop(0, gm.n * gm.m, parallel=True, hint="q") as q:
         n, m = (b.op("div", q, i64(gm.m)), b.op("rem", q, i64(gm.m))) if gm.n > 1 else (i64(0), q)
         ch = b.op("div", m, i64(gm.mg)) if gm.mg > 1 else m  # the input channel (group)
@@ -85,7 +84,7 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
                                   lambda acc, at, c: inline.value(b, acc, at, c, per_row))
                 for lo, hi in ((0, done[0]), (done[1], ow)):  # the edge columns
                     if lo < hi:
-                        epilogue(b, b.iadd(yrow, i64(lo)), ow, 1, hi - lo, m)
+                        inline.emit(b, b.iadd(yrow, i64(lo)), ow, 1, hi - lo, m)
 
             if inside is None:
                 row()
@@ -106,9 +105,9 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
                             lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
                             _axpy(b, y, x, yrow, b.iadd(xrow, operand(shift)), sw, wt, lo, hi)
                     if inline is not None:
-                        epilogue(b, yrow, ow, 1, ow, m)
+                        inline.emit(b, yrow, ow, 1, ow, m)
         if epilogue is not None and inline is None:
-            epilogue(b, b.imul(q, gm.p), gm.p, 1, gm.p, m)
+            epilogue.emit(b, b.imul(q, gm.p), gm.p, 1, gm.p, m)
     ctx.kernel("conv_depthwise", b.body)
 
 

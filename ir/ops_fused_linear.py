@@ -159,7 +159,7 @@ def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
     extras = node.inputs[3:]
     if gm.cg == 1:
         epi = Epilogue(ctx, node, extras, y, chan_axis=1)
-        lower_depthwise(ctx, gm, x, w, y, bias, epilogue=epi.emit, element=epi)
+        lower_depthwise(ctx, gm, x, w, y, bias, epilogue=epi)
         return
     epi = Epilogue(ctx, node, extras, y, chan_axis=1, bias=bias)
     lower_gemm_conv(ctx, gm, x, w, y, False, x.dtype, lambda bb, i: bb.load(x, i),

@@ -12,10 +12,10 @@ sw*j. So, per plane:
    the useful work, in whole vectors; their reads stay inside the plane, since the last j is
    a real output);
 2) z's first ow columns of each row are copied into y.
-Parallel over at most CHUNKS blocks of planes, each block with its own slot of z. The folds
-are the fused rows' (`ops_pool_fused`): max as select(acc > v, acc, v) with a sticky NaN test
-(floats), averages summed in the row order (0, then tap rows, then columns) and divided by the
-window size, so the results are the same bits as the row loops'.
+Parallel over at most CHUNKS blocks of planes, each block with its own slot of z. Each window
+folds as the fused rows' interior does (`ops_pool_fused.fold_window`: max as
+select(acc > v, acc, v) with a sticky NaN test, averages summed in tap order and divided by
+the window size), so the results are the same bits as the row loops'.
 Used for windows at least 3 columns wide, column strides of 2 or more and rows of fewer than
 MAX_COLS outputs. Measured, one thread, against the row loops: max 3x3 s2 from 27x27 (13
 columns) 2.75x, from 13x13 1.44x, from 23x23 2.05x, from 11x11 1.25x; average 3x3 s2 from 13x13
@@ -27,11 +27,10 @@ adjacent loads and lost (0.84-0.94x); stride-1 rows were mixed (3x3 over 7, 8, 1
 
 from __future__ import annotations
 
-from onnxjit.ir.loop_builder import Builder, const
+from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import i64
 from onnxjit.ir.opdef import LowerContext
-from onnxjit.ir.ops_pool_fused import max_fold, max_result
-from onnxjit.ir.types import DType
+from onnxjit.ir.ops_pool_fused import fold_window
 
 #: Short rows of pools whose windows all lie inside take the flat loop; False: the row loops.
 FLAT = True
@@ -67,8 +66,7 @@ def lower_flat(ctx: LowerContext, pool) -> None:
     per = -(-planes // min(planes, CHUNKS))
     nch = -(-planes // per)
     z = ctx.scratch("pool_flat", y.dtype, (nch, zlen))
-    offsets = [[t0 * d0 * w + t1 * d1 for t1 in range(k1)] for t0 in range(k0)]
-    dt = y.dtype
+    offsets = [t0 * d0 * w + t1 * d1 for t0 in range(k0) for t1 in range(k1)]
     b = Builder()
     with b.loop(0, nch, parallel=True, hint="u") as u:
         zbase = b.imul(u, zlen)
@@ -77,19 +75,8 @@ def lower_flat(ctx: LowerContext, pool) -> None:
             xb = b.imul(pl, h * w)
             with b.loop(0, zlen, hint="j") as j:
                 at = b.iadd(xb, b.imul(j, sw))
-                if pool.mode == "max":
-                    acc, nan = pool.identity(), const(False, DType.BOOL)
-                    for row in offsets:
-                        for off in row:
-                            acc, nan = max_fold(b, acc, nan, b.load(x, b.iadd(at, i64(off))))
-                    res = max_result(b, acc, nan)
-                else:
-                    res = const(0, dt)
-                    for row in offsets:
-                        for off in row:
-                            res = b.op("add", res, b.load(x, b.iadd(at, i64(off))))
-                    res = b.op("div", res, const(k0 * k1, dt))
-                b.store(z, b.iadd(zbase, j), res)
+                taps = [b.iadd(at, i64(off)) for off in offsets]
+                b.store(z, b.iadd(zbase, j), fold_window(pool, b, taps))
             yb = b.imul(pl, oh * ow)
             with b.loop(0, oh, hint="oy") as oy:
                 yrow, zrow = b.iadd(yb, b.imul(oy, ow)), b.iadd(zbase, b.imul(oy, v))

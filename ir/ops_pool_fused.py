@@ -30,7 +30,7 @@ from onnxjit.ir.types import DType
 #: s2 over 56, 28 and 14 columns 1.9x, 3.7x, 1.1x (a 20-column one 3.4x, with
 #: `target.TUNING`); average rows with border columns and fewer than FUSED_MIN_COLS interior
 #: ones lost (10 columns 0.83x, 7 0.92x) and keep the general rows. Max 3x3 s2 at 111x111 1.9x,
-#: 3x3 s1 at 28x28 2.3x, at 14x14 2.6x, at 7x7 1.29x (`_fused_max`: 3 instructions a tap, not
+#: 3x3 s1 at 28x28 2.3x, at 14x14 2.6x, at 7x7 1.29x (`fold_window`: 3 instructions a tap, not
 #: 4); SqueezeNet 1.014x, Inception-v1 1.020x (two threads).
 FUSED_ROWS, FUSED_TAPS, FUSED_MIN_COLS = True, 25, 12
 #: Fused rows at stride 1 run their interior in whole vectors, the last one overlapping
@@ -69,8 +69,11 @@ def fused_row(pool, o0: Operand, xb: Operand, ybase: Operand) -> None:
     taps and is stored once (the general row loads and stores it once per tap row).
     Averages sum in the general order (0, then tap rows, then columns), so they are the same
     bits; interior columns divide by the window size, border columns by their count
-    (`count`: real taps, or with count_include_pad those inside the padding too). Maxima:
-    `_fused_max`."""
+    (`count`: real taps, or with count_include_pad those inside the padding too). Maxima
+    fold with select(acc > v, acc, v) per tap (x86 `vmaxps`, which keeps v on ties, as the
+    general row's max does with signed zeros) and, for floats, a sticky isnan(v): a window
+    holding a NaN gives NaN, as the general row's NaN-propagating max (a compare, a NaN test
+    and a blend a tap) does. The interior columns' windows: `fold_window`."""
     b, g = pool.b, pool.g
     (s0, s1), (d0, d1), (p0, p1) = g.strides, g.dilations, g.pb
     k0, k1, n = g.kernel[0], g.kernel[1], pool.spatial[1]
@@ -86,15 +89,14 @@ def fused_row(pool, o0: Operand, xb: Operand, ybase: Operand) -> None:
     def add(acc: Operand, xi: Operand) -> Operand:
         return b.op("add", acc, b.load(pool.x, xi))
 
-    if pool.mode == "max":
-        _fused_max(pool, rows, col, ybase, first, stop)
-        return
-
     def border(lo: int, hi: int) -> None:
         if lo >= hi:
             return
         with b.loop(lo, hi, hint="w") as o:
             t_lo, t_hi = pool.tap_range(1, o, n)
+            if pool.mode == "max":
+                _max_border(pool, rows, col, ybase, o, t_lo, t_hi)
+                return
             acc = b.var(const(0, dt), hint="acc")
             for xrow in rows:
                 with b.loop(t_lo, t_hi, hint="tw") as t:
@@ -105,11 +107,8 @@ def fused_row(pool, o0: Operand, xb: Operand, ybase: Operand) -> None:
     border(0, first)
     for lo, hi in _pieces(pool, first, stop):
         with b.loop(lo, hi, hint="w") as o:
-            acc: Operand = const(0, dt)
-            for xrow in rows:
-                for t in range(k1):
-                    acc = add(acc, b.iadd(xrow, col(o, i64(t))))
-            b.store(pool.y, b.iadd(ybase, o), b.op("div", acc, const(k0 * k1, dt)))
+            taps = [b.iadd(xrow, col(o, i64(t))) for xrow in rows for t in range(k1)]
+            b.store(pool.y, b.iadd(ybase, o), fold_window(pool, b, taps))
     border(stop, ow_n)
 
 
@@ -124,44 +123,33 @@ def _pieces(pool, first: int, stop: int) -> list[tuple[int, int]]:
     return whole_vectors(first, stop, pool.y.dtype.itemsize, pool.g.strides[1])
 
 
-def _fused_max(pool, rows: list[Operand], col, ybase: Operand, first: int,
-               stop: int) -> None:
-    """`fused_row` for MaxPool: acc = select(acc > v, acc, v) per tap (x86 `vmaxps`, which
-    keeps v on ties, as the general row's max does with signed zeros) and, for floats, a
-    sticky isnan(v): a window holding a NaN gives NaN, as the general row's NaN-propagating
-    max (a compare, a NaN test and a blend a tap) does."""
-    b, g = pool.b, pool.g
-    k1, n, ow_n = g.kernel[1], pool.spatial[1], int(g.out[1])
+def _max_border(pool, rows: list[Operand], col, ybase: Operand, o: Operand, t_lo: Operand,
+                t_hi: Operand) -> None:
+    """A border column of a fused MaxPool row: the `max_fold` over its taps in [t_lo, t_hi)."""
+    b = pool.b
+    acc = b.var(pool.identity(), hint="acc")
+    nan = b.var(const(False, DType.BOOL), hint="nan")
+    for xrow in rows:
+        with b.loop(t_lo, t_hi, hint="tw") as t:
+            a, f = max_fold(b, acc, nan, b.load(pool.x, b.iadd(xrow, col(o, t))))
+            b.assign(acc, "copy", a)
+            b.assign(nan, "copy", f)
+    b.store(pool.y, b.iadd(ybase, o), max_result(b, acc, nan))
 
-    def fold(acc: Operand, nan: Operand, xi: Operand) -> tuple[Operand, Operand]:
-        return max_fold(b, acc, nan, b.load(pool.x, xi))
 
-    def result(acc: Operand, nan: Operand) -> Operand:
+def fold_window(pool, b: Builder, taps: list[Operand]) -> Operand:
+    """The pooled value of a window whose taps all lie inside, at the flat input indices `taps`
+    in tap order: the maximum (`max_fold`, `max_result`) or the sum from 0 in that order over
+    the window size. The fused rows' interior and `ops_pool_flat` share it."""
+    if pool.mode == "max":
+        acc, nan = pool.identity(), const(False, DType.BOOL)
+        for i in taps:
+            acc, nan = max_fold(b, acc, nan, b.load(pool.x, i))
         return max_result(b, acc, nan)
-
-    def border(lo: int, hi: int) -> None:
-        if lo >= hi:
-            return
-        with b.loop(lo, hi, hint="w") as o:
-            t_lo, t_hi = pool.tap_range(1, o, n)
-            acc = b.var(pool.identity(), hint="acc")
-            nan = b.var(const(False, DType.BOOL), hint="nan")
-            for xrow in rows:
-                with b.loop(t_lo, t_hi, hint="tw") as t:
-                    a, f = fold(acc, nan, b.iadd(xrow, col(o, t)))
-                    b.assign(acc, "copy", a)
-                    b.assign(nan, "copy", f)
-            b.store(pool.y, b.iadd(ybase, o), result(acc, nan))
-
-    border(0, first)
-    for lo, hi in _pieces(pool, first, stop):
-        with b.loop(lo, hi, hint="w") as o:
-            acc, nan = pool.identity(), const(False, DType.BOOL)
-            for xrow in rows:
-                for t in range(k1):
-                    acc, nan = fold(acc, nan, b.iadd(xrow, col(o, i64(t))))
-            b.store(pool.y, b.iadd(ybase, o), result(acc, nan))
-    border(stop, ow_n)
+    acc = const(0, pool.y.dtype)
+    for i in taps:
+        acc = b.op("add", acc, b.load(pool.x, i))
+    return b.op("div", acc, const(len(taps), pool.y.dtype))
 
 
 def max_fold(b: Builder, acc: Operand, nan: Operand, v: Operand) -> tuple[Operand, Operand]:

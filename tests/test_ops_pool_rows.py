@@ -62,7 +62,7 @@ def test_averagepool_fused_rows(fused: bool, shape: tuple, attrs: dict, include:
 ])
 def test_maxpool_fused_rows_keep_nan_and_signed_zeros(shape: tuple, attrs: dict,
                                                       monkeypatch) -> None:
-    """MaxPool's fused rows (`ops_pool_fused._fused_max`: a plain max and a sticky NaN test)
+    """MaxPool's fused rows (`ops_pool_fused.max_fold`: a plain max and a sticky NaN test)
     give the general rows' results: NaN wherever a window holds one, the same signed zero on
     ties of -0 and +0, infinities; and onnxruntime's on NaN-free data."""
     from onnxjit import runtime
