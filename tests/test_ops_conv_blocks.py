@@ -199,6 +199,35 @@ def test_block_choice_for_deep_layers():
     assert pointwise_blocks(pointwise(192, 32, 14), 4, 1 << 30) == 196  # 49 would be narrow
 
 
+def test_odd_block_count_made_even(monkeypatch):
+    # 24->144 at 56x56: 7 cache-sized blocks of 448 positions ran as 4 + 3 on two threads;
+    # EVEN_BLOCKS takes 8 of 392 (one block or an even count is left alone)
+    from onnxjit.ir import ops_conv_blocks
+    from onnxjit.ir.ops_conv import Geometry
+    from onnxjit.ir.ops_conv_utils import ConvAttrs
+
+    def pointwise(c: int, m: int, hw: int) -> Geometry:
+        a = ConvAttrs(kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
+                      group=1, auto_pad="NOTSET")
+        return Geometry(a, (1, c, hw, hw), (m, c, 1, 1), (1, m, hw, hw))
+
+    work = 1 << 30
+    assert ops_conv_blocks.pointwise_blocks(pointwise(24, 144, 56), 4, work) == 392
+    assert ops_conv_blocks.pointwise_blocks(pointwise(16, 96, 112), 4, work) == 448  # 28
+    assert ops_conv_blocks.pointwise_blocks(pointwise(64, 384, 14), 4, work) == 196  # 1
+    monkeypatch.setattr(ops_conv_blocks, "EVEN_BLOCKS", False)
+    assert ops_conv_blocks.pointwise_blocks(pointwise(24, 144, 56), 4, work) == 448
+    monkeypatch.undo()
+    m = _fused_model((1, 24, 56, 56), (144, 24, 1, 1), {}, np.float32, False)
+    x = rand(1, 24, 56, 56, dtype=np.float32)
+    assert {s.n for k in program(m, x).kernels for s in walk(k.body)
+            if isinstance(s, Matmul)} == {392}
+    want = reference(m, x)
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(x)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 PHASE_CASES = [
     # (x shape, w shape, attributes, dtype): strided convs whose kernel is wider than the
     # stride read X split into phase rows (ops_conv_phases)
