@@ -29,11 +29,8 @@ Algorithm:
    sharing the caller's core still gets to run.
 4) Chunks: about 4 per thread (dynamic load balance) but never below `grain` iterations; a
    cheap body (grain >= 16) gets chunk boundaries on multiples of 16 so vector loops stay
-   aligned. Heavy bodies (grain < 16: a conv block, a channel plane) get up to HEAVY_CHUNKS
-   per thread: with 4, a loop of 28 blocks made 7 chunks of 4 and one thread idled for a
-   whole chunk at the end.
-   The range is cut into t parts of whole chunks, each with its own counter (a cache line
-   apart): participant p (the caller is 0, worker i is i + 1) drains part p first, then
+   aligned. The range is cut into t parts of whole chunks, each with its own counter (a cache
+   line apart): participant p (the caller is 0, worker i is i + 1) drains part p first, then
    helps with parts p+1, ..., p-1. So a loop run again and again (the steps of an RNN, the
    calls of a model) gives each thread the same iterations each time, and the data they touch
    (an LSTM's recurrent weights: 1 MB, half of it per core) stays in that core's cache, while
@@ -72,10 +69,6 @@ VOID = ir.VoidType()
 SYNC_BYTES = 64
 MAX_WORKERS = 255
 CHUNKS_PER_THREAD = 4
-#: chunks per thread of a loop whose iterations are heavy (grain < 16). Measured on two
-#: threads against 4: MobileNetV2-like 1.024-1.032x (ResNet-like 1.026x, SqueezeNet 1.009x;
-#: LSTM, BERT-tiny, MLP 0.998-1.000x)
-HEAVY_CHUNKS = 16
 PTHREAD_SYMBOLS = ("pthread_create", "pthread_mutex_lock", "pthread_mutex_unlock",
                    "pthread_mutex_trylock", "pthread_cond_wait", "pthread_cond_broadcast",
                    "sched_yield", "sched_getcpu", "sched_getaffinity", "pthread_setaffinity_np",
@@ -88,11 +81,9 @@ _SYNC = ("mu", "dispatch", "cv_work", "cv_done")
 #: CPU masks of 8192 CPUs (glibc's cpu_set_t holds 1024; the kernel takes any multiple of 8)
 MASK_WORDS = 128
 WORKER_NAME = "onnxjit-worker"
-#: polls of a short spin (with `pause`, about 100 us) before blocking after a job:
-#: back-to-back dispatches of one call then skip the futex round trip (25-35 us in a VM).
-#: Measured on two threads against 1000 polls: MobileNetV2-like 1.003-1.011x alone, 1.02x
-#: interleaved with onnxruntime (its serial kernels and stride-2 layers let 1000 run out)
-SPIN = 4000
+#: polls of a short spin (with `pause`, some tens of microseconds) before blocking after a job:
+#: back-to-back dispatches of one call then skip the futex round trip
+SPIN = 1000
 #: sched_yield polls of the caller waiting for the last worker before it blocks
 CALLER_SPIN = 2000
 
@@ -386,9 +377,8 @@ class _Builder:
 
         b.position_at_end(blocks["run"])
         b.call(self.steer, [])
-        heavy = b.icmp_signed("<", grain, _c(16))
-        want = b.mul(t, b.select(heavy, _c(HEAVY_CHUNKS), _c(CHUNKS_PER_THREAD)))
-        per = b.sdiv(b.add(n, b.sub(want, _c(1))), want)
+        per = b.sdiv(b.add(n, b.sub(b.mul(t, _c(CHUNKS_PER_THREAD)), _c(1))),
+                     b.mul(t, _c(CHUNKS_PER_THREAD)))
         chunk = b.select(b.icmp_signed("<", per, grain), grain, per)
         aligned = b.and_(b.add(chunk, _c(15)), _c(-16))
         chunk = b.select(b.icmp_signed(">=", grain, _c(16)), aligned, chunk)
