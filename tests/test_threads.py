@@ -375,6 +375,35 @@ def test_new_signatures_compile_while_others_run() -> None:
     assert len(fn.signatures) == 4 + 8
 
 
+def _pool_chunks(n: int, grain: int) -> list[tuple[int, int]]:
+    """The [begin, end) chunks `parallel_for` hands out for n iterations on two threads."""
+    import ctypes
+
+    task_t = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    seen: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def task(ctx, begin, end):
+        with lock:
+            seen.append((begin, end))
+        time.sleep(0.0005)  # long enough that both threads take chunks
+
+    run = ctypes.CFUNCTYPE(None, task_t, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                           ctypes.c_int64)(pool.parallel_for_address())
+    run(task_t(task), None, n, grain, 2)
+    return sorted(seen)
+
+
+def test_pool_chunks_cover_the_range_once() -> None:
+    # about CHUNKS_PER_THREAD chunks a thread, never below the grain; a cheap body's (grain
+    # >= 16) cut on multiples of 16; every iteration exactly once
+    for n, grain, size in ((7, 1, 1), (28, 1, 4), (1000, 1, 125), (1000, 16, 128),
+                           (5000, 40, 640), (100, 30, 32), (100, 15, 15)):
+        chunks = _pool_chunks(n, grain)
+        assert [i for b, e in chunks for i in range(b, e)] == list(range(n)), (n, grain)
+        assert {e - b for b, e in chunks[:-1]} == {size}, (n, grain, chunks)
+
+
 def test_idle_pool_does_not_spin() -> None:
     fn = compiled(chain(N), 2)
     x = np.ones(N, np.float32)
