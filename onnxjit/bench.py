@@ -9,13 +9,16 @@ Method, per benchmark (models from `bench_models`):
 3) in this process: compile (from that disk cache) with the default `num_threads`, open an
    onnxruntime session with 2 intra-op threads (both engines pinned to one thread where the
    benchmark says so: the 1024^3 GEMM), check the outputs agree
-   (max |a - b| <= rtol * max |b| + atol per output), warm both up, then alternate single calls
-   (interleaved, so the shared machine's noise hits both alike) for the given duration, and
-   report medians, interquartile ranges and the ratio `ort_median / onnxjit_median` (> 1:
-   onnxjit faster), GFLOP/s (of the median call) where the model has a FLOP count, and for
-   single-thread benchmarks the % of the measured FMA peak (`bench_peak`, a best-of figure)
-   reached by the best call. For `THREAD_SCALING` models onnxjit with one
-   thread joins the interleaving, giving the default-threads vs 1-thread speed-up.
+   (max |a - b| <= rtol * max |b| + atol per output), warm both up, then time them
+   interleaved for the given duration (so the shared machine's noise hits both alike): in
+   alternating blocks of calls after pauses that outlast onnxruntime's idle spin, or with
+   `--interleave calls` single calls alternated (`bench_timing` says why blocks; in blocks mode
+   a shorter alternating-calls run gives `ratio_calls` too), and report medians,
+   interquartile ranges and the ratio `ort_median / onnxjit_median` (> 1: onnxjit faster),
+   GFLOP/s (of the median call) where the model has a FLOP count, and for single-thread
+   benchmarks the % of the measured FMA peak (`bench_peak`, a best-of figure) reached by the
+   best call. For `THREAD_SCALING` models onnxjit with one thread joins the interleaving,
+   giving the default-threads vs 1-thread speed-up.
 An `UnsupportedError` from onnxjit makes the row "unsupported"; any other failure "error"; a
 numeric disagreement "mismatch" (no timing then). `--baseline FILE` compares ratios
 (`bench_report.regressions`) and exits 1 on a regression; an error or mismatch also exits 1.
@@ -31,13 +34,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from onnxjit import bench_report
+from onnxjit import bench_report, bench_timing
 from onnxjit.bench_models import BenchModel, build, registry
 
 ORT_THREADS = 2
@@ -48,30 +50,6 @@ THREAD_SCALING = {"light_resnet50", "resnet_like"}
 NOISE_NOTE = ("Measured on a shared 2-core VM whose load average was well above its core count "
               "(other jobs running): absolute times and ratios vary by 20-50% between runs, "
               "more for sub-100-us models; compare ratios with a generous tolerance.")
-
-
-def _interleaved(fns: list[Callable[[], Any]], seconds: float, min_runs: int = 5,
-                 warmup: int = 2) -> list[list[float]]:
-    for f in fns:
-        for _ in range(warmup):
-            f()
-    times: list[list[float]] = [[] for _ in fns]
-    deadline = time.perf_counter() + seconds
-    while len(times[0]) < min_runs or time.perf_counter() < deadline:
-        for f, t in zip(fns, times):
-            t0 = time.perf_counter()
-            f()
-            t.append(time.perf_counter() - t0)
-        if len(times[0]) >= 100000:
-            break
-    return times
-
-
-def _iqr(xs: list[float]) -> float:
-    if len(xs) < 2:
-        return 0.0
-    q = statistics.quantiles(xs, n=4)
-    return q[2] - q[0]
 
 
 def _proc(engine: str, folder: str, cache: str, threads: int) -> dict[str, Any]:
@@ -202,14 +180,18 @@ def _measure(bm: BenchModel, row: dict[str, Any], folder: str, seconds: float,
         return row
     if one is not None:
         fns.append(lambda: one(**bm.feeds))
-    times = _interleaved(fns, seconds)
+    schedule = bench_timing.by_blocks if INTERLEAVE == "blocks" else bench_timing.by_calls
+    times = schedule(fns, seconds)
     tj = statistics.median(times[0])
-    row.update(onnxjit_us=tj * 1e6, onnxjit_iqr_us=_iqr(times[0]) * 1e6, runs=len(times[0]),
-               onnxjit_min_us=min(times[0]) * 1e6)
+    row.update(onnxjit_us=tj * 1e6, onnxjit_iqr_us=bench_timing.iqr(times[0]) * 1e6,
+               runs=len(times[0]), onnxjit_min_us=min(times[0]) * 1e6, interleave=INTERLEAVE)
     if sess is not None:
         to = statistics.median(times[1])
-        row.update(ort_us=to * 1e6, ort_iqr_us=_iqr(times[1]) * 1e6, ratio=to / tj,
+        row.update(ort_us=to * 1e6, ort_iqr_us=bench_timing.iqr(times[1]) * 1e6, ratio=to / tj,
                    ort_min_us=min(times[1]) * 1e6)
+        if INTERLEAVE == "blocks":  # the other schedule's ratio, for reference
+            calls = bench_timing.by_calls(fns[:2], seconds / 3)
+            row["ratio_calls"] = statistics.median(calls[1]) / statistics.median(calls[0])
     if one is not None:
         row.update(speedup_threads=statistics.median(times[-1]) / tj,
                    threads_default=fn.options.num_threads)
@@ -232,14 +214,17 @@ def select(names: list[str], k: str | None) -> list[str]:
 
 #: onnxruntime's default (spinning idle threads) unless `--ort-spinning off`.
 ORT_SPINNING = True
+#: `bench_timing` schedule: "blocks" unless `--interleave calls`.
+INTERLEAVE = "blocks"
 
 
 def main(args: Any) -> int:
     """The `onnxjit bench` command (options: see `cli.py`)."""
-    global ORT_SPINNING
+    global ORT_SPINNING, INTERLEAVE
     from onnxjit import bench_peak
 
     ORT_SPINNING = getattr(args, "ort_spinning", "on") != "off"
+    INTERLEAVE = getattr(args, "interleave", "blocks")
     names = list(registry())
     if args.quick and not args.k:
         names = [n for n in names if n in QUICK]
@@ -250,7 +235,7 @@ def main(args: Any) -> int:
     seconds = args.seconds if args.seconds is not None else (0.4 if args.quick else 3.0)
     doc: dict[str, Any] = {"note": args.note or NOISE_NOTE, "machine": bench_report.machine(),
                            "settings": {"seconds": seconds, "tiny": args.tiny,
-                                        "ort_threads": ORT_THREADS}}
+                                        "ort_threads": ORT_THREADS, "interleave": INTERLEAVE}}
     doc["fma_peak"] = bench_peak.measure(0.1 if args.quick else 0.5)
     print(f"single-thread FMA peak: {doc['fma_peak']['gflops']:.1f} GFLOP/s", flush=True)
     doc["results"] = []

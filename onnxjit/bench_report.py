@@ -45,20 +45,31 @@ def _us(x: float | None, like: float | None = None) -> str:
     return f"{x / 1000:.2f} ms" if (x if like is None else like) >= 10000 else f"{x:.1f} us"
 
 
+_SCHEDULE = {
+    "blocks": "timed in alternating blocks of calls after pauses that outlast onnxruntime's idle"
+              " spin; \"alternating calls\": the ratio with single calls alternated instead, each"
+              " onnxjit call then sharing a core with onnxruntime's spinning worker"
+              " (`onnxjit/bench_timing.py`).",
+    "calls": "timed in single calls alternated.",
+}
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The results as a markdown table, preceded by the FMA peak and machine lines."""
     peak = doc.get("fma_peak") or {}
     m = doc.get("machine") or {}
+    interleave = (doc.get("settings") or {}).get("interleave", "calls")
     lines = [f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, 1-min load average "
              f"{m.get('load_avg_1min', '?')} at the start. Measured single-thread FMA peak: "
              f"{_f(peak.get('gflops'))} GFLOP/s. Speed-up = onnxruntime median / onnxjit median"
-             " (> 1: onnxjit faster), onnxruntime with 2 intra-op threads unless noted.", "",
-             "| benchmark | onnxjit (IQR) | onnxruntime (IQR) | speed-up | GFLOP/s | cold "
-             "compile | warm start | peak MB onnxjit / ort | note |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             " (> 1: onnxjit faster), onnxruntime with 2 intra-op threads unless noted;"
+             f" {_SCHEDULE.get(interleave, interleave)}", "",
+             "| benchmark | onnxjit (IQR) | onnxruntime (IQR) | speed-up | alternating calls "
+             "| GFLOP/s | cold compile | warm start | peak MB onnxjit / ort | note |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in doc["results"]:
         if r["status"] != "ok":
-            lines.append(f"| {r['name']} | {r['status']} | | | | | | | "
+            lines.append(f"| {r['name']} | {r['status']} | | | | | | | | "
                          f"{r['message'][:80].replace('|', '/')} |")
             continue
         gf = _f(r.get("gflops"))
@@ -72,7 +83,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {r['name']} | {_us(r['onnxjit_us'])} "
             f"({_us(r['onnxjit_iqr_us'], r['onnxjit_us'])}) | "
             f"{_us(r.get('ort_us'))} ({_us(r.get('ort_iqr_us'), r.get('ort_us'))}) | "
-            f"{_f(r.get('ratio'), '.2f', 'x')} | {gf} | "
+            f"{_f(r.get('ratio'), '.2f', 'x')} | {_f(r.get('ratio_calls'), '.2f', 'x')} | {gf} | "
             f"{_f(r.get('compile_cold_ms'), '.0f', ' ms')} | "
             f"{_f(r.get('compile_warm_ms'), '.0f', ' ms')} | {mem} | {note} |")
     return "\n".join(lines) + "\n"

@@ -218,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--ort-spinning", choices=("on", "off"), default="on",
                    help="onnxruntime's idle-thread spinning (its default: on); its spinning "
                         "threads take the core onnxjit's workers need when interleaved")
+    b.add_argument("--interleave", choices=("blocks", "calls"), default="blocks",
+                   help="alternate blocks of calls after pauses (default), or single calls: "
+                        "then each engine's idle spinning threads slow the other's next call")
     args = p.parse_args(argv)
     handler = {"demo": cmd_demo, "run": cmd_run, "dump": cmd_dump, "info": cmd_info,
                "convert": cmd_convert, "bench": cmd_bench}[args.cmd]

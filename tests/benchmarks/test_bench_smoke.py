@@ -52,6 +52,18 @@ def test_subprocess_measurements_and_thread_scaling(monkeypatch):
     assert row["speedup_threads"] > 0
 
 
+def test_blocks_and_alternating_calls(monkeypatch):
+    # blocks (the default) also report the alternating-calls ratio; `--interleave calls` times
+    # single calls alternated only
+    row = bench.run_one("mlp_b1", seconds=0.0, tiny=True, subprocesses=False)
+    assert row["interleave"] == "blocks" and row["ratio_calls"] > 0 and row["runs"] >= 5
+    table = bench_report.markdown({"settings": {"interleave": "blocks"}, "results": [row]})
+    assert "alternating blocks" in table and table.count(" | ") >= 10
+    monkeypatch.setattr(bench, "INTERLEAVE", "calls")
+    row = bench.run_one("mlp_b1", seconds=0.0, tiny=True, subprocesses=False)
+    assert row["interleave"] == "calls" and "ratio_calls" not in row and row["ratio"] > 0
+
+
 def test_single_thread_gemm_reports_peak_fraction():
     row = bench.run_one("gemm_1024x1024x1024", seconds=0.0, tiny=True, subprocesses=False,
                         peak_gflops=100.0)
