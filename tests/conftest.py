@@ -1,8 +1,13 @@
 """Test-wide settings: a private disk cache folder per test process, so tests never touch the
-user's cache and never see entries from another run."""
+user's cache and never see entries from another run; removed when the process exits (each run
+writes hundreds of MB there)."""
 
+import atexit
 import os
+import shutil
 import tempfile
 
-os.environ["ONNXJIT_CACHE_DIR"] = tempfile.mkdtemp(prefix="onnxjit-test-cache-")
+_CACHE = tempfile.mkdtemp(prefix="onnxjit-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ["ONNXJIT_CACHE_DIR"] = _CACHE
 os.environ.pop("ONNXJIT_DUMP_IR", None)
