@@ -10,9 +10,10 @@ and return each engine's call times (warm-up calls excluded):
   its block each engine keeps its own threads warm, as back-to-back requests find them.
 - `by_calls`: single calls alternated. Each onnxjit call then runs while onnxruntime's
   spinning worker shares a core with onnxjit's worker, and a short model's onnxruntime call
-  runs during the 26 us spin of onnxjit's worker. Measured on two cores: ResNet-like onnxjit
-  5.9 ms in blocks, 11.3 ms alternating calls (onnxruntime 8.0 and 8.1 ms); MLP b32
-  onnxruntime 225 us in blocks, 297 us alternating with a 100 us onnxjit spin.
+  runs during the 26 us spin of onnxjit's worker. Measured on two cores, one process:
+  light_resnet50 onnxjit 37.5 ms in blocks, 64.8 ms alternating calls (onnxruntime 38.6 and
+  39.7 ms); ResNet-like 6.7 and 8.4 ms (onnxruntime 8.6 and 8.7 ms); with a 100 us onnxjit
+  spin (tried, not kept), MLP b32 onnxruntime 225 us in blocks, 297 us alternating.
 """
 
 from __future__ import annotations
