@@ -122,8 +122,8 @@ def pointwise_blocks(gm: Geometry, itemsize: int, work: int = 0) -> int:
         best = max(fits, default=1)
         best = best if best >= 64 else gm.p
     outer = gm.n * gm.g
-    if EVEN_BLOCKS and work >= SPLIT_WORK and (outer * (gm.p // best)) % 2 == 1 \
-            and 1 < outer * (gm.p // best) < 16:
+    blocks = outer * (gm.p // best)
+    if EVEN_BLOCKS and work >= SPLIT_WORK and blocks % 2 == 1 and 1 < blocks < 16:
         even = [d for d in range(max(MIN_SPLIT_COLS, best // 2), best)
                 if gm.p % d == 0 and (outer * (gm.p // d)) % 2 == 0]
         best = max(even, default=best)
