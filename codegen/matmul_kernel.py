@@ -55,6 +55,10 @@ KC, PACK_BYTES = 256, 256 * 1024
 #: alike; prefetching in every panel instead of the first one ~0.7% slower. A non-constant A
 #: (an MLP's activations, already in cache) gets none: 0.97x there.
 PREFETCH_A = 64
+#: A product whose rows leave 1 or 2 over whole tiles ends in two tiles of about equal height
+#: instead (8 rows: 4 + 4, not 6 + 2; 7: 4 + 3): a 1- or 2-row tile reads the whole B panel
+#: for 4 or 8 FMAs a k step, more than L2 delivers when the panel is not in L1.
+BALANCED_TAIL = True
 
 
 def tile_shape(itemsize: int) -> tuple[int, int, int]:
@@ -64,6 +68,15 @@ def tile_shape(itemsize: int) -> tuple[int, int, int]:
     if vb >= 64:  # 32 zmm: 24 accumulators + 4 B vectors + broadcasts
         return vl, 6, 4
     return vl, 6, 2  # 16 ymm/xmm: 12 accumulators
+
+
+def row_tiles(m: int, mr: int) -> tuple[int, list[int]]:
+    """(rows covered by whole mr-row tiles from row 0, heights of the tiles after them)."""
+    rem = m % mr
+    if BALANCED_TAIL and m > mr and 0 < rem <= 2:
+        high = (mr + rem + 1) // 2
+        return m - mr - rem, [high, mr + rem - high]
+    return m - rem, [rem] if rem else []
 
 
 def panel_width(itemsize: int) -> int:
@@ -309,11 +322,12 @@ class TileGemm:
                 else:
                     for_range(b, 0, npanels, 1, panel, "jr")
 
-            m_full = s.m - s.m % self.mr
+            m_full, tails = row_tiles(s.m, self.mr)
             if m_full:
                 for_range(b, 0, m_full, self.mr, lambda i: tile(i, self.mr), "ir")
-            if m_full < s.m:
-                tile(i64c(m_full), s.m - m_full)
+            for high in tails:
+                tile(i64c(m_full), high)
+                m_full += high
 
         for_range(b, 0, s.k, self.kc, depth, "pc")
 

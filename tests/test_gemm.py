@@ -114,6 +114,23 @@ def test_tiled_float(dt: DType) -> None:
     run_cases(dt, _cases(TILE_SIZES, -1.5))
 
 
+def test_row_tiles_balance_a_short_last_tile() -> None:
+    """Rows cover [0, m) once: whole tiles of mr, then the tail; a tail of 1 or 2 rows is
+    merged with the tile before it into two tiles of about equal height (8 rows: 4 + 4)."""
+    from onnxjit.codegen.matmul_kernel import row_tiles
+
+    assert row_tiles(8, 6) == (0, [4, 4])
+    assert row_tiles(7, 6) == (0, [4, 3])
+    assert row_tiles(32, 6) == (24, [4, 4])
+    assert row_tiles(10, 6) == (6, [4])
+    assert row_tiles(2, 6) == (0, [2])
+    assert row_tiles(12, 6) == (12, [])
+    for m in range(1, 60):
+        full, tails = row_tiles(m, 6)
+        assert full % 6 == 0 and full + sum(tails) == m, m
+        assert all(0 < h <= 6 for h in tails) and (m <= 6 or min(tails, default=3) >= 3), m
+
+
 def test_int_products_keep_wrapping() -> None:
     run_cases(I32, _cases([(17, 64, 70), (3, 100, 120)], -2.0))
 
