@@ -36,6 +36,8 @@ from onnxjit.ir.types import DType
 #: gate columns of one block's product: a few vector widths, so the register-tiled kernel
 #: keeps full tiles and a step splits into enough blocks to balance the threads
 BLOCK_COLS = 64
+#: sum a constant bias's two halves (Wb + Rb) at compile time (see `_Plan`)
+BIAS_SUM = True
 
 
 def block_width(hidden: int, gates: int) -> int:
@@ -78,6 +80,14 @@ class _Plan:
                           for v in (self.w_value, self.r_value))
         opt = [node.input(i) for i in range(8)]
         self.bias, self.lens, self.h0 = (None if v is None else ctx.buf(v) for v in opt[3:6])
+        # a constant B's halves Wb + Rb summed at compile time (f32/f64, whose cells compute in
+        # their own type): the cell then adds one bias, not two, to each gate taking both
+        self.bias_sum: Buffer | None = None
+        own_type = self.x.dtype in (DType.FLOAT, DType.DOUBLE)
+        if BIAS_SUM and opt[3] is not None and opt[3].const is not None and own_type:
+            bias = np.asarray(opt[3].const, dtype=self.x.dtype.numpy).reshape(a.dirs, 2, -1)
+            self.bias_sum = ctx.constant(f"{a.kind.lower()}_bias_sum",
+                                         np.ascontiguousarray(bias[:, 0] + bias[:, 1]))
         self.c0 = self.peep = None
         if a.kind == "LSTM":
             self.c0, self.peep = (None if v is None else ctx.buf(v) for v in opt[6:8])

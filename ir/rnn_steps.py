@@ -134,7 +134,9 @@ class StepEmitter:
         p, b, d = self.p, self.b, self.d
         H, GH = p.H, p.GH
         v: Operand = b.load(self.sc["xw"], b.iadd(row, b.iadd(j, i64(g * H))))
-        if p.bias is not None:
+        if p.bias_sum is not None and wb and rb:
+            v = b.op("add", v, b.load(p.bias_sum, b.iadd(j, i64(d * GH + g * H))))
+        elif p.bias is not None:
             base = d * 2 * GH + g * H
             if wb:
                 v = b.op("add", v, b.load(p.bias, b.iadd(j, i64(base))))

@@ -323,3 +323,28 @@ def test_pack_r_layout():
     np.testing.assert_array_equal(panel[:, 2], r[1, 1 * 5 + 2 + 0, :])
     # the last group's tail block (one unit) is the direction's last panel
     np.testing.assert_array_equal(packed[150 - 5:], r[1, 2 * 5 + 4, :])
+
+
+def test_constant_bias_halves_summed_once():
+    # A constant B's halves are added at compile time (`ops_rnn_loops.BIAS_SUM`): the program
+    # holds Wb + Rb per direction; a bias given at run time keeps both halves.
+    from loop_harness import OPTIONS, import_model, lower_signature
+
+    model, feeds = make("LSTM", S=3, N=2, I=4, H=16, dirs=2)
+    sig = tuple((DType.from_numpy(v.dtype), v.shape) for v in feeds.values())
+    _, prog = lower_signature(import_model(model.SerializeToString(), OPTIONS), sig, OPTIONS)
+    sums = [b for b in prog.buffers if "bias_sum" in b.name]
+    b = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "B"))
+    assert len(sums) == 1
+    np.testing.assert_array_equal(np.asarray(sums[0].data).reshape(2, -1),
+                                  b[:, :64] + b[:, 64:])
+    close(run_via_loop_ir(model, list(feeds.values())), run_ort(model, feeds))
+
+    m, f = _weights_as_inputs(model, feeds)  # W, R inputs; B stays constant
+    m.graph.input.append(helper.make_tensor_value_info("B", TensorProto.FLOAT, b.shape))
+    m.graph.initializer.remove(next(t for t in m.graph.initializer if t.name == "B"))
+    f["B"] = b
+    names = [v.name for v in m.graph.input]
+    sig = tuple((DType.from_numpy(f[n].dtype), f[n].shape) for n in names)
+    _, prog = lower_signature(import_model(m.SerializeToString(), OPTIONS), sig, OPTIONS)
+    assert not [b for b in prog.buffers if "bias_sum" in b.name]
