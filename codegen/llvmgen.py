@@ -128,7 +128,11 @@ class KernelTranslator:
             self.pool_args[0].name, self.pool_args[1].name = "parallel_for", "nthreads"
 
     def translate(self) -> ir.Function:
-        self.stmts(self.kernel.body)
+        outer, self.scalar.contract = self.scalar.contract, self.kernel.contract
+        try:
+            self.stmts(self.kernel.body)
+        finally:
+            self.scalar.contract = outer
         if self.has_checks:
             self.b.ret(ir.Constant(I32, 0))
         else:

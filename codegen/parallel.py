@@ -224,8 +224,9 @@ def emit_parallel(kt, loop: Loop, captured: list[Var], index: int) -> None:
     lo, hi = Var(DType.INT64, "lo"), Var(DType.INT64, "hi")
     serial = Loop(loop.var, lo, hi, loop.step, loop.body, parallel=False)
     name = f"{kt.fn.name}.par{index}"
-    body_kt = type(kt)(kt.fn.module, kt.scalar, Kernel(kt.kernel.name, [serial]), name,
-                       kt.check_index, params=[lo, hi, *captured])
+    body = Kernel(kt.kernel.name, [serial], kt.kernel.contract)
+    body_kt = type(kt)(kt.fn.module, kt.scalar, body, name, kt.check_index,
+                       params=[lo, hi, *captured])
     body_fn = body_kt.translate()
     roots = body_kt.roots
     fields = [PTR] * len(roots) + [compute_type(v.dtype) for v in captured] + [I64, I32]

@@ -9,7 +9,8 @@ weights and activations; DenseNet's layers writing into other slices) can share 
 called with different pointers. `kernel_key` prints a kernel with the loop-IR printer's
 statement syntax, but with the buffers named by their argument's position (plus dtype and
 shape, a view's position among the views and its byte offset from the argument), the variables
-numbered in order of appearance (hints are ignored) and the kernel's name left out. Kernels
+numbered in order of appearance (hints are ignored) and the kernel's name left out (its
+`contract` flag kept: it changes the code). Kernels
 with a `check` are never shared: their failure codes index the program's messages.
 """
 
@@ -78,6 +79,6 @@ def kernel_key(kernel: Kernel) -> str | None:
     if any(isinstance(s, Check) for s in walk(kernel.body)):
         return None
     p = _Canonical(kernel)
-    lines: list[str] = []
+    lines: list[str] = ["contract"] if kernel.contract else []  # other code for the same text
     p.body(kernel.body, "", lines)
     return "\n".join(lines)

@@ -67,8 +67,9 @@ class _Parser:
         kernels: list[Kernel] = []
         while cur.accept("kernel"):
             _, kname = cur.ref("@", "a kernel name (@name)")
+            contract = cur.accept("contract")
             self.vars = {}
-            kernels.append(Kernel(kname, self.block()))
+            kernels.append(Kernel(kname, self.block(), contract))
         cur.expect("}")
         cur.finish()
         return Program(buffers, kernels, name)

@@ -26,7 +26,8 @@ ones do not, so a reassigned accumulator reads `%acc = add %acc, %3`. Constant o
 bare when i64 ints or bools, else `value:dtype` with the value written exactly (`text_consts`):
 `0.5:f32`, `-0.0:f64`, `nan:f32`, `3:i32`. A buffer's data prints inline when small, else as a
 blob in the trailing resources section. A Matmul's B window ends in `^P` when B is stored in
-packed panels (`Matmul.b_packed`; ld is then the panel width).
+packed panels (`Matmul.b_packed`; ld is then the panel width). A kernel whose float products
+may fuse with their sums (`Kernel.contract`) prints as `kernel @name contract {`.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class _Printer:
     def kernel(self, k: Kernel) -> list[str]:
         self.vars = self.buffers.fork()
         self.seen = set()
-        lines = [f"  kernel @{name_text(k.name)} {{"]
+        flags = " contract" if k.contract else ""
+        lines = [f"  kernel @{name_text(k.name)}{flags} {{"]
         self.body(k.body, "    ", lines)
         lines.append("  }")
         return lines

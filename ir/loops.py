@@ -231,8 +231,14 @@ def unpack_panels(flat: np.ndarray, k: int, n: int, width: int) -> np.ndarray:
 
 @dataclass(eq=False)
 class Kernel:
+    """A function of the program. `contract`: float multiplies and the adds consuming them may
+    be fused into FMAs (one rounding instead of two), as the Matmul statement's products are;
+    lowerings set it for sums of products (a depthwise conv's taps), never where a mul or add
+    stands alone in the semantics."""
+
     name: str
     body: list[Stmt]
+    contract: bool = False
 
     def buffers(self) -> list[Buffer]:
         """Buffers this kernel touches, in order of first use."""

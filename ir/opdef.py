@@ -47,8 +47,9 @@ class LowerContext(Protocol):
     def buf(self, value: Value) -> Buffer:
         """The buffer holding a graph value (inputs, constants, temps, outputs)."""
 
-    def kernel(self, name: str, body: list[Stmt]) -> None:
-        """Append a kernel (a list of loop-IR statements) to the program."""
+    def kernel(self, name: str, body: list[Stmt], contract: bool = False) -> None:
+        """Append a kernel (a list of loop-IR statements) to the program; `contract`: see
+        `loops.Kernel`."""
 
     def view(self, out: Value, src: Buffer) -> None:
         """Make `out` share `src`'s storage (reshape-like ops); copies when it must."""

@@ -119,7 +119,9 @@ def lower_depthwise_phased(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
                     b.store(y, b.iadd(yrow, ox), b.load(z, b.iadd(zrow, ox)))
             if epilogue is not None:
                 epilogue(b, ybase, gm.p, 1, gm.p, m)
-    ctx.kernel("conv_depthwise_phased", b.body)
+    from onnxjit.ir.ops_conv_direct import CONTRACT
+
+    ctx.kernel("conv_depthwise_phased", b.body, contract=CONTRACT)
 
 
 def _scatter(b: Builder, gm: Geometry, x: Buffer, s: Buffer, xbase: Operand, sbase: Operand,

@@ -61,9 +61,9 @@ class Lowering:
             self.of[value] = b
         return b
 
-    def kernel(self, name: str, body: list[Stmt]) -> None:
+    def kernel(self, name: str, body: list[Stmt], contract: bool = False) -> None:
         base = self._current.op.lower() if self._current is not None and name == "" else name
-        self.kernels.append(Kernel(self._unique(f"{base}"), body))
+        self.kernels.append(Kernel(self._unique(f"{base}"), body, contract))
 
     def view(self, out: Value, src: Buffer) -> None:
         dtype, shape = _static(out, self._current)

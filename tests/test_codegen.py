@@ -383,3 +383,31 @@ def test_identical_kernels_share_one_function() -> None:
     assert sum(".k2.c" in d for d in defined) == 1
     np.testing.assert_allclose(yv, np.tanh(np.tanh(xs)), rtol=1e-6)
     np.testing.assert_allclose(zv, np.exp(yv), rtol=1e-6)
+
+
+def test_contract_kernels_fuse_multiply_add() -> None:
+    """A kernel marked `contract` may round a*b + c once (an FMA), an unmarked one rounds the
+    product first; the same body in both compiles to two functions. With a*b = 1 + 2^-11 + 2^-24
+    (a tie in f32, rounded to 1 + 2^-11) and c = -(1 + 2^-11): 0 unfused, 2^-24 fused."""
+    from onnxjit.codegen.target import host
+
+    n = 64
+    a = Buffer("a", F32, (n,), "input", slot=0)
+    c = Buffer("c", F32, (n,), "input", slot=1)
+    outs = [Buffer(f"y{j}", F32, (n,), "output", slot=2 + j) for j in range(2)]
+    kernels = []
+    for j, y in enumerate(outs):
+        bld = Builder()
+        elementwise(bld, y, [a, c], lambda b, v: b.op("add", b.op("mul", v[0], v[0]), v[1]))
+        kernels.append(Kernel(f"k{j}", bld.body, contract=j == 1))
+    p = Program([a, c, *outs], kernels)
+    dump: dict[str, str] = {}
+    av = np.full(n, 1 + 2.0 ** -12, np.float32)
+    cv = np.full(n, -(1 + 2.0 ** -11), np.float32)
+    plain, fused = native(p, True, dump).run((av, cv))
+    defined = [line for line in dump["llvm.ll"].splitlines() if line.startswith("define")]
+    assert any(".k0.k0" in d for d in defined) and any(".k1.k1" in d for d in defined)
+    assert "fmul contract" in dump["llvm.ll"] and "fadd contract" in dump["llvm.ll"]
+    np.testing.assert_array_equal(plain, np.zeros(n, np.float32))
+    want = 2.0 ** -24 if "+fma" in host()[2] else 0.0
+    np.testing.assert_array_equal(fused, np.full(n, want, np.float32))
