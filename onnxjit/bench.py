@@ -47,9 +47,9 @@ QUICK = ["add4", "mlp_b1", "mlp_b32", "gemm_1024x1024x1024", "gemm_64x784x512", 
          "bert_tiny", "resnet_like", "lstm", "elementwise_chain_4M", "conv3x3_64_56",
          "conv1x1_256to64_56", "dwconv3x3_144_56"]
 THREAD_SCALING = {"light_resnet50", "resnet_like"}
-NOISE_NOTE = ("Measured on a shared 2-core VM whose load average was well above its core count "
-              "(other jobs running): absolute times and ratios vary by 20-50% between runs, "
-              "more for sub-100-us models; compare ratios with a generous tolerance.")
+NOISE_NOTE = ("Measured on a shared 2-core VM (other guests run on its host): absolute times and "
+              "ratios vary by 20-50% between runs, more for sub-100-us models; compare ratios "
+              "with a generous tolerance.")
 
 
 def _proc(engine: str, folder: str, cache: str, threads: int) -> dict[str, Any]:

@@ -31,7 +31,21 @@ def machine() -> dict[str, Any]:
     except OSError:
         load = -1.0
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "load_avg_1min": round(load, 2)}
+            "load_avg_1min": round(load, 2), "versions": versions()}
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the packages the ratios depend on (onnxruntime above all: a new
+    release moves every ratio), "-" for one that is not installed."""
+    from importlib import metadata
+
+    out = {}
+    for name in ("onnxjit", "onnxruntime", "onnx", "numpy", "llvmlite"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "-"
+    return out
 
 
 def _f(x: float | None, fmt: str = ".1f", unit: str = "") -> str:
@@ -59,8 +73,10 @@ def markdown(doc: dict[str, Any]) -> str:
     peak = doc.get("fma_peak") or {}
     m = doc.get("machine") or {}
     interleave = (doc.get("settings") or {}).get("interleave", "calls")
+    ort = (m.get("versions") or {}).get("onnxruntime", "?")
     lines = [f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, 1-min load average "
-             f"{m.get('load_avg_1min', '?')} at the start. Measured single-thread FMA peak: "
+             f"{m.get('load_avg_1min', '?')} at the start; onnxruntime {ort}. Measured "
+             "single-thread FMA peak: "
              f"{_f(peak.get('gflops'))} GFLOP/s. Speed-up = onnxruntime median / onnxjit median"
              " (> 1: onnxjit faster), onnxruntime with 2 intra-op threads unless noted;"
              f" {_SCHEDULE.get(interleave, interleave)}", "",

@@ -104,6 +104,11 @@ def test_json_markdown_and_baseline_exit_codes(tmp_path, capsys):
     (row,) = doc["results"]
     assert row["name"] == "mlp_b1" and row["status"] == "ok" and row["ratio"] > 0
     assert doc["fma_peak"]["gflops"] > 0 and doc["note"]
+    import onnxruntime
+
+    # the ratios depend on onnxruntime's release: the report names it
+    assert doc["machine"]["versions"]["onnxruntime"] == onnxruntime.__version__
+    assert f"onnxruntime {onnxruntime.__version__}." in md.read_text()
     assert "| mlp_b1 |" in md.read_text() and "speed-up" in md.read_text()
     # a baseline 1000x better than anything measurable: a regression, exit 1
     high = tmp_path / "high.json"
@@ -131,5 +136,6 @@ def test_regression_rule():
 def test_committed_baseline_names_known_models():
     doc = json.loads(BASELINE.read_text())
     assert doc["note"] and doc["fma_peak"]["gflops"] > 0
+    assert doc["machine"]["versions"]["onnxruntime"] != "-"
     names = {r["name"] for r in doc["results"]}
     assert names <= set(NAMES) and "mlp_b32" in names
