@@ -42,10 +42,12 @@ def _pool_chunks(n: int, grain: int) -> list[tuple[int, int]]:
 
 
 def test_pool_chunks_cover_the_range_once() -> None:
-    # about CHUNKS_PER_THREAD chunks a thread, never below the grain; a cheap body's (grain
-    # >= 16) cut on multiples of 16; every iteration exactly once
-    for n, grain, size in ((7, 1, 1), (28, 1, 4), (1000, 1, 125), (1000, 16, 128),
-                           (5000, 40, 640), (100, 30, 32), (100, 15, 15)):
+    # about CHUNKS_PER_THREAD chunks a thread, never below the grain; a heavy body's (grain
+    # < 16) a little smaller when that gives both threads the same number (28: 14 chunks of
+    # 2, not 7 of 4; 30: 10 of 3; 26: no such size, 4); a cheap body's cut on multiples of
+    # 16; every iteration exactly once
+    for n, grain, size in ((7, 1, 1), (28, 1, 2), (30, 1, 3), (26, 1, 4), (1000, 1, 125),
+                           (1000, 16, 128), (5000, 40, 640), (100, 30, 32), (100, 15, 15)):
         chunks = _pool_chunks(n, grain)
         assert [i for b, e in chunks for i in range(b, e)] == list(range(n)), (n, grain)
         assert {e - b for b, e in chunks[:-1]} == {size}, (n, grain, chunks)
