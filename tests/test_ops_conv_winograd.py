@@ -175,3 +175,17 @@ def test_weight_transform_is_the_convolution_it_stands_for():
     direct = np.array([[[np.sum(w[m] * d[:, i:i + 3, j:j + 3]) for j in range(2)]
                         for i in range(2)] for m in range(5)])
     np.testing.assert_allclose(y, direct, rtol=1e-12, atol=1e-12)
+
+
+def test_block_heights_give_an_even_number_of_blocks(monkeypatch):
+    # 28x28 outputs (14 tile rows, 14 tiles a row, panels of 64): one tile row or two use the
+    # vector lanes alike; one gives 14 blocks, two give 7, one thread's part a block longer
+    class Out:
+        out = [28, 28]
+
+    assert ops_conv_winograd.block_tile_rows(Out(), 64) == 1
+    monkeypatch.setattr(ops_conv_winograd, "EVEN_TILE_ROWS", False)
+    assert ops_conv_winograd.block_tile_rows(Out(), 64) == 2
+    Out.out = [56, 56]  # 28 tile rows: 14 blocks of two already
+    monkeypatch.setattr(ops_conv_winograd, "EVEN_TILE_ROWS", True)
+    assert ops_conv_winograd.block_tile_rows(Out(), 64) == 2
