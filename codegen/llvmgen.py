@@ -83,6 +83,10 @@ FLAGS_OFFSET = 64
 NPY_C_CONTIGUOUS, NPY_ALIGNED, NPY_WRITEABLE = 0x1, 0x100, 0x400
 
 
+#: float types whose multiply-adds a `contract` kernel fuses (`KernelTranslator._fused_add`)
+_FMA_TYPES = (DType.FLOAT, DType.DOUBLE)
+
+
 class KernelTranslator:
     """Translates one kernel into one LLVM function."""
 
@@ -91,6 +95,7 @@ class KernelTranslator:
         """`params`: scalar variables passed after the root pointers (an outlined loop's
         bounds and captured values); kernels with them never dispatch to the pool."""
         self.scalar = scalar
+        self.last_mul = None  # (dst, operand values) of a `mul` just emitted (`_fused_add`)
         self.kernel = kernel
         self.check_index = check_index
         self.roots, self.arg_of = kernel_args(kernel)
@@ -128,17 +133,32 @@ class KernelTranslator:
             self.pool_args[0].name, self.pool_args[1].name = "parallel_for", "nthreads"
 
     def translate(self) -> ir.Function:
-        outer, self.scalar.contract = self.scalar.contract, self.kernel.contract
-        try:
-            self.stmts(self.kernel.body)
-        finally:
-            self.scalar.contract = outer
+        self.stmts(self.kernel.body)
         if self.has_checks:
             self.b.ret(ir.Constant(I32, 0))
         else:
             self.b.ret_void()
         ir.IRBuilder(self.alloca_block).branch(self.fn.blocks[1])
         return self.fn
+
+    def _fused_add(self, s: Op, vals: list[ir.Value], prev) -> ir.Value | None:
+        """In a `contract` kernel, `add` of the product the statement before computed (and
+        another value of its type): one `llvm.fmuladd` (an FMA on hosts with one), so every
+        such pair rounds once, whatever shape the loop around it takes."""
+        if prev is None or s.op != "add" or s.dst.dtype not in _FMA_TYPES \
+                or any(a.dtype != s.dst.dtype for a in s.args):
+            return None
+        product, (x, y) = prev
+        if s.args[0] is product:
+            other = vals[1]
+        elif s.args[1] is product:
+            other = vals[0]
+        else:
+            return None
+        ty = compute_type(s.dst.dtype)
+        name = "f32" if s.dst.dtype == DType.FLOAT else "f64"
+        fn = self.scalar.intrinsic(f"llvm.fmuladd.{name}", ty, [ty, ty, ty])
+        return self.b.call(fn, [x, y, other])
 
     # values ------------------------------------------------------------------------------------
     def slot(self, v: Var) -> ir.Value:
@@ -198,14 +218,21 @@ class KernelTranslator:
                 emit_parallel(self, loop, captured, self.n_outlined)
                 self.n_outlined += 1
                 self.stmts(after)
+            if not isinstance(s, Op) or planned is not None:
+                self.last_mul = None  # its values may not dominate what follows
 
     def stmt(self, s: Stmt) -> None:
         b = self.b
+        prev, self.last_mul = self.last_mul, None
         match s:
             case Op(dst=dst, op=op, args=args):
                 vals = [self.operand(a) for a in args]
-                res = self.scalar.op(b, op, vals, [a.dtype for a in args], dst.dtype,
-                                     magnitude(self.ranges, args[0]) if args else math.inf)
+                res = self._fused_add(s, vals, prev) or self.scalar.op(
+                    b, op, vals, [a.dtype for a in args], dst.dtype,
+                    magnitude(self.ranges, args[0]) if args else math.inf)
+                if self.kernel.contract and op == "mul" and dst.dtype in _FMA_TYPES \
+                        and all(a.dtype == dst.dtype for a in args):
+                    self.last_mul = (dst, vals)
                 if res.type != compute_type(dst.dtype):
                     raise CompileError(f"op '{op}' produced {res.type}, expected "
                                        f"{dst.dtype.short}", where=f"kernel {self.kernel.name}")

@@ -147,8 +147,6 @@ class ScalarEmitter:
     def __init__(self, module: ir.Module):
         self.module = module
         self.math = MathLib(module)
-        #: float add/sub/mul carry LLVM's `contract` flag (the kernel's `Kernel.contract`)
-        self.contract = False
 
     def intrinsic(self, name: str, ret: ir.Type, args: Sequence[ir.Type]) -> ir.Function:
         return intrinsic(self.module, name, ret, args)
@@ -185,8 +183,6 @@ class ScalarEmitter:
             args = [args[0], self.cast(b, args[1], dtypes[1], wide)]
         table = _BINARY[k]
         if name in table:
-            if k == "f" and self.contract:
-                return table[name](b, args[0], args[1], flags=["contract"])
             return table[name](b, args[0], args[1])
         if name in _FCMP or name == "isnan":
             return self._compare(b, name, args, k)

@@ -27,7 +27,7 @@ bare when i64 ints or bools, else `value:dtype` with the value written exactly (
 `0.5:f32`, `-0.0:f64`, `nan:f32`, `3:i32`. A buffer's data prints inline when small, else as a
 blob in the trailing resources section. A Matmul's B window ends in `^P` when B is stored in
 packed panels (`Matmul.b_packed`; ld is then the panel width). A kernel whose float products
-may fuse with their sums (`Kernel.contract`) prints as `kernel @name contract {`.
+fuse with the sums right after them (`Kernel.contract`) prints as `kernel @name contract {`.
 """
 
 from __future__ import annotations

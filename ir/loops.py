@@ -231,10 +231,12 @@ def unpack_panels(flat: np.ndarray, k: int, n: int, width: int) -> np.ndarray:
 
 @dataclass(eq=False)
 class Kernel:
-    """A function of the program. `contract`: float multiplies and the adds consuming them may
-    be fused into FMAs (one rounding instead of two), as the Matmul statement's products are;
-    lowerings set it for sums of products (a depthwise conv's taps), never where a mul or add
-    stands alone in the semantics."""
+    """A function of the program. `contract`: an f32/f64 `add` whose operand is the product
+    the statement right before it computed is one fused multiply-add (one rounding instead of
+    two; `llvm.fmuladd`, as the Matmul statement's products are), the same in every loop shape
+    code generation gives it; the loop-IR interpreter still rounds twice. Lowerings set it for
+    sums of products (a depthwise conv's taps), never where a mul or add stands alone in the
+    semantics."""
 
     name: str
     body: list[Stmt]

@@ -125,11 +125,11 @@ OVERLAP_TAIL = True
 #: 1.013x (two threads 1.010x).
 INLINE_EPILOGUE = True
 
-#: Depthwise kernels (this nest and `ops_conv_depthwise`'s) may fuse each tap's multiply and
-#: add into an FMA (`loops.Kernel.contract`), as the GEMM kernels do: one rounding a tap
-#: instead of two, a third fewer vector ops. Measured in MobileNetV2-like on two threads,
-#: per-dispatch against False: the direct kernels (rows of 56 and 112) 1.08-1.15x faster, the
-#: phased ones (rows of 14 and 28) alike; the model 1.010-1.026x.
+#: Depthwise kernels (this nest and `ops_conv_depthwise`'s) fuse each tap's multiply and add
+#: into an FMA (`loops.Kernel.contract`), as the GEMM kernels do: one rounding a tap instead
+#: of two, a third fewer vector ops. Measured in MobileNetV2-like on two threads, per
+#: dispatch against False: the direct kernels (rows of 56 and 112) 1.04-1.18x faster (stride
+#: 2 the most), the phased ones (rows of 14 and 28) alike; the model 1.01-1.03x.
 CONTRACT = True
 
 #: Largest kernel (taps) whose depthwise rows are summed in one fused pass.
