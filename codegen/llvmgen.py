@@ -227,9 +227,10 @@ class KernelTranslator:
         match s:
             case Op(dst=dst, op=op, args=args):
                 vals = [self.operand(a) for a in args]
-                res = self._fused_add(s, vals, prev) or self.scalar.op(
-                    b, op, vals, [a.dtype for a in args], dst.dtype,
-                    magnitude(self.ranges, args[0]) if args else math.inf)
+                res = self._fused_add(s, vals, prev)
+                if res is None:
+                    res = self.scalar.op(b, op, vals, [a.dtype for a in args], dst.dtype,
+                                         magnitude(self.ranges, args[0]) if args else math.inf)
                 if self.kernel.contract and op == "mul" and dst.dtype in _FMA_TYPES \
                         and all(a.dtype == dst.dtype for a in args):
                     self.last_mul = (dst, vals)

@@ -16,7 +16,8 @@ Driver (Goto/BLIS order, B packed, A read in place: MR rows of A' are MR sequent
     for pc in steps of KC over k (depth block: a packed B block of KC x NC stays in L2):
       pack B'[pc:pc+kc, panels] into a stack buffer, panel after panel, each kc x NR row-major
         (the microkernel then reads B contiguously; edge columns are zero-padded);
-      for each MR-row tile of C (then the leftover rows as one narrower tile):
+      for each MR-row tile of C (then the leftover rows as one narrower tile, or a leftover
+      of 1-2 rows and the tile before it as two tiles of about equal height, `row_tiles`):
         for each panel: microkernel over kc, accumulating into C unless first block and
         not `accumulate`.
 A constant A (a conv's weights, read in place) is prefetched a tile ahead: its MR rows are MR

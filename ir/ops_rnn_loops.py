@@ -36,7 +36,8 @@ from onnxjit.ir.types import DType
 #: gate columns of one block's product: a few vector widths, so the register-tiled kernel
 #: keeps full tiles and a step splits into enough blocks to balance the threads
 BLOCK_COLS = 64
-#: sum a constant bias's two halves (Wb + Rb) at compile time (see `_Plan`)
+#: sum a constant bias's two halves (Wb + Rb) at compile time (see `_Plan`); measured on the
+#: bench LSTM (two threads): its steps 1.01-1.04x faster per dispatch, the model 1.012x
 BIAS_SUM = True
 
 
