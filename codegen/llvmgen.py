@@ -141,12 +141,16 @@ class KernelTranslator:
         ir.IRBuilder(self.alloca_block).branch(self.fn.blocks[1])
         return self.fn
 
+    def _fusable(self, s: Op, op: str) -> bool:
+        """`s` is an `op` of one f32/f64 type in a `contract` kernel."""
+        return self.kernel.contract and s.op == op and s.dst.dtype in _FMA_TYPES \
+            and all(a.dtype == s.dst.dtype for a in s.args)
+
     def _fused_add(self, s: Op, vals: list[ir.Value], prev) -> ir.Value | None:
         """In a `contract` kernel, `add` of the product the statement before computed (and
         another value of its type): one `llvm.fmuladd` (an FMA on hosts with one), so every
         such pair rounds once, whatever shape the loop around it takes."""
-        if prev is None or s.op != "add" or s.dst.dtype not in _FMA_TYPES \
-                or any(a.dtype != s.dst.dtype for a in s.args):
+        if prev is None or not self._fusable(s, "add"):
             return None
         product, (x, y) = prev
         if s.args[0] is product:
@@ -231,8 +235,7 @@ class KernelTranslator:
                 if res is None:
                     res = self.scalar.op(b, op, vals, [a.dtype for a in args], dst.dtype,
                                          magnitude(self.ranges, args[0]) if args else math.inf)
-                if self.kernel.contract and op == "mul" and dst.dtype in _FMA_TYPES \
-                        and all(a.dtype == dst.dtype for a in args):
+                if self._fusable(s, "mul"):
                     self.last_mul = (dst, vals)
                 if res.type != compute_type(dst.dtype):
                     raise CompileError(f"op '{op}' produced {res.type}, expected "

@@ -85,11 +85,10 @@ def block_tile_rows(gm: Geometry, nr: int) -> int:
 
     fits = range(1, max(1, min(th, nr // tw)) + 1)
     best = max(fits, key=score)
-    blocks = -(-th // best)
+    blocks, use = -(-th // best), score(best)[0]
     if EVEN_TILE_ROWS and blocks % 2 and 3 <= blocks <= 15:
-        even = [r for r in fits if -(-th // r) % 2 == 0 and score(r)[0] >= score(best)[0]]
-        if even:
-            return max(even)
+        return max((r for r in fits if -(-th // r) % 2 == 0 and score(r)[0] >= use),
+                   default=best)
     return best
 
 
