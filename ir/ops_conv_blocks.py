@@ -18,9 +18,9 @@ Three choices, all at compile time from the concrete geometry:
    (`EVEN_BLOCKS`).
 3) `m_split`: when (images x groups x blocks) gives fewer than `MIN_TASKS` parallel
    iterations (deep layers of a batch-1 CNN: one 14x14 or 7x7 block), the output channels of
-   each block are split into chunks of at least `MIN_SPLIT_ROWS` rows (a multiple of the
-   microkernel's tile rows, the last chunk shorter; a single block with too few channels for
-   that still splits them in two from 4 tile rows, `PAIR_SPLIT`), each chunk one parallel
+   each block are split into equal chunks of at least `MIN_SPLIT_ROWS` rows (`EQUAL_ROWS`; a
+   single block with too few channels for that still splits them in two from 4 tile rows,
+   `PAIR_SPLIT`), each chunk one parallel
    iteration (its own Matmul on the shared packed panel, then the epilogue on its rows), and
    the panels are built first by a separate parallel loop over (block, chunk of input
    channels) (`c_split`).
@@ -67,6 +67,13 @@ SPLIT_P, MIN_SPLIT_COLS = True, 64
 #: two threads 1.04-1.10x, one thread 0.99x; MobileNetV2-like two threads 1.009-1.018x, one
 #: thread 0.993x. False restores the cache-only choice.
 EVEN_BLOCKS = True
+#: Chunks of a split are equal (`chunk_rows`), not whole microkernel tiles with a short last
+#: one: on two threads each takes half the chunks, so 196 positions as 54 + 54 | 54 + 34 gave
+#: one thread 108 rows and the other 88 (49 each now; the microkernel ends any chunk in
+#: balanced tiles). Measured, two threads: MobileNetV2-like's 384->64 and 384->96 at 14x14
+#: 1.09x each, the model 1.005x; Inception-v1 1.036x, Inception-v2 1.03x, DenseNet-121 1.02x,
+#: ResNet-50 0.999-1.009x. False restores chunks of whole tiles.
+EQUAL_ROWS = True
 
 
 def host_tile(itemsize: int) -> tuple[int, int, int]:
@@ -138,22 +145,27 @@ def pointwise_blocks(gm: Geometry, itemsize: int, work: int = 0) -> int:
 def m_split(gm: Geometry, tasks: int, work: int, itemsize: int) -> tuple[int, int]:
     """(chunks, rows per chunk) of the M/G output channels of each block, for a conv with
     `tasks` parallel iterations of blocks and `work` multiply-adds: (1, M/G) when not split.
-    The chunk rows are a multiple of the microkernel's tile rows (MR) so no chunk but the
-    last runs a narrow edge tile; the last chunk takes what is left."""
+    The chunks are as equal as `chunk_rows` makes them; the last takes what is left."""
     if not SPLIT_M or tasks >= MIN_TASKS or work < SPLIT_WORK:
         return 1, gm.mg
     mr = host_tile(itemsize)[1]
     want = -(-MIN_TASKS // tasks)
-    rows = max(-(-gm.mg // want), MIN_SPLIT_ROWS)
-    rows = -(-rows // mr) * mr
-    chunks = -(-gm.mg // rows)
+    chunks = -(-gm.mg // max(-(-gm.mg // want), MIN_SPLIT_ROWS))
+    rows = chunk_rows(gm.mg, chunks, mr)
+    chunks = min(chunks, -(-gm.mg // rows))
     if chunks == 1 and PAIR_SPLIT and tasks == 1 and gm.mg >= 4 * mr:
         # too few channels for MIN_SPLIT_ROWS: still two chunks, one a thread (DenseNet's
         # 3x3 128->32 convs at 14x14 and 7x7 ran serially: 7 of its 43 ms on two threads)
-        half = -(-gm.mg // 2)
-        rows = -(-half // mr) * mr
-        chunks = -(-gm.mg // rows)
+        rows = chunk_rows(gm.mg, 2, mr)
+        chunks = min(2, -(-gm.mg // rows))
     return (chunks, rows) if chunks > 1 else (1, gm.mg)
+
+
+def chunk_rows(total: int, chunks: int, mr: int) -> int:
+    """Rows of each of `chunks` chunks of `total` rows (the last takes what is left): equal
+    chunks with EQUAL_ROWS, else whole tiles of `mr` rows each."""
+    per = -(-total // chunks)
+    return per if EQUAL_ROWS else -(-per // mr) * mr
 
 
 def c_split(gm: Geometry, tasks: int) -> int:

@@ -15,7 +15,8 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxjit
 from onnxjit.driver import import_model, lower_signature
-from onnxjit.ir import ops_conv_transposed
+from onnxjit.ir import ops_conv_blocks, ops_conv_transposed
+from onnxjit.ir.loops import Matmul, walk
 from onnxjit.ir.types import DType
 
 RNG = np.random.default_rng(5)
@@ -75,9 +76,10 @@ CASES = [
     ((1, 64, 3, 3), 96, np.float64, True, False),  # f64: 9 positions of 8-lane vectors
     ((1, 256, 5, 5), 512, np.float32, True, True),
     # deep products over small images, whatever the lanes; one panel of channels: the
-    # threads share chunks of positions (54, 54, 54, 34 and 30, 30, 30, 10)
+    # threads share equal chunks of positions (49 x 4, 25 x 4, 21 x 3 + 18)
     ((1, 256, 14, 14), 64, np.float32, True, True),
     ((1, 256, 10, 10), 96, np.float32, False, False),
+    ((1, 256, 9, 9), 64, np.float32, True, False),
 ]
 
 
@@ -93,6 +95,23 @@ def test_transposed_pointwise_matches_reference(xs, cout, dtype, bias, residual,
     np.testing.assert_allclose(run_via_loop_ir(m, feeds)[0], want, rtol=tol, atol=tol)
     (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(*feeds)
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+def _products(m, feeds):
+    gm = import_model(m.SerializeToString(), OPTIONS)
+    sig = tuple((DType.from_numpy(a.dtype), a.shape) for a in feeds)
+    _, prog = lower_signature(gm, sig, OPTIONS)
+    return [s for k in prog.kernels for s in walk(k.body) if isinstance(s, Matmul)]
+
+
+def test_position_chunks_are_equal(monkeypatch):
+    # 196 positions on two threads: four chunks of 49 (two a thread); whole 6-row tiles were
+    # 54 + 54 for one thread and 54 + 34 for the other
+    m = _model((1, 256, 14, 14), 64)
+    feeds = _feeds(m, (1, 256, 14, 14), 64, np.float32)
+    assert sorted(s.m for s in _products(m, feeds)) == [49]  # equal: no separate last chunk
+    monkeypatch.setattr(ops_conv_blocks, "EQUAL_ROWS", False)
+    assert sorted(s.m for s in _products(m, feeds)) == [34, 54]
 
 
 @pytest.mark.parametrize("xs,cout,group,why", [

@@ -180,7 +180,9 @@ def test_block_choice_for_deep_layers():
     deep = geometry(512, 7)
     assert block_rows(deep, 4) == 7
     chunks, rows = m_split(deep, 1, 512 * 49 * 4608, 4)
-    assert chunks >= MIN_TASKS and rows % 6 == 0 and (chunks - 1) * rows < 512 <= chunks * rows
+    assert (chunks, rows) == (MIN_TASKS, 512 // MIN_TASKS)  # equal chunks, not whole tiles
+    # too few channels for MIN_SPLIT_ROWS chunks: two halves (whole tiles were 36 + 28)
+    assert m_split(geometry(64, 14), 1, 64 * 196 * 576, 4) == (2, 32)
     wide = geometry(64, 56)
     rows = block_rows(wide, 4)
     assert rows * 56 >= 192 and rows * 56 * 576 * 4 <= 512 << 10
