@@ -108,6 +108,12 @@ def test_small_loops_stay_serial() -> None:
         b.store(y, i, b.op("add", b.load(x, i), const(1, F32)))
     p = Program([x, y], [Kernel("small", b.body)])
     assert plan_kernel(p.kernels[0]) == {}
+    # 600K ops (200K elements, 3 ops each) is worth two chunks: dispatched
+    big = Buffer("big", F32, (200_000,), "input", slot=0)
+    b2 = Builder()
+    with b2.loop(0, 200_000, parallel=True) as i:
+        b2.store(big, i, b2.op("add", b2.load(big, i), const(1, F32)))
+    assert len(plan_kernel(Kernel("medium", b2.body))) == 1
     text: dict[str, str] = {}
     compile_program(p, dump=text.__setitem__)
     assert ".task" not in text["llvm.ll"]
@@ -144,7 +150,8 @@ def test_parallel_loop_inside_serial_loop_dispatches_per_step() -> None:
     p = _recurrence_program(12)
     (outer,) = p.kernels[0].body
     assert list(plan_kernel(p.kernels[0])) == [id(outer.body[-1])]
-    assert plan_kernel(_recurrence_program(3).kernels[0]) == {}  # too few steps to pay
+    # too few steps to pay (each step's loop: 418K ops, more than NESTED_OPS)
+    assert plan_kernel(_recurrence_program(3, 24576).kernels[0]) == {}
     text: dict[str, str] = {}
     compile_program(p, dump=text.__setitem__)
     assert ".task" in text["llvm.ll"]
