@@ -39,11 +39,12 @@ def compile_pool():
     from onnxjit.codegen import target
     from onnxjit.codegen.jit import _llvm_lock, optimize
     from onnxjit.codegen.pool_ir import pool_ir
+    from onnxjit.codegen.pool_trace import enabled
 
     with _llvm_lock:
         target.init()
         triple, _, _ = target.host()
-        mod = llvm.parse_assembly(pool_ir(triple, target.data_layout()))
+        mod = llvm.parse_assembly(pool_ir(triple, target.data_layout(), trace=enabled()))
         mod.verify()
         tm = target.create_target_machine(2)
         optimize(mod, tm, 2)
@@ -97,6 +98,14 @@ def parallel_for_address() -> int:
     if _address is not None:
         return _address
     return install(compile_pool())
+
+
+def trace_records() -> list:
+    """The dispatches recorded since the previous call, as `pool_trace.Record`s; empty unless
+    the pool was built with $ONNXJIT_POOL_TRACE set (see `pool_trace`)."""
+    from onnxjit.codegen.pool_trace import records
+
+    return [] if _control is None else records(int(_control(2)))
 
 
 def worker_count() -> int:

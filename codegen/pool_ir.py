@@ -50,6 +50,7 @@ Algorithm:
 6) After os.fork() the child has no workers but a copy of the pool's state:
    `onnxjit_pool_control(1)` (a fork handler, see `pool.py`) zeroes every global (zeroed
    storage is a valid PTHREAD_*_INITIALIZER on glibc and musl).
+7) With $ONNXJIT_POOL_TRACE set, every dispatch also records its times (`pool_trace`).
 
 All shared state is accessed with seq_cst atomics, so LLVM never caches it across the calls into
 pthread (the mutex also orders it). The module has no addresses in it: the pthread functions
@@ -63,6 +64,7 @@ from llvmlite import ir
 from onnxjit.codegen.irutil import Callee
 from onnxjit.codegen.mathlib import intrinsic
 from onnxjit.codegen.pool import CONTROL, ENTRY
+from onnxjit.codegen.pool_trace import Tracer
 
 PTR = ir.PointerType()
 I32 = ir.IntType(32)
@@ -103,9 +105,10 @@ def _c(v: int) -> ir.Constant:
 class _Builder:
     """Builds the pool module; `g[name]` are the globals."""
 
-    def __init__(self, triple: str, data_layout: str):
+    def __init__(self, triple: str, data_layout: str, trace: bool = False):
         m = self.module = ir.Module(name="onnxjit_pool")
         m.triple, m.data_layout = triple, data_layout
+        self.trace = Tracer(m) if trace else None
         self.x86 = triple.startswith(("x86_64", "i386", "i686"))
         self.g: dict[str, ir.GlobalVariable] = {}
         for name in _SYNC:
@@ -238,6 +241,13 @@ class _Builder:
             b.position_at_end(done)
 
         self.count(b, t, drain)
+        if self.trace is not None:
+            worker, out = fn.append_basic_block("traced"), fn.append_basic_block("out")
+            b.cbranch(b.icmp_signed("!=", fn.args[-1], _c(0)), worker, out)
+            b.position_at_end(worker)
+            self.trace.worker_done(b)
+            b.branch(out)
+            b.position_at_end(out)
         b.ret_void()
         return fn
 
@@ -336,6 +346,8 @@ class _Builder:
         blocks = {x: fn.append_basic_block(x) for x in (
             "serial", "try", "spawn", "create", "spawned", "unlock_serial", "run", "wait",
             "sleep", "done")}
+        tr = self.trace
+        start = tr.now(b) if tr is not None else None
         grain = b.select(b.icmp_signed("<", grain, _c(1)), _c(1), grain)
         t = b.sdiv(n, grain)
         t = b.select(b.icmp_signed("<", nthreads, t), nthreads, t)
@@ -343,6 +355,8 @@ class _Builder:
 
         b.position_at_end(blocks["serial"])
         self.task(b, task, [ctx, _c(0), n])
+        if tr is not None:
+            tr.record(b, n, start, _c(0), _c(0))
         b.ret_void()
 
         b.position_at_end(blocks["try"])
@@ -395,6 +409,8 @@ class _Builder:
         chunks = b.sdiv(b.add(n, b.sub(chunk, _c(1))), chunk)
         part = b.mul(b.sdiv(b.add(chunks, b.sub(t, _c(1))), t), chunk)
         mu = self.g["mu"]
+        if tr is not None:
+            tr.reset_worker_done(b)
         self.call(b, "pthread_mutex_lock", mu)
         self.count(b, t, lambda b, q: b.atomic_rmw(
             "xchg", self.word(b, "next", b.mul(q, _c(NEXT_STRIDE))), b.mul(q, part), "seq_cst"))
@@ -406,6 +422,7 @@ class _Builder:
         self.call(b, "pthread_cond_broadcast", self.g["cv_work"])
         self.call(b, "pthread_mutex_unlock", mu)
         b.call(self.run_chunks, [task, ctx, n, chunk, part, t, _c(0)])
+        caller_done = tr.now(b) if tr is not None else None
         self.call(b, "pthread_mutex_lock", mu)
         self.set(b, "job_open", _c(0))
         self.call(b, "pthread_mutex_unlock", mu)
@@ -420,6 +437,8 @@ class _Builder:
         b.branch(blocks["wait"])
         b.position_at_end(blocks["done"])
         self.call(b, "pthread_mutex_unlock", mu)
+        if tr is not None:  # before the dispatch lock goes: the next job resets worker_done
+            tr.record(b, n, start, caller_done, b.load_atomic(tr.wdone, "seq_cst", 8, typ=I64))
         self.call(b, "pthread_mutex_unlock", self.g["dispatch"])
         b.ret_void()
 
@@ -454,11 +473,17 @@ class _Builder:
         return out
 
     def _control(self) -> None:
-        """i64 control(i64 reset): the number of workers started; with reset != 0 first
-        zero every global (the child side of a fork)."""
+        """i64 control(i64 op): the number of workers started; op 1 first zeroes every
+        global (the child side of a fork); op 2 returns the trace ring's address instead (0
+        without tracing, `pool_trace`)."""
         fn, b = self._fn(CONTROL, I64, [I64], internal=False)
-        zero, done = fn.append_basic_block("zero"), fn.append_basic_block("done")
-        b.cbranch(b.icmp_signed("!=", fn.args[0], _c(0)), zero, done)
+        ring, zero, done = (fn.append_basic_block(x) for x in ("ring", "zero", "done"))
+        check = fn.append_basic_block("check")
+        b.cbranch(b.icmp_signed("==", fn.args[0], _c(2)), ring, check)
+        b.position_at_end(ring)
+        b.ret(self.trace.address(b) if self.trace is not None else _c(0))
+        b.position_at_end(check)
+        b.cbranch(b.icmp_signed("==", fn.args[0], _c(1)), zero, done)
         b.position_at_end(zero)
         for gv in self.g.values():
             b.store(ir.Constant(gv.value_type, None), gv)
@@ -467,6 +492,6 @@ class _Builder:
         b.ret(self.get(b, "started"))
 
 
-def pool_ir(triple: str, data_layout: str) -> str:
-    """The pool module's LLVM IR text."""
-    return _Builder(triple, data_layout).build()
+def pool_ir(triple: str, data_layout: str, trace: bool = False) -> str:
+    """The pool module's LLVM IR text; `trace` records every dispatch (`pool_trace`)."""
+    return _Builder(triple, data_layout, trace).build()

@@ -63,8 +63,11 @@ def _ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
     given, else compiled. Returns the pool's object code to keep in the artifact's entry."""
     if not uses_pool or num_threads <= 1:
         return None
-    from onnxjit.codegen import pool
+    from onnxjit.codegen import pool, pool_trace
 
+    if pool_trace.enabled():  # a traced pool is built here, and never kept in an entry
+        pool.parallel_for_address()
+        return None
     if not pool.installed() and stored is not None:
         try:
             pool.install(pool.pool_object(stored))
