@@ -59,8 +59,10 @@ I64 = ir.IntType(64)
 #: nobody has claimed, so a loop of two chunks costs its dispatcher the wake-up call at worst,
 #: and leaves the worker spinning for the next loop. Measured, two threads, 1M -> 512K (the
 #: loops of 512K-1M ops: BERT-tiny's attention softmax, MobileNetV2's stem input split into
-#: phases): BERT-tiny 1.08-1.09x, MobileNetV2-like 1.007-1.02x; the chain, the LSTM, ResNet-50,
-#: SqueezeNet, MLP batch 1 unchanged; 64K gained nothing more
+#: phases): BERT-tiny 1.08-1.09x; MobileNetV2-like 1.007-1.02x, but its stem (the split and
+#: the product) took as long as before in a per-dispatch trace: the split's two-thread run
+#: pays the worker's wake-up instead; the chain, the LSTM, ResNet-50, SqueezeNet, MLP batch 1
+#: unchanged; 64K gained nothing more
 SERIAL_OPS = 1 << 19
 #: minimum work per chunk handed to a thread (the pool runs loops of less than two serially)
 CHUNK_OPS = 1 << 18

@@ -64,7 +64,7 @@ from llvmlite import ir
 from onnxjit.codegen.irutil import Callee
 from onnxjit.codegen.mathlib import intrinsic
 from onnxjit.codegen.pool import CONTROL, ENTRY
-from onnxjit.codegen.pool_trace import Tracer
+from onnxjit.codegen.pool_trace_ir import Tracer
 
 PTR = ir.PointerType()
 I32 = ir.IntType(32)

@@ -20,10 +20,9 @@ Three choices, all at compile time from the concrete geometry:
    iterations (deep layers of a batch-1 CNN: one 14x14 or 7x7 block), the output channels of
    each block are split into equal chunks of at least `MIN_SPLIT_ROWS` rows (`EQUAL_ROWS`; a
    single block with too few channels for that still splits them in two from 4 tile rows,
-   `PAIR_SPLIT`), each chunk one parallel
-   iteration (its own Matmul on the shared packed panel, then the epilogue on its rows), and
-   the panels are built first by a separate parallel loop over (block, chunk of input
-   channels) (`c_split`).
+   `PAIR_SPLIT`), each chunk one parallel iteration (its own Matmul on the shared packed
+   panel, then the epilogue on its rows), and the panels are built first by a separate
+   parallel loop over (block, chunk of input channels) (`c_split`).
    A split pointwise conv multiplies X's columns directly in each chunk. Without this the
    second core idled on those layers (2-thread speed-up 1.0x; 1.7-1.9x with it).
 """
