@@ -120,6 +120,20 @@ class Callee:
 def splat(b: ir.IRBuilder, x: ir.Value, lanes: int) -> ir.Value:
     """x in every lane of a vector of `lanes` lanes."""
     ty = ir.VectorType(x.type, lanes)
+    if isinstance(x, ir.Constant) and isinstance(x.constant, (int, float)):
+        # a constant vector, which `scalar` recognises as one
+        return ir.Constant(ty, [x.constant] * lanes)
     v = b.insert_element(ir.Constant(ty, ir.Undefined), x, i64c(0))
     return b.shuffle_vector(v, ir.Constant(ty, ir.Undefined),
                             ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+
+def float_constant(v: ir.Value) -> float | None:
+    """The value of a float constant, or of a vector constant whose lanes are all equal."""
+    if not isinstance(v, ir.Constant):
+        return None
+    c = v.constant
+    if isinstance(c, list):  # a vector: its lanes must agree
+        c = [e.constant if isinstance(e, ir.Constant) else e for e in c]
+        c = c[0] if len({repr(e) for e in c}) == 1 else None
+    return c if isinstance(c, float) else None

@@ -10,7 +10,9 @@ semantics need guards are spelled out:
   dividend is INT_MIN and the divisor -1, or for rem any -1), then the result is 0 where the
   divisor was 0 (INT_MIN / -1 = INT_MIN falls out of dividing by 1; x % -1 = 0 = x % 1);
 - float min/max propagate NaN like numpy's scalar loop: `a < b || isnan(a) ? a : b` (a select,
-  so it vectorizes; `llvm.minnum` would drop NaNs);
+  so it vectorizes; `llvm.minnum` would drop NaNs); with a constant operand c (not NaN) that is
+  `c < x ? c : x` (c first; or second when c != 0, ties then being the same bits), the form
+  x86's minps/maxps implement (`CONST_MINMAX`);
 - int pow is repeated squaring unrolled over the exponent's bits (branch-free, wraps), with
   scalar_eval's rule for negative exponents; float pow calls libm `powf`/`pow`;
 - casts: float->int saturate with NaN -> 0 (`llvm.fptosi.sat`/`llvm.fptoui.sat`), ->bool is
@@ -47,6 +49,7 @@ from onnxjit.codegen.cast_only import (
     encode_e8m0,
     encode_small_float,
 )
+from onnxjit.codegen.irutil import float_constant
 from onnxjit.codegen.mathlib import MathLib, intrinsic
 from onnxjit.errors import UnsupportedError
 from onnxjit.ir.narrow import SMALL_INTS, narrow_value, to_cast_only
@@ -139,6 +142,11 @@ _MATH = ("exp", "log", "tanh", "sigmoid", "erf")
 #: Ops whose result needs no rounding to a narrow float: they return an operand, one already
 #: rounded (cast), or an exactly representable value of representable operands.
 _EXACT_ON_NARROW = ("cast", "copy", "select", "neg", "abs", "min", "max", "floor", "ceil")
+#: Float min/max with a usable constant operand as x86's minps/maxps (see `_minmax`): one
+#: instruction, not a compare, a NaN test and a blend; the same bits. Measured, two threads:
+#: MobileNetV2-like 1.037-1.046x (the min(x, 6) of its Clip epilogues); ResNet-50, DenseNet,
+#: SqueezeNet, the MLP, the chain, BERT-tiny unchanged. False restores the generic select.
+CONST_MINMAX = True
 
 
 class ScalarEmitter:
@@ -252,6 +260,13 @@ class ScalarEmitter:
 
     def _minmax(self, b: ir.IRBuilder, a: Sequence[ir.Value], k: str, pred: str) -> ir.Value:
         x, y = a
+        if k == "f" and CONST_MINMAX:
+            cx, cy = float_constant(x), float_constant(y)
+            if cx is not None and not math.isnan(cx):  # c < x || isnan(c) ? c : x
+                return b.select(b.fcmp_ordered(pred, x, y), x, y)
+            if cy is not None and not math.isnan(cy) and cy != 0:
+                # x < c || isnan(x) ? x : c  ==  c < x ? c : x (ties: x == c, the same bits)
+                return b.select(b.fcmp_ordered(pred, y, x), y, x)
         if k == "f":
             take_x = b.or_(b.fcmp_ordered(pred, x, y), b.fcmp_unordered("uno", x, x))
         elif k == "s":
@@ -475,3 +490,4 @@ def from_storage(b: ir.IRBuilder, x: ir.Value, dt: DType) -> ir.Value:
     if dt == DType.BFLOAT16:
         return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)), F32)
     return x
+

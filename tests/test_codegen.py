@@ -124,6 +124,35 @@ def test_binary_ops(dt: DType) -> None:
     check(ops_program(dt, x.size, ops, 2), [x, y])
 
 
+@pytest.mark.parametrize("dt", [F32, F64], ids=lambda d: d.short)
+@pytest.mark.parametrize("c", [0.0, -0.0, 6.0, -1.5, np.inf, np.nan])
+def test_min_max_with_a_constant_keep_numpy_semantics(dt: DType, c: float, monkeypatch) -> None:
+    """min/max with a constant operand, on either side, take minps/maxps's form (`scalar.
+    CONST_MINMAX`): the same bits as the generic select (NaN from either side, a tie of
+    signed zeros to the second operand, as numpy), in vectorized loops and their tails."""
+    from onnxjit.codegen import scalar
+
+    x = np.tile(edge_values(dt), 57)  # 1026: vector iterations and a tail
+    xb = Buffer("x", dt, x.shape, "input", slot=0)
+    bld = Builder()
+    outs = []
+    with bld.loop(0, x.size) as i:
+        v = bld.load(xb, i)
+        for op in ("min", "max"):
+            for args in ((v, const(c, dt)), (const(c, dt), v)):
+                out = Buffer(f"{op}{len(outs)}", dt, x.shape, "output", slot=1 + len(outs))
+                outs.append(out)
+                bld.store(out, i, bld.op(op, *args))
+    p = Program([xb] + outs, [Kernel("minmax", bld.body)])
+    ref = run_program(p, [x])
+    bits = np.uint32 if dt == F32 else np.uint64
+    for on in (True, False):
+        monkeypatch.setattr(scalar, "CONST_MINMAX", on)
+        got = native(p, False, lib=load_object(compile_program(p))).run((x,))
+        for g, r, out in zip(got, ref, outs):
+            np.testing.assert_array_equal(g.view(bits), r.view(bits), err_msg=f"{out.name} {on}")
+
+
 @pytest.mark.parametrize("dt", ALL, ids=lambda d: d.short)
 def test_unary_ops(dt: DType) -> None:
     x = edge_values(dt)
