@@ -24,9 +24,9 @@ Algorithm:
    on a second condition variable until `active` is 0, so every chunk has finished when
    parallel_for returns.
    Both sides poll before blocking: workers briefly (SPIN, with `pause`) for the next job; the
-   caller, inside a call, polls for the last worker with sched_yield between polls
-   (CALLER_SPIN): on an idle core that is a spin without a futex round trip, and a worker
-   sharing the caller's core still gets to run.
+   caller, inside a call, polls for the last worker, briefly with `pause`, then with
+   sched_yield between polls (CALLER_SPIN): on an idle core that is a spin without a futex
+   round trip, and a worker sharing the caller's core still gets to run.
 4) Chunks: about 4 per thread (dynamic load balance) but never below `grain` iterations; a
    heavy body (grain < 16) takes a chunk up to 7 smaller (at least half) when n is then a
    multiple of chunk * t (EVEN_PARTS: 28 blocks on two threads as 14 chunks of 2, not 7 of
@@ -94,8 +94,10 @@ WORKER_NAME = "onnxjit-worker"
 #: polls of a short spin (with `pause`, some tens of microseconds) before blocking after a job:
 #: back-to-back dispatches of one call then skip the futex round trip
 SPIN = 1000
-#: sched_yield polls of the caller waiting for the last worker before it blocks
-CALLER_SPIN = 2000
+#: polls with `pause` (some 5 us), then sched_yield polls, of the caller waiting for the last
+#: worker before it blocks. A yield is a system call: polling with yields only, the caller saw
+#: the last worker finish 0.50-0.57 us late, with pauses first 0.34-0.40 (the LSTM's steps)
+CALLER_PAUSE, CALLER_SPIN = 200, 2000
 
 
 def _c(v: int) -> ir.Constant:
@@ -426,6 +428,7 @@ class _Builder:
         self.call(b, "pthread_mutex_lock", mu)
         self.set(b, "job_open", _c(0))
         self.call(b, "pthread_mutex_unlock", mu)
+        self.spin(b, "active", "==", _c(0), CALLER_PAUSE)
         self.spin(b, "active", "==", _c(0), CALLER_SPIN, yield_cpu=True)
         self.call(b, "pthread_mutex_lock", mu)
         b.branch(blocks["wait"])
