@@ -110,9 +110,9 @@ class _Builder:
     def __init__(self, triple: str, data_layout: str, trace: bool = False):
         m = self.module = ir.Module(name="onnxjit_pool")
         m.triple, m.data_layout = triple, data_layout
-        self.trace = Tracer(m) if trace else None
         self.x86 = triple.startswith(("x86_64", "i386", "i686"))
         self.g: dict[str, ir.GlobalVariable] = {}
+        self.trace = Tracer(m, self._global) if trace else None
         for name in _SYNC:
             self._global(name, ir.ArrayType(ir.IntType(8), SYNC_BYTES), 16)
         for name in _STATE:
@@ -137,13 +137,14 @@ class _Builder:
             self.f[name] = ir.Function(m, ir.FunctionType(ret, args), name)
         self.task_ty = ir.FunctionType(VOID, [PTR, I64, I64])
 
-    def _global(self, name: str, ty: ir.Type, align: int) -> None:
+    def _global(self, name: str, ty: ir.Type, align: int) -> ir.GlobalVariable:
         gv = ir.GlobalVariable(self.module, ty, f"onnxjit_pool_{name}")
         gv.initializer = ir.Constant(ty, None)
         gv.linkage = "internal"
         gv.align = align
         gv.type = PTR  # llvmlite would print a typed pointer; LLVM 22 IR is opaque `ptr`
         self.g[name] = gv
+        return gv
 
     # atomics on the state globals -------------------------------------------------------------
     def get(self, b: ir.IRBuilder, name: str) -> ir.Value:

@@ -57,6 +57,8 @@ def records(address: int) -> list[Record]:
         return []
     ring = (ctypes.c_int64 * (1 + RECORDS * FIELDS)).from_address(address)
     count = ring[0]
+    if count < _seen:  # a forked child: its pool's globals were zeroed
+        _seen = 0
     first = max(_seen, count - RECORDS)
     out = []
     for i in range(first, count):

@@ -1,9 +1,10 @@
 """The pool module's dispatch records (`pool_trace`): the ring, the clock, the stores.
 
-Algorithm: two internal globals, the ring (count word, then RECORDS records of FIELDS words)
-and the last worker's finishing time; `now` calls clock_gettime(CLOCK_MONOTONIC) into a struct
-timespec allocated once per function; `record` claims a slot with an atomic add on the count
-and stores the record's words; workers publish their finishing time with an atomic max.
+Algorithm: two internal globals of the pool (zeroed with its others after a fork): the ring
+(a count word, then RECORDS records of FIELDS words) and the last worker's finishing time;
+`now` calls clock_gettime(CLOCK_MONOTONIC) into a struct timespec allocated once per
+function; `record` claims a slot with an atomic add on the count and stores the record's
+words; workers publish their finishing time with an atomic max.
 """
 
 from __future__ import annotations
@@ -22,19 +23,12 @@ _RING = ir.ArrayType(I64, 1 + RECORDS * FIELDS)
 class Tracer:
     """Emits the ring, its clock readings and its records into the pool module."""
 
-    def __init__(self, module: ir.Module):
-        self.module = module
-        self.ring = self._global("onnxjit_pool_trace", _RING)
-        self.wdone = self._global("onnxjit_pool_trace_wdone", I64)
+    def __init__(self, module: ir.Module, declare):
+        """`declare(name, type, align)`: the pool module's internal zeroed global."""
+        self.ring = declare("trace", _RING, 64)
+        self.wdone = declare("trace_wdone", I64, 8)
         self.clock = ir.Function(module, ir.FunctionType(I32, [I32, PTR]), "clock_gettime")
         self.timespecs: dict[int, ir.Value] = {}  # id(function) -> its struct timespec
-
-    def _global(self, name: str, ty: ir.Type) -> ir.GlobalVariable:
-        gv = ir.GlobalVariable(self.module, ty, name)
-        gv.initializer = ir.Constant(ty, None)
-        gv.linkage, gv.align = "internal", 64
-        gv.type = PTR  # opaque pointers (LLVM 22)
-        return gv
 
     def now(self, b: ir.IRBuilder) -> ir.Value:
         """CLOCK_MONOTONIC in nanoseconds."""

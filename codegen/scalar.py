@@ -490,4 +490,3 @@ def from_storage(b: ir.IRBuilder, x: ir.Value, dt: DType) -> ir.Value:
     if dt == DType.BFLOAT16:
         return b.bitcast(b.shl(b.zext(x, I32), ir.Constant(I32, 16)), F32)
     return x
-

@@ -66,7 +66,7 @@ SPLIT_P, MIN_SPLIT_COLS = True, 64
 #: two threads 1.04-1.10x, one thread 0.99x; MobileNetV2-like two threads 1.009-1.018x, one
 #: thread 0.993x. False restores the cache-only choice.
 EVEN_BLOCKS = True
-#: Chunks of a split are equal (`chunk_rows`), not whole microkernel tiles with a short last
+#: Chunks of a split are equal (`split_rows`), not whole microkernel tiles with a short last
 #: one: on two threads each takes half the chunks, so 196 positions as 54 + 54 | 54 + 34 gave
 #: one thread 108 rows and the other 88 (49 each now; the microkernel ends any chunk in
 #: balanced tiles). Measured, two threads: MobileNetV2-like's 384->64 and 384->96 at 14x14
@@ -144,27 +144,26 @@ def pointwise_blocks(gm: Geometry, itemsize: int, work: int = 0) -> int:
 def m_split(gm: Geometry, tasks: int, work: int, itemsize: int) -> tuple[int, int]:
     """(chunks, rows per chunk) of the M/G output channels of each block, for a conv with
     `tasks` parallel iterations of blocks and `work` multiply-adds: (1, M/G) when not split.
-    The chunks are as equal as `chunk_rows` makes them; the last takes what is left."""
+    The chunks are as equal as `split_rows` makes them; the last takes what is left."""
     if not SPLIT_M or tasks >= MIN_TASKS or work < SPLIT_WORK:
         return 1, gm.mg
     mr = host_tile(itemsize)[1]
     want = -(-MIN_TASKS // tasks)
-    chunks = -(-gm.mg // max(-(-gm.mg // want), MIN_SPLIT_ROWS))
-    rows = chunk_rows(gm.mg, chunks, mr)
-    chunks = min(chunks, -(-gm.mg // rows))
+    chunks, rows = split_rows(gm.mg, -(-gm.mg // max(-(-gm.mg // want), MIN_SPLIT_ROWS)), mr)
     if chunks == 1 and PAIR_SPLIT and tasks == 1 and gm.mg >= 4 * mr:
         # too few channels for MIN_SPLIT_ROWS: still two chunks, one a thread (DenseNet's
         # 3x3 128->32 convs at 14x14 and 7x7 ran serially: 7 of its 43 ms on two threads)
-        rows = chunk_rows(gm.mg, 2, mr)
-        chunks = min(2, -(-gm.mg // rows))
+        chunks, rows = split_rows(gm.mg, 2, mr)
     return (chunks, rows) if chunks > 1 else (1, gm.mg)
 
 
-def chunk_rows(total: int, chunks: int, mr: int) -> int:
-    """Rows of each of `chunks` chunks of `total` rows (the last takes what is left): equal
-    chunks with EQUAL_ROWS, else whole tiles of `mr` rows each."""
+def split_rows(total: int, chunks: int, mr: int) -> tuple[int, int]:
+    """(chunks, rows of each) for `total` rows cut into at most `chunks` chunks, the last
+    taking what is left: equal chunks with EQUAL_ROWS, else whole tiles of `mr` rows each
+    (then possibly fewer chunks)."""
     per = -(-total // chunks)
-    return per if EQUAL_ROWS else -(-per // mr) * mr
+    rows = per if EQUAL_ROWS else -(-per // mr) * mr
+    return -(-total // rows), rows
 
 
 def c_split(gm: Geometry, tasks: int) -> int:

@@ -13,7 +13,7 @@ go in tiles of MR rows, where the edge tile costs only its own rows (49 = 8 * 6 
 
 Kernel, parallel over (image, chunk of output channels): the chunks are whole packed panels,
 at least `MIN_TASKS` of them over the batch, so each thread reads its share of W (with fewer
-panels than that, equal chunks of positions instead, `ops_conv_blocks.chunk_rows`):
+panels than that, equal chunks of positions instead, `ops_conv_blocks.split_rows`):
 1) one Matmul into the chunk's columns of the scratch T (B offset = the chunk's first panel:
    W^T is packed here, with `loops.pack_panels`, so the offset may vary at run time);
 2) the chunk's columns of T copied, transposed, into its rows of Y, in blocks of COPY_BLOCK
@@ -42,7 +42,7 @@ import numpy as np
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64, pack_panels
 from onnxjit.ir.opdef import LowerContext
-from onnxjit.ir.ops_conv_blocks import MIN_TASKS, chunk_rows, for_chunk, host_tile
+from onnxjit.ir.ops_conv_blocks import MIN_TASKS, for_chunk, host_tile, split_rows
 from onnxjit.ir.ops_conv_packed import packed_width
 from onnxjit.ir.ops_conv_utils import PANEL_BYTES
 from onnxjit.ir.types import DType
@@ -99,11 +99,10 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
     want = -(-MIN_TASKS // gm.n)  # chunks an image
     panels = -(-m // nr)
     if panels >= want:  # chunks of whole panels of channels
-        cols, rows = -(-panels // want) * nr, p
-    else:  # too few panels: chunks of positions (`chunk_rows`)
-        mr = host_tile(dt.itemsize)[1]
-        cols, rows = m, chunk_rows(p, want, mr)
-    cchunks, pchunks = -(-m // cols), min(want, -(-p // rows))
+        cols, (pchunks, rows) = -(-panels // want) * nr, (1, p)
+    else:  # too few panels: chunks of positions (`split_rows`)
+        cols, (pchunks, rows) = m, split_rows(p, want, host_tile(dt.itemsize)[1])
+    cchunks = -(-m // cols)
     chunks = cchunks * pchunks
     ldt = m + PAD
     t = ctx.scratch("conv_t", dt, (gm.n, p, ldt))
