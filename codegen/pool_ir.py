@@ -481,8 +481,7 @@ class _Builder:
         global (the child side of a fork); op 2 returns the trace ring's address instead (0
         without tracing, `pool_trace`)."""
         fn, b = self._fn(CONTROL, I64, [I64], internal=False)
-        ring, zero, done = (fn.append_basic_block(x) for x in ("ring", "zero", "done"))
-        check = fn.append_basic_block("check")
+        ring, check, zero, done = map(fn.append_basic_block, ("ring", "check", "zero", "done"))
         b.cbranch(b.icmp_signed("==", fn.args[0], _c(2)), ring, check)
         b.position_at_end(ring)
         b.ret(self.trace.address(b) if self.trace is not None else _c(0))
