@@ -170,6 +170,11 @@ class CompiledModel:
     # calling ----------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> tuple:
         """Run with inputs by position (graph-input order) and/or by name -> tuple of arrays."""
+        if kwargs and not args and len(kwargs) == self._n_in:
+            try:  # every input by name: the fast path takes them in graph-input order
+                args, kwargs = tuple(map(kwargs.__getitem__, self.input_names)), {}
+            except KeyError:  # an unknown name: `_order` says which
+                pass
         if not kwargs:
             # The builtin of the last signature (`onnxjit.fastcall`): a tuple when the arrays
             # match it exactly, else -2 (take the checked path) or a failed check's number.

@@ -76,6 +76,28 @@ def test_fallbacks_give_the_same_answers_and_errors():
     np.testing.assert_array_equal(fn(a, b)[0], a + 1)
 
 
+def test_inputs_by_name_take_the_fast_path_in_graph_order(monkeypatch):
+    # Every input by name is reordered to graph-input order and served by the builtin (a
+    # subtraction tells the order); names it does not know still get the checked path's error.
+    m = _model([oh.make_node("Sub", ["a", "b"], ["y"])],
+               [oh.make_tensor_value_info("a", TP.FLOAT, ["n"]),
+                oh.make_tensor_value_info("b", TP.FLOAT, ["n"])],
+               [oh.make_tensor_value_info("y", TP.FLOAT, ["n"])])
+    fn = onnxjit.compile(m, cache_dir=False)
+    a, b = np.arange(6, dtype=np.float32), np.full(6, 2, np.float32)
+    np.testing.assert_array_equal(fn(a, b)[0], a - b)  # the builtin now serves f32[6]
+    with monkeypatch.context() as mp:  # ... and by name too: never the slow reordering
+        mp.setattr(fn, "_order", None)
+        for _ in range(3):
+            np.testing.assert_array_equal(fn(b=b, a=a)[0], a - b)
+    np.testing.assert_array_equal(fn(b=b[:4], a=a[:4])[0], a[:4] - b[:4])  # another shape
+    np.testing.assert_array_equal(fn.run(None, {"b": b, "a": a})[0], a - b)
+    with pytest.raises(onnxjit.InputError, match="unknown input name 'c'"):
+        fn(a=a, c=b)
+    with pytest.raises(onnxjit.InputError, match="symbolic dim 'n'"):
+        fn(a=a, b=b[:3])
+
+
 def test_failed_check_raises_on_every_call():
     data = np.arange(12, dtype=np.float32).reshape(4, 3)
     m = _model([oh.make_node("Gather", ["data", "idx"], ["y"], axis=0)],
