@@ -21,8 +21,9 @@ fifth of a small-depth pointwise conv's time, measured). Algorithm:
    (masked) vector loads at the vector's columns, scalars are splat, ops go through the same
    `ScalarEmitter` rules, so results are bit-identical).
 Anything else keeps the separate pass (`llvmgen` translates the nest as usual): the
-small-product and narrow-float kernels, and a top-level product's nest (the product is split
-over threads and its nest is a parallel loop of its own).
+small-product and narrow-float kernels. A top-level product split over threads takes its nest
+into its blocks (`parallel.split_matmul`: `er = row + r`); `outer_forms` expands the block's
+offsets so the block's window and nest still match here.
 Measured, one thread, against the separate pass: pointwise conv + Clip 16->96 at 112x112
 1.13x, 24->144 at 56x56 1.09x; 96->24 at 56x56 (bias only) 1.05x; MobileNetV2-like 1.044x
 on one thread, 1.043x on two (the same bits).
@@ -35,7 +36,7 @@ from llvmlite import ir
 from onnxjit.codegen.irutil import splat
 from onnxjit.codegen.scalar import compute_type, constant
 from onnxjit.ir.loop_ranges import magnitude
-from onnxjit.ir.loops import Const, Load, Loop, Matmul, Op, Operand, Stmt, Store, Var
+from onnxjit.ir.loops import Const, Load, Loop, Matmul, Op, Operand, Stmt, Store, Var, walk
 
 #: Ops the body may use on vectors: the ScalarEmitter's IRBuilder forms take vector operands.
 VECTOR_OPS = frozenset({"add", "sub", "mul", "div", "max", "min", "select", "lt", "le", "gt",
@@ -108,9 +109,13 @@ class Fused:
         return out
 
 
-def match(mm: Matmul, nest: Stmt) -> Fused | None:
+def match(mm: Matmul, nest: Stmt, outer: dict[int, Affine] | None = None,
+          vector: bool = True) -> Fused | None:
     """The epilogue nest `nest` following `mm`, when it has the exact form the tiled kernel can
-    apply in its stores (see the module docstring), else None."""
+    apply in its stores (see the module docstring), else None. `outer`: affine forms of
+    variables defined before the nest (`outer_forms`), which are atoms otherwise. With
+    `vector` False, any scalar op may compute the value (the nest then only has the form: row
+    r of the nest touches row r of the product alone; `parallel.split_matmul` relies on it)."""
     if not (isinstance(nest, Loop) and not nest.parallel and nest.step == 1
             and _const(nest.start) == 0 and _const(nest.stop) == mm.m and nest.body
             and mm.c.dtype.is_float and mm.c.dtype.itemsize in (4, 8)):
@@ -119,7 +124,8 @@ def match(mm: Matmul, nest: Stmt) -> Fused | None:
     if not (isinstance(inner, Loop) and not inner.parallel and inner.step == 1
             and _const(inner.start) == 0 and _const(inner.stop) == mm.n and inner.body):
         return None
-    forms: dict[int, Affine | None] = {id(nest.var): {"r": 1}, id(inner.var): {"c": 1}}
+    forms: dict[int, Affine | None] = dict(outer or {})
+    forms.update({id(nest.var): {"r": 1}, id(inner.var): {"c": 1}})
     for s in prelude:
         if isinstance(s, Op):
             forms_of(s, forms)
@@ -169,7 +175,7 @@ def match(mm: Matmul, nest: Stmt) -> Fused | None:
             if any(a is inner.var or a is at or a is nest.var for a in s.args):
                 return None
             if _uses_any(s.args, local):
-                if s.op not in VECTOR_OPS or s.dst.dtype.is_int or any(
+                if (vector and s.op not in VECTOR_OPS) or s.dst.dtype.is_int or any(
                         a.dtype.is_int for a in s.args) or (
                         s.op == "cast" and s.args[0].dtype != s.dst.dtype):
                     return None  # integer lanes: the scalar rules' guards are not vectors
@@ -222,6 +228,22 @@ def forms_of(s: Op, forms: dict[int, Affine]) -> None:
         forms[id(s.dst)] = {k: v * c for k, v in a.items() if v * c}
     else:
         forms[id(s.dst)] = None  # type: ignore[assignment]
+
+
+def outer_forms(before: list[Stmt]) -> dict[int, Affine]:
+    """Affine forms of the integer variables that the statements `before` (those preceding a
+    product in its body) define with an Op at their own level and nowhere else: a split
+    product's block window (offset row * ldc) and its epilogue's rows (row + r) then compare
+    equal. A variable also assigned elsewhere (a reduction) stays an atom."""
+    defs: dict[int, int] = {}
+    for s in walk(before):
+        if isinstance(s, (Op, Load)):
+            defs[id(s.dst)] = defs.get(id(s.dst), 0) + 1
+    forms: dict[int, Affine] = {}
+    for s in before:
+        if isinstance(s, Op) and defs[id(s.dst)] == 1:
+            forms_of(s, forms)
+    return {k: v for k, v in forms.items() if v is not None}
 
 
 def _uses(x: Operand, ids: set[int]) -> bool:

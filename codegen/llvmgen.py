@@ -36,10 +36,11 @@ import math
 from llvmlite import ir
 
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
+from onnxjit.codegen.epilogue_fuse import outer_forms
 from onnxjit.codegen.irutil import for_range, i64c, interleave_md, load_elem, store_elem
 from onnxjit.codegen.matmul import emit_matmul
 from onnxjit.codegen.narrow_matmul import emit_narrow_matmul
-from onnxjit.codegen.parallel import emit_parallel, plan_kernel
+from onnxjit.codegen.parallel import ABSORBED, emit_parallel, plan_kernel
 from onnxjit.codegen.scalar import (
     I1,
     I8,
@@ -208,9 +209,11 @@ class KernelTranslator:
             if s is skip:
                 continue
             planned = self.plan.get(id(s))  # top-level, or directly in a serial top-level loop
+            if planned is ABSORBED:
+                continue  # the split product before it runs it in its blocks
             if isinstance(s, Matmul) and planned is None and FUSE_EPILOGUES \
                     and k + 1 < len(body) and id(body[k + 1]) not in self.plan:
-                fused = match_epilogue(s, body[k + 1])
+                fused = match_epilogue(s, body[k + 1], outer_forms(body[:k]))
                 if fused is not None:
                     if self.matmul(s, fused.bind(self)):
                         skip = body[k + 1]  # the nest ran in the product's stores

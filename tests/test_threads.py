@@ -264,6 +264,46 @@ def test_matmul_split_keeps_blocks_of_many_rows() -> None:
     assert blocks(2048, 512, 512) == (32, 64, 0)
 
 
+def _product_with_epilogue(m: int, n: int = 256, k: int = 128) -> Program:
+    """c = erf(a @ w + bias): a Matmul, then its epilogue nest over c's rows (as the fused
+    MatMul lowering writes it; erf has no vector form, so the nest stays a pass of its own)."""
+    from onnxjit.ir.loops import Matmul
+
+    a = Buffer("a", F32, (m, k), "input", slot=0)
+    w = Buffer("w", F32, (k, n), "input", slot=1)
+    bias = Buffer("bias", F32, (n,), "input", slot=2)
+    c = Buffer("c", F32, (m, n), "output", slot=3)
+    b = Builder()
+    b.emit(Matmul(c, i64(0), n, a, i64(0), k, w, i64(0), n, m, n, k))
+    with b.loop(0, m, hint="er") as r:
+        base = b.imul(r, n)
+        with b.loop(0, n, hint="ec") as col:
+            at = b.iadd(base, col)
+            b.store(c, at, b.op("erf", b.op("add", b.load(c, at), b.load(bias, col))))
+    return Program([a, w, bias, c], [Kernel("epi", b.body)])
+
+
+def test_split_matmul_runs_its_epilogue_in_its_blocks() -> None:
+    # a product split over its rows takes the nest after it into each block (row + r): the
+    # nest no longer runs on one thread after the product; with rows left over it stays
+    from math import erf
+
+    from onnxjit.codegen.parallel import ABSORBED
+
+    rng = np.random.default_rng(7)
+    for m, absorbed in ((128, True), (100, False)):
+        p = _product_with_epilogue(m)
+        kernel = p.kernels[0]
+        plan = plan_kernel(kernel)
+        assert (plan.get(id(kernel.body[1])) is ABSORBED) == absorbed
+        a, w, bias = (rng.standard_normal(shape).astype(np.float32) * 0.1
+                      for shape in ((m, 128), (128, 256), (256,)))
+        want = np.vectorize(erf)(a.astype(np.float64) @ w + bias)
+        outs = [artifact(p, threads).run((a, w, bias))[0] for threads in (1, 2)]
+        np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(outs[0], outs[1])
+
+
 def _gather_model(rows: int, n: int) -> onnx.ModelProto:
     f, i64t = TensorProto.FLOAT, TensorProto.INT64
     node = helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)
