@@ -50,6 +50,15 @@ def interleave_md(module: ir.Module, count: int) -> ir.Value:
                                 hint])
 
 
+def no_unroll_md(module: ir.Module) -> ir.Value:
+    """Loop metadata keeping LLVM from unrolling the loop: a fold's partial sums (`Lanes`)
+    then stay one body the SLP vectorizer turns into vector adds (fully unrolled, a short
+    fold became a tangle of scalar chains it left alone)."""
+    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    return module.add_metadata([ir.MetaDataString(module, f"{LOOP_SELF}.{next(_loop_ids)}"),
+                                hint])
+
+
 def for_range_carry(b: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int, step: int,
                     inits: Sequence[ir.Value],
                     body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]],

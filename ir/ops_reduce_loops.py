@@ -19,7 +19,9 @@ op's identity, then `final` (divide by the count, sqrt, log). `emit_reduce` emit
 `Lanes`: without fast-math a floating-point fold is one serial dependency chain and does not
 vectorize. Keeping L independent partial accumulators (element j goes to lane j % L, the tail
 to lane 0) and combining them pairwise at the end gives the vectorizer L independent chains
-(an L-wide vector accumulator). The summation order changes as numpy's pairwise sum does.
+(an L-wide vector accumulator; code generation keeps the fold's loop rolled so the
+vectorizer sees one body, `llvmgen.KEEP_FOLDS`). The summation order changes as numpy's
+pairwise sum does.
 """
 
 from __future__ import annotations

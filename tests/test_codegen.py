@@ -260,6 +260,38 @@ def test_checks_raise_input_error() -> None:
             art.run((np.array([4, 4, 4, 0]),))
 
 
+def test_short_folds_stay_rolled_and_vectorize(monkeypatch) -> None:
+    # LayerNorm over rows of 128: its folds' 16 partial sums (`Lanes`) kept rolled
+    # (no_unroll_md) become vector adds; fully unrolled they were 128 scalar adds a row
+    from onnx import TensorProto, helper
+
+    import onnxjit
+    import onnxjit.codegen.llvmgen as llvmgen
+    from onnxjit import runtime
+
+    n = 128
+    g = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], epsilon=1e-5)], "g",
+        [helper.make_tensor_value_info(v, TensorProto.FLOAT, shape)
+         for v, shape in (("x", [4, n]), ("s", [n]), ("b", [n]))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, n])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    rng = np.random.default_rng(3)
+    x, s, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((4, n), (n,), (n,)))
+    outs = []
+    for keep in (True, False):
+        monkeypatch.setattr(llvmgen, "KEEP_FOLDS", keep)
+        runtime._MEMORY.clear()
+        fn = onnxjit.compile(m, cache_dir=False, num_threads=1)
+        outs.append(fn(x, s, b)[0])
+        assert ("llvm.loop.unroll.disable" in fn.ir("llvm")) == keep
+        assert (fn.ir("asm").count("vaddss") < n // 2) == keep
+    np.testing.assert_array_equal(outs[0], outs[1])  # the same sums, in the same order
+    mean, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
+    np.testing.assert_allclose(outs[0], (x - mean) / np.sqrt(var + 1e-5) * s + b, rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_temps_views_consts() -> None:
     """k1: t = x * c (const, 2x3) into a temp; k2: out = view(t, 3x2) + 1 via a view of the
     temp; a second temp shares the arena at another offset; a bool output via a view."""
