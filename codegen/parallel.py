@@ -8,7 +8,9 @@ Algorithm (per kernel, planned before its function is built so its signature is 
    `NESTED_OPS` (the workers are still spinning from the previous dispatch); a large top-level
    `Matmul`
    (m*n*k >= MATMUL_SPLIT_WORK), which `split_matmul` rewrites as a parallel loop over blocks
-   of MB rows of C (plus a serial Matmul for the leftover rows); the epilogue nest after it
+   of MB rows of C (plus a serial Matmul for the leftover rows), or, for a product of few
+   rows over a large prepacked B, over blocks of its column panels (`split_columns`, a GEMV:
+   each thread streams its share of B); the epilogue nest after a row split
    (bias, activation, residual: a nest whose row r touches row r of C alone, `epilogue_fuse`)
    moves into the blocks, on each block's rows, and runs in the block's stores where it can.
    A kernel with a plan takes two extra arguments: the pool's `parallel_for` pointer and the
@@ -88,6 +90,15 @@ MATMUL_MIN_ROWS = 64
 ABSORB_EPILOGUES = True
 #: plan entry of an epilogue nest a split product runs (`split_matmul`): nothing to emit
 ABSORBED = (None, [], [])
+#: A product of at most COLUMN_SPLIT_ROWS rows (a GEMV: bound by the bytes of B it streams,
+#: not by its multiply-adds) over a prepacked B of at least COLUMN_SPLIT_BYTES is split over
+#: blocks of whole panels of columns, up to COLUMN_BLOCKS of them (`split_columns`): each
+#: thread streams its share of B (from its own L2 when a call repeats). Measured, two threads,
+#: against one thread's GEMV: MatMul 1x512x512 2.03x (onnxruntime 1.0 -> 2.1x), MLP batch 1
+#: 1.69x (0.97 -> 1.59x), AlexNet 1.05x, ZFNet 1.02x, ResNet-50 1.01x (their classifiers)
+COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 512 << 10, 8
+#: `body_cost` of a product of fewer rows: it takes about as long as one of this many rows
+GEMV_ROWS = 16
 #: rough cost of the scalar ops expanded to polynomials or guarded sequences
 _OP_COST = {"exp": 8, "log": 8, "tanh": 10, "erf": 10, "sigmoid": 8, "pow": 20, "div": 4,
             "rem": 4}
@@ -110,8 +121,8 @@ def body_cost(body: list[Stmt]) -> int:
         if isinstance(s, Loop):
             t = trip_count(s)
             total += (_UNKNOWN_TRIP if t is None else t) * (body_cost(s.body) + 1)
-        elif isinstance(s, Matmul):
-            total += s.m * s.n * s.k
+        elif isinstance(s, Matmul):  # few rows: bound by streaming B, as GEMV_ROWS rows
+            total += max(s.m, GEMV_ROWS) * s.n * s.k
         elif isinstance(s, Op):
             total += _OP_COST.get(s.op, 1)
         else:
@@ -208,6 +219,36 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None) -> tuple[Loop, list[St
     return loop, tail
 
 
+def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
+    """A product of at most COLUMN_SPLIT_ROWS rows over a large prepacked B as a parallel
+    loop over blocks of whole panels of columns (plus a serial product for the columns after
+    the last block, the narrow edge panel among them); None when it does not qualify."""
+    width = s.ldb
+    panels = s.n // width
+    if not s.b_packed or s.m > COLUMN_SPLIT_ROWS or panels < 2 or \
+            s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES:
+        return None
+    per = max(1, panels // COLUMN_BLOCKS)  # panels a block
+    nblk = panels // per
+    t = Var(DType.INT64, "cblk")
+
+    def window(col: Operand, n: int, out: list[Stmt]) -> None:
+        c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
+        out += [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, i64(s.k))),
+                Op(b_off, "add", (b_col, s.b_off)),
+                Matmul(s.c, c_off, s.ldc, s.a, s.a_off, s.lda, s.b, b_off, s.ldb, s.m, n, s.k,
+                       s.a_trans, s.b_trans, s.alpha, s.accumulate, s.b_packed)]
+
+    col = Var(DType.INT64, "col")
+    body: list[Stmt] = [Op(col, "mul", (t, i64(per * width)))]
+    window(col, per * width, body)
+    tail: list[Stmt] = []
+    done = nblk * per * width
+    if done < s.n:
+        window(i64(done), s.n - done, tail)
+    return Loop(t, i64(0), i64(nblk), 1, body, parallel=True), tail
+
+
 def _window(s: Matmul, c_off: Operand, a_off: Operand, m: int) -> Matmul:
     return Matmul(s.c, c_off, s.ldc, s.a, a_off, s.lda, s.b, s.b_off, s.ldb, m, s.n, s.k,
                   s.a_trans, s.b_trans, s.alpha, s.accumulate, s.b_packed)
@@ -248,7 +289,7 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple[Loop, list[Var], list[Stmt]]]
                     plan[id(s)] = (split[0], captured, split[1])
                     plan[id(nxt)] = ABSORBED
                     continue
-            split = split_matmul(s)
+            split = split_matmul(s) or (split_columns(s) if COLUMN_SPLIT else None)
             if split is not None:
                 loop, tail = split
                 captured = [x for x in (s.c_off, s.a_off, s.b_off) if isinstance(x, Var)]

@@ -264,6 +264,36 @@ def test_matmul_split_keeps_blocks_of_many_rows() -> None:
     assert blocks(2048, 512, 512) == (32, 64, 0)
 
 
+def test_gemv_split_over_column_panels() -> None:
+    # a product of few rows over a large constant B is bound by streaming B: its whole panels
+    # of columns are split over threads (the edge panel after them, serially); each column's
+    # sum is the same computation, so one and two threads give the same bits
+    from onnxjit.codegen.parallel import split_columns
+    from onnxjit.ir.loops import Matmul
+
+    k, n = 512, 300  # 4 panels of 64 columns and an edge of 44: 614 KB of B
+    a, bb, c = (Buffer(x, F32, shape, "temp") for x, shape in
+                (("a", (1, k)), ("b", (k * n,)), ("c", (1, n))))
+    loop, tail = split_columns(Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, 1, n, k,
+                                      b_packed=True))
+    assert int(loop.stop.value) == 4 and [s.n for s in tail if isinstance(s, Matmul)] == [44]
+    assert split_columns(Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, 1, n, k)) is None
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    for rows in (1, 3):
+        model = finish(helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])],
+            [onnx.numpy_helper.from_array(w, "w")]))
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        one, two = (compiled(model, threads) for threads in (1, 2))
+        y1, y2 = one(x)[0], two(x)[0]
+        assert dispatches(two)
+        np.testing.assert_array_equal(y1, y2)
+        np.testing.assert_allclose(y1, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
 def _product_with_epilogue(m: int, n: int = 256, k: int = 128) -> Program:
     """c = erf(a @ w + bias): a Matmul, then its epilogue nest over c's rows (as the fused
     MatMul lowering writes it; erf has no vector form, so the nest stays a pass of its own)."""
