@@ -223,10 +223,12 @@ def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
     """A product of at most COLUMN_SPLIT_ROWS rows over a large prepacked B as a parallel
     loop over blocks of whole panels of columns (plus a serial product for the columns after
     the last block, the narrow edge panel among them); None when it does not qualify."""
-    width = s.ldb
-    panels = s.n // width
-    if not s.b_packed or s.m > COLUMN_SPLIT_ROWS or panels < 2 or \
+    if not s.b_packed or s.m > COLUMN_SPLIT_ROWS or s.ldb <= 0 or \
             s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES:
+        return None
+    width = s.ldb  # a packed B's panel width
+    panels = s.n // width
+    if panels < 2:
         return None
     per = max(1, panels // COLUMN_BLOCKS)  # panels a block
     nblk = panels // per
