@@ -6,7 +6,8 @@ object code; this module fills its context block and makes the builtin:
     ctx   = 16 words: API function addresses, the entry, consts table, arena slot, counts,
             descriptor tables ([dtype number, rank, dims...] per input and output)
     self  = PyCapsule(ctx)                      (the trampoline reads its pointer at offset 16)
-    fn    = PyCFunction_NewEx(&PyMethodDef{name, trampoline, METH_FASTCALL}, self, NULL)
+    fn    = PyCFunction_NewEx(&PyMethodDef{name, trampoline, METH_FASTCALL}, self, keep)
+            (keep: the memory fn points to, so it lives as long as fn)
 
 `fn(*arrays)` returns the tuple of outputs, or an int: -2 when the arrays do not match the
 signature exactly (the caller takes the slow path, which converts or explains), k > 0 when
@@ -40,7 +41,7 @@ _api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _api.PyCFunction_NewEx.restype = ctypes.py_object
-_api.PyCFunction_NewEx.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
+_api.PyCFunction_NewEx.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
 
 
 def _addr(fn: Any) -> int:
@@ -137,4 +138,10 @@ class FastCall:
         self._capsule = _api.PyCapsule_New(ctypes.addressof(self._ctx), None, None)
         self._name = b"onnxjit_call"
         self._def = _MethodDef(self._name, trampoline, _METH_FASTCALL, None)
-        self.fn = _api.PyCFunction_NewEx(ctypes.addressof(self._def), self._capsule, None)
+        # The function's `m_module` holds what it points to (its PyMethodDef, the context and
+        # the buffers the trampoline reads): CPython reads `m_ml->ml_flags` when it traverses
+        # or frees the function, which may happen after this object is gone (an artifact's
+        # attributes are freed in order, the function last; a tuple frees its items last
+        # first), and freed memory there crashed a process now and then.
+        keep = (self._def, self._ctx, self._slot, self._in_desc, self._out_desc, self._arena)
+        self.fn = _api.PyCFunction_NewEx(ctypes.addressof(self._def), self._capsule, keep)

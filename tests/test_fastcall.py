@@ -98,6 +98,29 @@ def test_inputs_by_name_take_the_fast_path_in_graph_order(monkeypatch):
         fn(a=a, b=b[:3])
 
 
+def test_builtin_keeps_what_it_points_to_alive():
+    # CPython reads a builtin's PyMethodDef when the builtin is freed or traversed by the
+    # collector, which can happen after the FastCall object that made it is gone: the builtin
+    # itself must keep that memory (and the context its trampoline reads) alive
+    import gc
+    import weakref
+
+    fn = onnxjit.compile(_add(), cache_dir=False)
+    a = np.arange(4, dtype=np.float32)
+    fn(a, a)
+    art = fn._last
+    builtin = art.fast.fn
+    method_def, ctx = weakref.ref(art.fast._def), weakref.ref(art.fast._ctx)
+    art.fast = None  # the FastCall object goes
+    gc.collect()
+    assert method_def() is not None and ctx() is not None
+    np.testing.assert_array_equal(fn(a, a)[0], a + a)  # the builtin still serves the calls
+    fn._fastcall = None
+    del builtin
+    gc.collect()
+    assert method_def() is None and ctx() is None  # and frees them with itself
+
+
 def test_failed_check_raises_on_every_call():
     data = np.arange(12, dtype=np.float32).reshape(4, 3)
     m = _model([oh.make_node("Gather", ["data", "idx"], ["y"], axis=0)],
