@@ -220,7 +220,9 @@ class KernelTranslator:
                 continue  # the split product before it runs it in its blocks
             if isinstance(s, Matmul) and planned is None and FUSE_EPILOGUES \
                     and k + 1 < len(body) and id(body[k + 1]) not in self.plan:
-                fused = match_epilogue(s, body[k + 1], outer_forms(body[:k]))
+                nxt = body[k + 1]
+                fused = (match_epilogue(s, nxt, outer_forms(body[:k]))
+                         if isinstance(nxt, Loop) else None)
                 if fused is not None:
                     if self.matmul(s, fused.bind(self)):
                         skip = body[k + 1]  # the nest ran in the product's stores

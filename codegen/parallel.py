@@ -35,6 +35,7 @@ variables only read there are captured by value.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from llvmlite import ir
 
@@ -203,7 +204,7 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None) -> tuple[Loop, list[St
     row = Var(DType.INT64, "row")
     body.append(Op(row, "mul", (t, i64(mb))))
     c_off, a_off = offsets(row, body)
-    body.append(_window(s, c_off, a_off, mb))
+    body.append(replace(s, c_off=c_off, a_off=a_off, m=mb))
     rest = s.m - nblk * mb
     if epilogue is not None:
         if rest:
@@ -215,7 +216,7 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None) -> tuple[Loop, list[St
     tail: list[Stmt] = []
     if rest:
         c_off, a_off = offsets(i64(nblk * mb), tail)
-        tail.append(_window(s, c_off, a_off, rest))
+        tail.append(replace(s, c_off=c_off, a_off=a_off, m=rest))
     return loop, tail
 
 
@@ -237,9 +238,7 @@ def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
     def window(col: Operand, n: int, out: list[Stmt]) -> None:
         c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
         out += [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, i64(s.k))),
-                Op(b_off, "add", (b_col, s.b_off)),
-                Matmul(s.c, c_off, s.ldc, s.a, s.a_off, s.lda, s.b, b_off, s.ldb, s.m, n, s.k,
-                       s.a_trans, s.b_trans, s.alpha, s.accumulate, s.b_packed)]
+                Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
 
     col = Var(DType.INT64, "col")
     body: list[Stmt] = [Op(col, "mul", (t, i64(per * width)))]
@@ -249,11 +248,6 @@ def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
     if done < s.n:
         window(i64(done), s.n - done, tail)
     return Loop(t, i64(0), i64(nblk), 1, body, parallel=True), tail
-
-
-def _window(s: Matmul, c_off: Operand, a_off: Operand, m: int) -> Matmul:
-    return Matmul(s.c, c_off, s.ldc, s.a, a_off, s.lda, s.b, s.b_off, s.ldb, m, s.n, s.k,
-                  s.a_trans, s.b_trans, s.alpha, s.accumulate, s.b_packed)
 
 
 def plan_kernel(kernel: Kernel) -> dict[int, tuple[Loop, list[Var], list[Stmt]]]:

@@ -23,7 +23,7 @@ from onnxjit.codegen import compile_program, load_object, pool
 from onnxjit.codegen.parallel import plan_kernel
 from onnxjit.errors import InputError
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Kernel, Program, i64
+from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, i64
 from onnxjit.ir.types import DType
 
 F32 = DType.FLOAT
@@ -249,8 +249,6 @@ def test_matmul_split_keeps_blocks_of_many_rows() -> None:
     # each block of a split Matmul packs B again: a 128x512x128 product is split in two
     # 64-row blocks, not eight 16-row ones; a large product keeps ~32 blocks
     from onnxjit.codegen.parallel import split_matmul
-    from onnxjit.ir.loops import Matmul
-
     def blocks(m: int, n: int, k: int) -> tuple[int, int, int]:
         a, b, c = (Buffer(x, F32, shape, "temp") for x, shape in
                    (("a", (m, k)), ("b", (k, n)), ("c", (m, n))))
@@ -269,8 +267,6 @@ def test_gemv_split_over_column_panels() -> None:
     # of columns are split over threads (the edge panel after them, serially); each column's
     # sum is the same computation, so one and two threads give the same bits
     from onnxjit.codegen.parallel import split_columns
-    from onnxjit.ir.loops import Matmul
-
     k, n = 512, 300  # 4 panels of 64 columns and an edge of 44: 614 KB of B
     a, bb, c = (Buffer(x, F32, shape, "temp") for x, shape in
                 (("a", (1, k)), ("b", (k * n,)), ("c", (1, n))))
@@ -297,8 +293,6 @@ def test_gemv_split_over_column_panels() -> None:
 def _product_with_epilogue(m: int, n: int = 256, k: int = 128) -> Program:
     """c = erf(a @ w + bias): a Matmul, then its epilogue nest over c's rows (as the fused
     MatMul lowering writes it; erf has no vector form, so the nest stays a pass of its own)."""
-    from onnxjit.ir.loops import Matmul
-
     a = Buffer("a", F32, (m, k), "input", slot=0)
     w = Buffer("w", F32, (k, n), "input", slot=1)
     bias = Buffer("bias", F32, (n,), "input", slot=2)
