@@ -26,8 +26,9 @@ Algorithm (per kernel, planned before its function is built so its signature is 
    `parallel_for(task, ctx, trip, grain, nthreads)` (with one thread: the task directly, so
    the pool is never built) and returns the status if one was set. The dispatching kernel's
    own pointer arguments lose `noalias`/`captures(none)`: other threads use them.
-   `grain` = ceil(CHUNK_OPS / body_cost) iterations: the pool runs serially when
-   n < 2 * grain, so loops it cannot split into two chunks of work pay one indirect call.
+   `grain` = ceil(CHUNK_OPS / body_cost) iterations (NESTED_CHUNK_OPS for a loop nested in
+   a serial loop): the pool runs serially when n < 2 * grain, so loops it cannot split into
+   two chunks of work pay one indirect call.
 Variables written inside the loop are private to each chunk (allocas in the body function);
 variables only read there are captured by value.
 """
@@ -77,6 +78,11 @@ CHUNK_OPS = 1 << 18
 #: iterations dispatches from this much work: only the first dispatch wakes sleeping workers,
 #: the later ones find them spinning (`pool_ir.SPIN`) and cost a few microseconds
 NESTED_OPS, NESTED_MIN_TRIP = 1 << 18, 8
+#: minimum work per chunk of such a nested loop: half of NESTED_OPS, so a loop worth
+#: dispatching splits into two chunks at least. It was CHUNK_OPS, twice NESTED_OPS: an LSTM
+#: with hidden 64 (4 blocks of 91K ops a step) passed the threshold but ran serially in the
+#: pool, one thread per step. Measured, two threads, LSTM seq 128, batch 16, hidden 64: 1.37x
+NESTED_CHUNK_OPS = NESTED_OPS // 2
 #: a top-level Matmul is split over its rows from this many multiply-adds
 MATMUL_SPLIT_WORK = 1 << 20
 #: rows of C per block of a split Matmul, at least (while that leaves two blocks): each block
@@ -293,6 +299,12 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple[Loop, list[Var], list[Stmt]]]
     return plan
 
 
+def grain_of(kernel: Kernel, loop: Loop) -> int:
+    """The fewest iterations of `loop` (planned in `kernel`) a chunk gets."""
+    nested = any(isinstance(o, Loop) and any(x is loop for x in o.body) for o in kernel.body)
+    return max(1, -(-(NESTED_CHUNK_OPS if nested else CHUNK_OPS) // body_cost(loop.body)))
+
+
 def emit_parallel(kt, loop: Loop, captured: list[Var], index: int) -> None:
     """Emit `loop` (a top-level statement of the kernel `kt` translates) as a pool dispatch."""
     b = kt.b
@@ -326,7 +338,7 @@ def emit_parallel(kt, loop: Loop, captured: list[Var], index: int) -> None:
     span = b.sub(stop, start)
     trip = b.sdiv(b.add(span, i64c(loop.step - 1)), i64c(loop.step))
     trip = b.select(b.icmp_signed(">", span, i64c(0)), trip, i64c(0))
-    grain = max(1, -(-CHUNK_OPS // body_cost(loop.body)))
+    grain = grain_of(kt.kernel, loop)
     pfor, nthreads = kt.pool_args
     fnty = ir.FunctionType(ir.VoidType(), [PTR, PTR, I64, I64, I64])
     pooled = kt.fn.append_basic_block("par.pool")

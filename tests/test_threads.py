@@ -169,20 +169,27 @@ def test_parallel_loop_inside_serial_loop_dispatches_per_step() -> None:
             art.run((bad,))
 
 
-def test_recurrent_op_steps_run_on_the_pool() -> None:
-    """An LSTM big enough: its step loop's blocks of hidden units are a nested dispatch."""
-    from onnxjit.bench_models import lstm
+@pytest.mark.parametrize("seq, batch, inp, hid", [(64, 8, 128, 256), (128, 16, 64, 64)])
+def test_recurrent_op_steps_run_on_the_pool(seq: int, batch: int, inp: int, hid: int) -> None:
+    """An LSTM big enough: its step loop's blocks of hidden units are a nested dispatch, in
+    chunks small enough for two threads (hidden 64: 4 blocks of 91K ops a step)."""
+    from onnxjit.bench_models import GraphBuilder
+    from onnxjit.codegen.parallel import grain_of, trip_count
     from onnxjit.driver import import_model, lower_signature
     from onnxjit.options import CompileOptions
 
-    bm = lstm()
+    g = GraphBuilder()
+    w, r = g.weight((1, 4 * hid, inp), inp), g.weight((1, 4 * hid, hid), hid)
+    y, _ = g.op("LSTM", ["x", w, r], n_out=2, hidden_size=hid)
+    onnx_model = g.model("lstm", [("x", TensorProto.FLOAT, [seq, batch, inp])], y)
     opts = CompileOptions(verify=False)
-    model = import_model(bm.model.SerializeToString(), opts)
-    _, prog = lower_signature(model, ((F32, (64, 8, 128)),), opts)
+    model = import_model(onnx_model.SerializeToString(), opts)
+    _, prog = lower_signature(model, ((F32, (seq, batch, inp)),), opts)
     (steps,) = [k for k in prog.kernels if k.name.endswith("steps")]
     (outer,) = steps.body
-    assert [id(s) for s in outer.body if getattr(s, "parallel", False)] == list(
-        plan_kernel(steps))
+    blocks = [s for s in outer.body if getattr(s, "parallel", False)]
+    assert [id(s) for s in blocks] == list(plan_kernel(steps))
+    assert all(trip_count(s) >= 2 * grain_of(steps, s) for s in blocks)
 
 
 # ONNX models -----------------------------------------------------------------------------------
