@@ -256,10 +256,11 @@ def test_matmul_split_keeps_blocks_of_many_rows() -> None:
     # each block of a split Matmul packs B again: a 128x512x128 product is split in two
     # 64-row blocks, not eight 16-row ones; a large product keeps ~32 blocks
     from onnxjit.codegen.parallel import split_matmul
-    def blocks(m: int, n: int, k: int) -> tuple[int, int, int]:
+    def blocks(m: int, n: int, k: int, packed: bool = False) -> tuple[int, int, int]:
         a, b, c = (Buffer(x, F32, shape, "temp") for x, shape in
                    (("a", (m, k)), ("b", (k, n)), ("c", (m, n))))
-        loop, tail = split_matmul(Matmul(c, i64(0), n, a, i64(0), k, b, i64(0), n, m, n, k))
+        loop, tail = split_matmul(Matmul(c, i64(0), n, a, i64(0), k, b, i64(0),
+                                         64 if packed else n, m, n, k, b_packed=packed))
         mm = [s for s in loop.body if isinstance(s, Matmul)]
         return int(loop.stop.value), mm[0].m, sum(s.m for s in tail if isinstance(s, Matmul))
 
@@ -267,6 +268,11 @@ def test_matmul_split_keeps_blocks_of_many_rows() -> None:
     assert blocks(128, 128, 512) == (2, 64, 0)
     assert blocks(100, 512, 128) == (2, 48, 4)
     assert blocks(2048, 512, 512) == (32, 64, 0)
+    # an even number of blocks (two threads, one block each): 200 rows are not 3 blocks of
+    # 64 and 8 rows left; with B packed per block, fewer blocks, with B prepacked, more
+    assert blocks(200, 512, 128) == (2, 100, 0)
+    assert blocks(200, 512, 128, packed=True) == (4, 50, 0)
+    assert blocks(197, 512, 128, packed=True) == (4, 49, 1)
 
 
 def test_gemv_split_over_column_panels() -> None:
@@ -316,13 +322,15 @@ def _product_with_epilogue(m: int, n: int = 256, k: int = 128) -> Program:
 
 def test_split_matmul_runs_its_epilogue_in_its_blocks() -> None:
     # a product split over its rows takes the nest after it into each block (row + r): the
-    # nest no longer runs on one thread after the product; with rows left over it stays
+    # nest no longer runs on one thread after the product; the rows left over after the
+    # blocks (100 = 2 x 48 + 4) run it after their product; a product too small to split
+    # keeps its nest
     from math import erf
 
     from onnxjit.codegen.parallel import ABSORBED
 
     rng = np.random.default_rng(7)
-    for m, absorbed in ((128, True), (100, False)):
+    for m, absorbed in ((128, True), (100, True), (200, True), (8, False)):
         p = _product_with_epilogue(m)
         kernel = p.kernels[0]
         plan = plan_kernel(kernel)
