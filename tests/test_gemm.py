@@ -18,7 +18,7 @@ from onnxjit.artifact import Artifact
 from onnxjit.codegen import compile_program, load_object
 from onnxjit.codegen.matmul import PACK_MIN_M, TILE_WORK
 from onnxjit.ir.loop_builder import Builder
-from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, i64
+from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, i64, walk
 from onnxjit.ir.types import DType
 
 F32, F64, I32 = DType.FLOAT, DType.DOUBLE, DType.INT32
@@ -240,22 +240,58 @@ def test_prepacked_b_is_bit_identical(threads: int) -> None:
 
 
 def test_prepack_skips_batched_and_small_products() -> None:
-    """A B offset that varies (a batched product) or a product under the packing thresholds
-    keeps reading B in place; a weight still read elsewhere stays."""
+    """A B offset that varies (a batched product) over windows that are not one panel, or a
+    product under the packing thresholds, keeps reading B in place; a weight still read
+    elsewhere stays."""
     from onnxjit.passes import PassContext, get_pass
 
-    w = Buffer("w", F32, (4, 64, 64), "const", slot=0,
-               data=_rand(F32, (4, 64, 64), np.random.default_rng(0)))
+    w = Buffer("w", F32, (4, 64, 128), "const", slot=0,
+               data=_rand(F32, (4, 64, 128), np.random.default_rng(0)))
     a = Buffer("a", F32, (64, 64), "input", slot=0)
     c = Buffer("c", F32, (4, 64, 64), "output", slot=1)
     bld = Builder()
-    with bld.loop(0, 4) as t:
-        off = bld.imul(t, 64 * 64)
-        bld.emit(Matmul(c, off, 64, a, i64(0), 64, w, off, 64, 64, 64, 64))
-    bld.emit(Matmul(c, i64(0), 64, a, i64(0), 64, w, i64(0), 64, 4, 64, 64))  # < TILE_WORK
+    with bld.loop(0, 4) as t:  # 64 of the 128 columns: rows are not contiguous
+        bld.emit(Matmul(c, bld.imul(t, 64 * 64), 64, a, i64(0), 64, w, bld.imul(t, 64 * 128),
+                        128, 64, 64, 64))
+    bld.emit(Matmul(c, i64(0), 64, a, i64(0), 64, w, i64(0), 128, 4, 64, 64))  # < TILE_WORK
     p = Program([a, c, w], [Kernel("k", bld.body)])
     assert not get_pass("prepack-weights").run(p, PassContext()).changed
     assert p.consts == [w]
+
+
+@pytest.mark.parametrize("m", [32, 70])
+def test_prepack_reads_one_panel_windows_in_place(m: int) -> None:
+    """A batched product over constant windows that are already one panel (k rows of n
+    contiguous columns, n the host's panel width: an RNN's recurrent weights, grouped per block
+    of hidden units) is read in place as packed: no copy, no packing per call, the same sums."""
+    from onnxjit.codegen.matmul_kernel import panel_width
+    from onnxjit.ir.loop_eval import run_program
+    from onnxjit.passes import PassContext, get_pass
+    from onnxjit.passes.plan_memory import run as plan
+
+    n, k, nb = panel_width(4), 300, 3
+
+    def program() -> Program:
+        w = Buffer("w", F32, (nb, k, n), "const", slot=0,
+                   data=_rand(F32, (nb, k, n), np.random.default_rng(3)))
+        a = Buffer("a", F32, (m, k), "input", slot=0)
+        c = Buffer("c", F32, (m, nb * n), "output", slot=1)
+        bld = Builder()
+        with bld.loop(0, nb) as t:
+            bld.emit(Matmul(c, bld.imul(t, n), nb * n, a, i64(0), k, w, bld.imul(t, k * n), n,
+                            m, n, k))
+        return Program([a, c, w], [Kernel("k", bld.body)])
+
+    plain, packed = program(), program()
+    assert get_pass("prepack-weights").run(packed, PassContext()).changed
+    (s,) = [s for s in walk(packed.kernels[0].body) if isinstance(s, Matmul)]
+    assert s.b_packed and s.b is packed.consts[0] and s.ldb == n and len(packed.consts) == 1
+    x = [_rand(F32, (m, k), np.random.default_rng(4))]
+    got = _run_program(plan(packed, PassContext()).ir, x)[0]
+    np.testing.assert_array_equal(got, _run_program(plan(plain, PassContext()).ir, x)[0])
+    want = x[0].astype(np.float64) @ np.concatenate(list(plain.consts[0].data), axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(run_program(packed, x)[0], want, rtol=1e-4, atol=1e-4)
 
 
 def test_packed_matmul_text_round_trip() -> None:
