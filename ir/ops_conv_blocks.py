@@ -50,8 +50,13 @@ WIDE_BLOCKS = True
 MIN_TASKS = 4
 #: Fewest output channels per chunk of a split block.
 MIN_SPLIT_ROWS = 32
-#: Smallest product (multiply-adds of the whole conv) worth splitting over channels.
-SPLIT_WORK = 1 << 21
+#: Smallest product (multiply-adds of the whole conv) worth splitting over channels or
+#: positions: about 5 us on one thread, more than a dispatch to a spinning worker costs. It
+#: was 2M: a MobileNetV2 at 96x96 ran its stem and 1x1 convs of 1-2M at 48x48 and 24x24 on one
+#: thread (150 of its 860 us). Measured, two threads, against 2M: that MobileNetV2 1.16-1.20x,
+#: at 160x160 1.035x, SqueezeNet 1.08x, Inception-v1 1.015x; MobileNetV2-like, ResNet-like,
+#: ShuffleNet, DenseNet-121, Inception-v2 unchanged
+SPLIT_WORK = 1 << 19
 #: Split the output channels of too few blocks over threads; False restores one iteration
 #: per block.
 SPLIT_M = True

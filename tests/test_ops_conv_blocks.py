@@ -165,6 +165,21 @@ def test_pointwise_conv_split_over_positions(xs, ws, attrs, residual, monkeypatc
                if isinstance(s, Matmul))
 
 
+def test_mid_sized_pointwise_conv_is_split():
+    # 32->16 at 48x48 (1.2M multiply-adds, a MobileNetV2 at 96x96): under SPLIT_WORK of 2M
+    # it was one block on one thread; now MIN_TASKS blocks of positions
+    from onnxjit.ir import ops_conv_blocks
+
+    m = _fused_model((1, 32, 48, 48), (16, 32, 1, 1), {}, np.float32, False)
+    x = rand(1, 32, 48, 48, dtype=np.float32)
+    cols = {s.n for k in program(m, x).kernels for s in walk(k.body) if isinstance(s, Matmul)}
+    assert len(cols) == 1 and 48 * 48 // cols.pop() >= ops_conv_blocks.MIN_TASKS
+    want = reference(m, x)
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(x)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 def test_block_choice_for_deep_layers():
     # a 7x7 image takes one block of all 49 positions (not 7 one-row blocks), and its output
     # channels are split so that two threads have work; a 56x56 layer has blocks enough
