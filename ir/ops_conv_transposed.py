@@ -12,8 +12,9 @@ runs its vectors along the M output channels (whole panels in real networks), an
 go in tiles of MR rows, where the edge tile costs only its own rows (49 = 8 * 6 + 1).
 
 Kernel, parallel over (image, chunk of output channels): the chunks are whole packed panels,
-at least `MIN_TASKS` of them over the batch, so each thread reads its share of W (with fewer
-panels than that, equal chunks of positions instead, `ops_conv_blocks.split_rows`):
+at least `MIN_TASKS` of them over the batch where that keeps two threads balanced
+(`panel_chunk`), so each thread reads its share of W (with fewer panels than that, equal
+chunks of positions instead, `ops_conv_blocks.split_rows`):
 1) one Matmul into the chunk's columns of the scratch T (B offset = the chunk's first panel:
    W^T is packed here, with `loops.pack_panels`, so the offset may vary at run time);
 2) the chunk's columns of T copied, transposed, into its rows of Y, in blocks of COPY_BLOCK
@@ -52,6 +53,11 @@ if TYPE_CHECKING:  # ops_conv imports this module
 
 #: Lower eligible pointwise convs transposed; False keeps them on Y = W @ X.
 TRANSPOSED = True
+#: Chunks of output channels balanced for two threads (`panel_chunk`); False restores
+#: ceil(panels / MIN_TASKS) panels a chunk. Measured, two threads: MobileNetV2 at 96x96
+#: (384, 576 and 320 channels: 3 chunks each) 1.02x; at 160 1.008x; Inception-v1 1.012x;
+#: DenseNet-121, Inception-v2, ResNet-50, SqueezeNet, MobileNetV2-like unchanged
+EVEN_CHUNKS = True
 #: Fewest lanes wasted by Y = W @ X (fraction of the useful ones) for the transposed form.
 MIN_WASTE = 0.15
 #: Fewest input channels (the product's depth) for the transposed form.
@@ -88,6 +94,29 @@ def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
     return gm.kk >= DEEP and gm.p <= DEEP_MAX_P and gm.m <= DEEP_MAX_M
 
 
+def panel_chunk(panels: int, want: int, images: int) -> int:
+    """Panels per chunk of an image's output channels: the split whose chunks (over all
+    `images`) two threads finish soonest, taking each next-largest chunk in turn (the pool's
+    parts and stealing come close to that); among equals, at least `want` chunks, and as
+    close to it as possible. 9 panels at `want` 4 were 3 chunks of 3, two of them on one
+    thread (6 panels' time); now 5 chunks of 2, 2, 2, 2, 1 (5 panels' time)."""
+    if not EVEN_CHUNKS:
+        return -(-panels // want)
+    best: tuple[tuple[int, bool, int], int] | None = None
+    for per in range(1, panels + 1):
+        n = -(-panels // per)
+        loads = sorted([per] * (n - 1) * images + [panels - per * (n - 1)] * images,
+                       reverse=True)
+        two = [0, 0]
+        for x in loads:
+            two[two[1] < two[0]] += x
+        key = (max(two), n < want, abs(n - want))
+        if best is None or key < best[0]:
+            best = (key, per)
+    assert best is not None
+    return best[1]
+
+
 def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
                      epilogue: EpilogueHook | None) -> None:
     """The kernel of the module docstring (`applies` must hold); `x` holds each image's
@@ -99,7 +128,7 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
     want = -(-MIN_TASKS // gm.n)  # chunks an image
     panels = -(-m // nr)
     if panels >= want:  # chunks of whole panels of channels
-        cols, (pchunks, rows) = -(-panels // want) * nr, (1, p)
+        cols, (pchunks, rows) = panel_chunk(panels, want, gm.n) * nr, (1, p)
     else:  # too few panels: chunks of positions (`split_rows`)
         cols, (pchunks, rows) = m, split_rows(p, want, host_tile(dt.itemsize)[1])
     cchunks = -(-m // cols)

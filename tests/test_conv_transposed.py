@@ -114,6 +114,26 @@ def test_position_chunks_are_equal(monkeypatch):
     assert sorted(s.m for s in _products(m, feeds)) == [34, 54]
 
 
+def test_channel_chunks_balanced_for_two_threads(monkeypatch):
+    # 576 channels (9 panels of 64) at 6x6 were 3 chunks of 3 panels, two of them on one
+    # thread; the chunks two threads finish soonest are 2, 2, 2, 2, 1 panels
+    from onnxjit.ir.ops_conv_transposed import panel_chunk
+
+    assert [panel_chunk(p, 4, 1) for p in (4, 5, 6, 9, 15, 16, 32)] == [1, 1, 1, 2, 4, 4, 8]
+    assert panel_chunk(9, 2, 2) == 5  # two images: (5 + 4) panels each
+    nr = ops_conv_transposed.packed_width(DType.FLOAT, 36, 576, 96)
+    m = _model((1, 96, 6, 6), 9 * nr, residual=True)
+    feeds = _feeds(m, (1, 96, 6, 6), 9 * nr, np.float32)
+    assert sorted({s.n for s in _products(m, feeds)}) == [nr, 2 * nr]
+    names = [i.name for i in m.graph.input]
+    want = ReferenceEvaluator(m).run(None, dict(zip(names, feeds)))[0]
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(*feeds)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(ops_conv_transposed, "EVEN_CHUNKS", False)
+    assert sorted({s.n for s in _products(m, feeds)}) == [3 * nr]
+
+
 @pytest.mark.parametrize("xs,cout,group,why", [
     ((1, 64, 8, 8), 128, 1, "64 positions: whole vectors"),
     ((1, 48, 7, 7), 128, 1, "depth below MIN_DEPTH"),
