@@ -13,8 +13,9 @@ go in tiles of MR rows, where the edge tile costs only its own rows (49 = 8 * 6 
 
 Kernel, parallel over (image, chunk of output channels): the chunks are whole packed panels,
 at least `MIN_TASKS` of them over the batch where that keeps two threads balanced
-(`panel_chunk`), so each thread reads its share of W (with fewer panels than that, equal
-chunks of positions instead, `ops_conv_blocks.split_rows`):
+(`panel_chunk`), so each thread reads its share of W; when whole panels cannot balance two
+threads (5 panels), each chunk also in two halves of its positions; with fewer panels than
+`MIN_TASKS`, equal chunks of positions instead (`ops_conv_blocks.split_rows`):
 1) one Matmul into the chunk's columns of the scratch T (B offset = the chunk's first panel:
    W^T is packed here, with `loops.pack_panels`, so the offset may vary at run time);
 2) the chunk's columns of T copied, transposed, into its rows of Y, in blocks of COPY_BLOCK
@@ -58,6 +59,10 @@ TRANSPOSED = True
 #: (384, 576 and 320 channels: 3 chunks each) 1.02x; at 160 1.008x; Inception-v1 1.012x;
 #: DenseNet-121, Inception-v2, ResNet-50, SqueezeNet, MobileNetV2-like unchanged
 EVEN_CHUNKS = True
+#: ... and when whole panels still leave one thread more than SPAN_SLACK times its half of the
+#: work, each chunk is also cut into two halves of its positions. Measured, two threads:
+#: 960->320 at 7x7 (5 panels) 171 -> 140 us; MobileNetV2 at 224x224 1.005-1.012x
+SPAN_SLACK = 1.1
 #: Fewest lanes wasted by Y = W @ X (fraction of the useful ones) for the transposed form.
 MIN_WASTE = 0.15
 #: Fewest input channels (the product's depth) for the transposed form.
@@ -94,27 +99,28 @@ def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
     return gm.kk >= DEEP and gm.p <= DEEP_MAX_P and gm.m <= DEEP_MAX_M
 
 
+def two_thread_span(panels: int, per: int, images: int) -> int:
+    """Panels' time two threads take for `images` images of `panels` panels in chunks of
+    `per`, each taking the next-largest chunk when it is free (the pool's parts and stealing
+    come close to that)."""
+    n = -(-panels // per)
+    loads = sorted([per] * (n - 1) * images + [panels - per * (n - 1)] * images, reverse=True)
+    two = [0, 0]
+    for x in loads:
+        two[two[1] < two[0]] += x
+    return max(two)
+
+
 def panel_chunk(panels: int, want: int, images: int) -> int:
-    """Panels per chunk of an image's output channels: the split whose chunks (over all
-    `images`) two threads finish soonest, taking each next-largest chunk in turn (the pool's
-    parts and stealing come close to that); among equals, at least `want` chunks, and as
-    close to it as possible. 9 panels at `want` 4 were 3 chunks of 3, two of them on one
-    thread (6 panels' time); now 5 chunks of 2, 2, 2, 2, 1 (5 panels' time)."""
+    """Panels per chunk of an image's output channels: the split two threads finish soonest
+    (`two_thread_span`); among equals, at least `want` chunks, and as close to it as
+    possible. 9 panels at `want` 4 were 3 chunks of 3, two of them on one thread (6 panels'
+    time); now 5 chunks of 2, 2, 2, 2, 1 (5 panels' time)."""
     if not EVEN_CHUNKS:
         return -(-panels // want)
-    best: tuple[tuple[int, bool, int], int] | None = None
-    for per in range(1, panels + 1):
-        n = -(-panels // per)
-        loads = sorted([per] * (n - 1) * images + [panels - per * (n - 1)] * images,
-                       reverse=True)
-        two = [0, 0]
-        for x in loads:
-            two[two[1] < two[0]] += x
-        key = (max(two), n < want, abs(n - want))
-        if best is None or key < best[0]:
-            best = (key, per)
-    assert best is not None
-    return best[1]
+    keys = {per: (two_thread_span(panels, per, images), -(-panels // per) < want,
+                  abs(-(-panels // per) - want)) for per in range(1, panels + 1)}
+    return min(keys, key=lambda per: (keys[per], per))
 
 
 def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
@@ -127,10 +133,18 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
     wt = ctx.constant("w_t", pack_panels(np.ascontiguousarray(w.data.reshape(m, k).T), nr))
     want = -(-MIN_TASKS // gm.n)  # chunks an image
     panels = -(-m // nr)
+    mr = host_tile(dt.itemsize)[1]
     if panels >= want:  # chunks of whole panels of channels
-        cols, (pchunks, rows) = panel_chunk(panels, want, gm.n) * nr, (1, p)
+        per = panel_chunk(panels, want, gm.n)
+        cols, (pchunks, rows) = per * nr, (1, p)
+        if EVEN_CHUNKS and p >= 4 * mr and \
+                two_thread_span(panels, per, gm.n) * 2 > SPAN_SLACK * panels * gm.n:
+            # whole panels leave one thread of two much more (5 panels: 3 + 2): each chunk
+            # of channels in two halves of its positions (the halves of a chunk are
+            # neighbours in the loop, so mostly one thread reads a panel of W)
+            pchunks, rows = split_rows(p, 2, mr)
     else:  # too few panels: chunks of positions (`split_rows`)
-        cols, (pchunks, rows) = m, split_rows(p, want, host_tile(dt.itemsize)[1])
+        cols, (pchunks, rows) = m, split_rows(p, want, mr)
     cchunks = -(-m // cols)
     chunks = cchunks * pchunks
     ldt = m + PAD
@@ -163,6 +177,10 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
 
         if pchunks == 1:
             for_chunk(b, ci, cchunks, cols, m, lambda c0, n: block(c0, n, i64(0), p))
-        else:
+        elif cchunks == 1:
             for_chunk(b, ci, pchunks, rows, p, lambda p0, n: block(i64(0), m, p0, n))
+        else:  # chunk ci: channels ci // pchunks, positions ci % pchunks
+            cj, pj = b.op("div", ci, i64(pchunks)), b.op("rem", ci, i64(pchunks))
+            for_chunk(b, cj, cchunks, cols, m, lambda c0, n: for_chunk(
+                b, pj, pchunks, rows, p, lambda p0, r: block(c0, n, p0, r)))
     ctx.kernel("conv_gemm_t", b.body)

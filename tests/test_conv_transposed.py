@@ -134,6 +134,23 @@ def test_channel_chunks_balanced_for_two_threads(monkeypatch):
     assert sorted({s.n for s in _products(m, feeds)}) == [3 * nr]
 
 
+def test_odd_panels_split_their_positions_too(monkeypatch):
+    # 5 panels of channels at 7x7 leave two threads 3 + 2 panels; each panel's chunk is cut
+    # into two halves of the 49 positions (25 + 24), ten chunks two threads share equally
+    nr = ops_conv_transposed.packed_width(DType.FLOAT, 49, 320, 64)
+    m = _model((1, 64, 7, 7), 5 * nr, residual=True)
+    feeds = _feeds(m, (1, 64, 7, 7), 5 * nr, np.float32)
+    assert {(s.m, s.n) for s in _products(m, feeds)} == {(25, nr), (24, nr)}
+    names = [i.name for i in m.graph.input]
+    want = ReferenceEvaluator(m).run(None, dict(zip(names, feeds)))[0]
+    np.testing.assert_allclose(run_via_loop_ir(m, feeds)[0], want, rtol=1e-4, atol=1e-4)
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(*feeds)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    monkeypatch.setattr(ops_conv_transposed, "SPAN_SLACK", 100.0)
+    assert {(s.m, s.n) for s in _products(m, feeds)} == {(49, nr)}
+
+
 @pytest.mark.parametrize("xs,cout,group,why", [
     ((1, 64, 8, 8), 128, 1, "64 positions: whole vectors"),
     ((1, 48, 7, 7), 128, 1, "depth below MIN_DEPTH"),
