@@ -83,8 +83,12 @@ NESTED_OPS, NESTED_MIN_TRIP = 1 << 18, 8
 #: with hidden 64 (4 blocks of 91K ops a step) passed the threshold but ran serially in the
 #: pool, one thread per step. Measured, two threads, LSTM seq 128, batch 16, hidden 64: 1.37x
 NESTED_CHUNK_OPS = NESTED_OPS // 2
-#: a top-level Matmul is split over its rows from this many multiply-adds
-MATMUL_SPLIT_WORK = 1 << 20
+#: a top-level Matmul is split over its rows from this many multiply-adds (about 5 us on one
+#: thread), in two blocks when it is too small for blocks of 4 * CHUNK_OPS. It was 1M, and
+#: products of 1-4M took one block: an MLP 100-200-100-1 at batch 32 (32x100x200 products)
+#: ran on one thread. Measured, two threads: that MLP 1.72x, BERT-tiny at seq 32 1.53x, an MLP
+#: 784-300-100-10 1.12x; BERT-tiny, MLP batch 1, MLP 128-64-10 unchanged
+MATMUL_SPLIT_WORK = 1 << 19
 #: rows of C per block of a split Matmul, at least (while that leaves two blocks): each block
 #: packs all of B again, a pass over B worth some mb-th of the block's multiply-adds; with 16-row
 #: blocks (n*k = 64K) repacking made a 128x128x512 product 25% slower, with 64 rows 4%
@@ -200,6 +204,8 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None) -> tuple[Loop, list[St
     mb = max(-(-(4 * CHUNK_OPS) // max(1, s.n * s.k)), -(-s.m // 32))
     mb = max(-(-mb // 4) * 4, min(MATMUL_MIN_ROWS, s.m // 2) // 4 * 4)
     nblk = s.m // mb
+    if nblk < 2 and s.m >= 8:  # too small for blocks of that much work: a block a thread
+        nblk, mb = 2, s.m // 2
     if nblk < 2:
         return None
     if EVEN_BLOCKS and nblk % 2:

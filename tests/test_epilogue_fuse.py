@@ -88,9 +88,9 @@ def _compiled(model, feeds: dict, on: bool, threads: int, tmp_path, monkeypatch)
     (("conv", 320, 64, 40, "res_relu"), True),  # two depth blocks: in the last one's stores
     (("conv", 64, 48, 80, "clip", 3, 2), True),  # im2col panels, depth 576
     (("conv", 300, 64, 14, "relu"), False),    # the transposed form: its own epilogue pass
-    # a top-level product is split over threads by codegen and its nest is a parallel loop
-    # of its own: the separate pass stays
-    (("mlp", 32, 200, 150), False),
+    # a top-level product split over threads by codegen (two blocks of 16 rows): its nest
+    # runs in each block, in the block's stores
+    (("mlp", 32, 200, 150), True),
 ])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_epilogue_in_stores_is_bit_identical(case: tuple, fused: bool, threads: int, tmp_path,

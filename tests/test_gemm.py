@@ -200,17 +200,22 @@ PACKED_CASES = [(16, 128, 16, False, 1.0, False), (23, 257, 65, True, -1.5, True
 def _tiled_region(s: Matmul) -> tuple[int, int]:
     """Rows and columns of the plain (B not packed) product `s` that the tiled kernel computes:
     a packed B is read by the tiled kernel whatever the sizes, an unpacked one by other forms
-    (other sum orders) under PACK_MIN_M rows (a small product, the leftover rows of a product
-    split over threads)."""
+    (other sum orders) under PACK_MIN_M rows (a small product, the blocks and leftover rows of
+    a product split over threads): the first rows in pieces of PACK_MIN_M rows or more."""
     from onnxjit.codegen.parallel import split_matmul
 
-    rows = s.m if s.m >= PACK_MIN_M else 0
-    cols = s.n
     split = split_matmul(s)
-    for t in split[1] if split else []:
-        if isinstance(t, Matmul) and t.m < s.m and t.m < PACK_MIN_M:
-            rows = s.m - t.m
-    return rows, cols
+    if split is None:
+        return (s.m if s.m >= PACK_MIN_M else 0), s.n
+    loop, tail = split
+    pieces = [t.m for t in loop.body if isinstance(t, Matmul)] * int(loop.stop.value)
+    pieces += [t.m for t in tail if isinstance(t, Matmul)]
+    rows = 0
+    for m in pieces:
+        if m < PACK_MIN_M:
+            break
+        rows += m
+    return rows, s.n
 
 
 @pytest.mark.parametrize("threads", [1, 2])

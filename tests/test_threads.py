@@ -273,6 +273,8 @@ def test_matmul_split_keeps_blocks_of_many_rows() -> None:
     assert blocks(200, 512, 128) == (2, 100, 0)
     assert blocks(200, 512, 128, packed=True) == (4, 50, 0)
     assert blocks(197, 512, 128, packed=True) == (4, 49, 1)
+    # a small product (512K-1M multiply-adds) in two blocks, one a thread
+    assert blocks(32, 200, 100) == (2, 16, 0)
 
 
 def test_gemv_split_over_column_panels() -> None:
