@@ -119,19 +119,20 @@ def _randn(shape: tuple[int, ...], seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def mlp(batch: int, tiny: bool = False) -> BenchModel:
+def mlp(batch: int, tiny: bool = False, sizes: tuple[int, ...] = (784, 512, 512, 10),
+        act: str = "Relu") -> BenchModel:
     b = GraphBuilder()
-    sizes = (784, 512, 512, 10)
     x, flops = "x", 0.0
     for k, (a, c) in enumerate(zip(sizes[:-1], sizes[1:])):
         x = b.op("Add", [b.op("MatMul", [x, b.weight((a, c), a)]),
                          b.const(np.zeros(c, np.float32), "b")])
         flops += 2.0 * batch * a * c
-        if k < 2:
-            x = b.op("Relu", [x])
-    m = b.model("mlp", [("x", TensorProto.FLOAT, ["N", 784])], x)
-    return BenchModel(f"mlp_b{batch}", m, {"x": _randn((batch, 784))},
-                      f"MLP 784-512-512-10, batch {batch}", flops)
+        if k < len(sizes) - 2:
+            x = b.op(act, [x])
+    m = b.model("mlp", [("x", TensorProto.FLOAT, ["N", sizes[0]])], x)
+    shape = "-".join(map(str, sizes))
+    return BenchModel(f"mlp_b{batch}", m, {"x": _randn((batch, sizes[0]))},
+                      f"MLP {shape}{'' if act == 'Relu' else ' ' + act}, batch {batch}", flops)
 
 
 def gemm(m_: int, k: int, n: int, threads: int | None = None, tiny: bool = False
@@ -180,8 +181,9 @@ def conv(name: str, cin: int, cout: int, k: int, hw: int, group: int = 1, tiny: 
                       f"{kind}Conv {k}x{k} {cin}->{cout} at {hw}x{hw}, pad {k // 2}", flops)
 
 
-def lstm(tiny: bool = False) -> BenchModel:
-    seq, batch, inp, hid = (4, 2, 8, 16) if tiny else (64, 8, 128, 256)
+def lstm(tiny: bool = False, dims: tuple[int, int, int, int] = (64, 8, 128, 256)
+         ) -> BenchModel:
+    seq, batch, inp, hid = (4, 2, 8, 16) if tiny else dims
     b = GraphBuilder()
     w = b.weight((1, 4 * hid, inp), inp)
     r = b.weight((1, 4 * hid, hid), hid)
@@ -239,6 +241,10 @@ def registry() -> dict[str, Callable[[bool], BenchModel]]:
         "mobilenetv2_like": bench_nets.mobilenet_v2,
         "resnet_like": bench_nets.resnet_blocks,
         "lstm": lstm,
+        # shapes where a split was missing (hidden 64: the steps ran on one thread; 32x100x200
+        # products: one block)
+        "lstm_h64": lambda t: lstm(t, (128, 16, 64, 64)),
+        "mlp_tanh_b32": lambda t: mlp(32, t, (100, 200, 100, 1), "Tanh"),
         "elementwise_chain_4M": chain,
         "conv3x3_64_56": lambda t: conv("conv3x3_64_56", 64, 64, 3, 56, tiny=t),
         "conv1x1_256to64_56": lambda t: conv("conv1x1_256to64_56", 256, 64, 1, 56, tiny=t),
