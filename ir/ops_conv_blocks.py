@@ -184,6 +184,9 @@ def for_chunk(b: Builder, mi: Operand, chunks: int, rows: int, total: int,
     """fn(first row, rows) for chunk `mi` (run time) of `chunks` chunks of `rows` rows over
     `total` rows, the last one shorter: two guarded copies (loops of 0 or 1 iteration) when
     the sizes differ, since a Matmul's sizes are compile-time."""
+    if chunks == 1:  # one chunk of all the rows (`rows` may be more: whole panels)
+        fn(i64(0), total)
+        return
     last = total - (chunks - 1) * rows
     if last == rows:
         fn(b.imul(mi, rows), rows)

@@ -80,6 +80,9 @@ CASES = [
     ((1, 256, 14, 14), 64, np.float32, True, True),
     ((1, 256, 10, 10), 96, np.float32, False, False),
     ((1, 256, 9, 9), 64, np.float32, True, False),
+    # a batch of 4: one chunk an image, of both panels, the second one partial (96 channels):
+    # the chunk's width (128) was taken for its product (a window past W^T)
+    ((4, 384, 10, 10), 96, np.float32, True, False),
 ]
 
 
