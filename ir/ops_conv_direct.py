@@ -6,7 +6,8 @@ the image along the outer dims sum every tap in one pass over their interior col
 (`bias + sum w_t * x_t`, the weights hoisted per channel; at stride 1 in whole vectors, the
 last one overlapping its neighbour, see `ops_conv_blocks.whole_vectors`); other rows store the
 bias, then add `w * x[row slice]` per tap over its valid range. Small 2-D images go through
-`ops_conv_depthwise` (stride-phased copies of each plane) instead. A fused conv's epilogue
+`ops_conv_depthwise` (stride-phased copies of each plane) instead, tiny ones (4x4 outputs or
+fewer) through `ops_conv_depthwise_tiny` (vectors across channels). A fused conv's epilogue
 runs in the fused rows' interior loop on the value in a register (INLINE_EPILOGUE), and as a
 pass only over the other columns and rows. Moved out of `ops_conv` (which re-exports
 `lower_depthwise`) to keep files small.
@@ -54,7 +55,11 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     images go through `ops_conv_depthwise` instead (one flat loop per plane).
     """
     from onnxjit.ir.ops_conv_depthwise import lower_depthwise_phased, phased_applies
+    from onnxjit.ir.ops_conv_depthwise_tiny import lower_depthwise_tiny, tiny_applies
 
+    if tiny_applies(gm, w, y):
+        lower_depthwise_tiny(ctx, gm, x, w, y, bias, None if epilogue is None else epilogue.emit)
+        return
     if phased_applies(gm, y):
         lower_depthwise_phased(ctx, gm, x, w, y, bias, None if epilogue is None else epilogue.emit)
         return
