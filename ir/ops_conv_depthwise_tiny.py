@@ -16,7 +16,8 @@ LANES channels (one vector) at a time instead, for X (N, C, H, W), one group per
 3) Z copied, transposed, into the block's rows of Y, then the epilogue (if any) on those
    rows (rows = the block's channels, cols = the plane's positions).
 The work is parallel over CHUNKS groups of (image, block of channels), each with its own
-slot of S and Z; the last block of channels may be partial (its lanes loops are shorter).
+slot of S and Z; the last block of channels may be partial (`ops_conv_blocks.for_chunk`: a
+copy of the block's code with its own width).
 Used for float types that accumulate in their own type with constant weights and at most
 MAX_POSITIONS output positions; other depthwise convs keep their forms.
 """
@@ -31,7 +32,7 @@ from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Buffer, Operand, i64
 from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext
-from onnxjit.ir.ops_conv_blocks import host_tile
+from onnxjit.ir.ops_conv_blocks import for_chunk, host_tile
 
 if TYPE_CHECKING:  # ops_conv imports this module when it lowers
     from onnxjit.ir.ops_conv import EpilogueHook, Geometry
@@ -95,31 +96,19 @@ def lower_depthwise_tiny(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, 
         with b.loop(t0, b.op("min", b.iadd(t0, i64(per)), i64(tasks)), hint="t") as t:
             n, blk = ((b.op("div", t, i64(nblk)), b.op("rem", t, i64(nblk))) if gm.n > 1
                       else (i64(0), t))
-            m0 = b.imul(blk, lanes)
-            if gm.m % lanes:  # the last block's channels
-                width = b.op("min", i64(lanes), b.op("sub", i64(gm.m), m0))
-            else:
-                width = i64(lanes)
-            _block(b, gm, x, y, s, z, wk, bias, (n, m0, width, sbase, zbase),
-                   (rows, cols, hp, wp, lanes))
-            if epilogue is not None:
-                ybase = b.imul(b.iadd(b.imul(n, gm.m), m0), gm.p)
-                if gm.m % lanes:  # rows: a run-time count for the partial block
-                    full = b.op("select", b.op("lt", width, i64(lanes)), i64(0), i64(1))
-                    with b.loop(0, full, hint="full"):
-                        epilogue(b, ybase, gm.p, lanes, gm.p, m0)
-                    with b.loop(full, 1, hint="part"):
-                        epilogue(b, ybase, gm.p, gm.m % lanes, gm.p, m0)
-                else:
-                    epilogue(b, ybase, gm.p, lanes, gm.p, m0)
+            # the last block may be partial: for_chunk gives it its own copy and width
+            for_chunk(b, blk, nblk, lanes, gm.m, lambda m0, width, n=n: _block(
+                b, gm, x, y, s, z, wk, bias, epilogue, (n, m0, width, sbase, zbase),
+                (rows, cols, hp, wp, lanes)))
     from onnxjit.ir.ops_conv_direct import CONTRACT
 
     ctx.kernel("conv_depthwise_lanes", b.body, contract=CONTRACT)
 
 
 def _block(b: Builder, gm: Geometry, x: Buffer, y: Buffer, s: Buffer, z: Buffer, wk: Buffer,
-           bias: Buffer | None, at: tuple, shape: tuple) -> None:
-    """Steps 1-3 of the module docstring for one block of channels m0 .. m0+width."""
+           bias: Buffer | None, epilogue: EpilogueHook | None, at: tuple, shape: tuple) -> None:
+    """Steps 1-3 of the module docstring for one block of channels m0 .. m0+width (width
+    fixed at compile time), then the epilogue on the block's rows."""
     n, m0, width, sbase, zbase = at
     rows, cols, hp, wp, lanes = shape
     (oh, ow), (kh, kw), (sh, sw) = gm.out, gm.k, gm.a.strides
@@ -131,7 +120,7 @@ def _block(b: Builder, gm: Geometry, x: Buffer, y: Buffer, s: Buffer, z: Buffer,
             with b.loop(0, width, hint="g") as g:
                 src = b.iadd(xbase, b.iadd(b.imul(g, gm.in_plane), i64(r * iw + c)))
                 b.store(s, b.iadd(dst, g), b.load(x, src))
-    wbase = b.imul(b.op("div", m0, i64(lanes)), gm.kprod * lanes)
+    wbase = b.imul(m0, gm.kprod)  # block m0 / lanes of Wp[block][tap][lane]
     for oy in range(oh):  # 2) every position, one vector of lanes
         for ox in range(ow):
             with b.loop(0, lanes, hint="g") as g:
@@ -149,3 +138,5 @@ def _block(b: Builder, gm: Geometry, x: Buffer, y: Buffer, s: Buffer, z: Buffer,
         yrow, zcol = b.iadd(ybase, b.imul(g, gm.p)), b.iadd(zbase, g)
         with b.loop(0, gm.p, hint="p") as p:
             b.store(y, b.iadd(yrow, p), b.load(z, b.iadd(zcol, b.imul(p, lanes))))
+    if epilogue is not None:
+        epilogue(b, ybase, gm.p, width, gm.p, m0)
