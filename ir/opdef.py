@@ -57,6 +57,10 @@ class LowerContext(Protocol):
     def scratch(self, hint: str, dtype: DType, shape: tuple[int, ...]) -> Buffer:
         """A temporary buffer no graph value owns (im2col panels, partial results)."""
 
+    def workspace(self, hint: str, dtype: DType, numel: int) -> Buffer:
+        """One temp buffer shared by every kernel asking for `hint` (grown to the largest
+        request): a part of it a parallel iteration uses stays with one thread."""
+
     def constant(self, hint: str, data: np.ndarray) -> Buffer:
         """A new constant buffer holding `data` (weights repacked at compile time)."""
 

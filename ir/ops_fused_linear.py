@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from onnxjit.errors import CompileError, ModelError
+from onnxjit.ir import matmul_strassen as strassen
 from onnxjit.ir.elementwise_utils import tensor
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.loop_builder import Builder, broadcast_strides, coalesce, const, row_major_strides
@@ -232,6 +233,11 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
         # Shared B, contiguous A: the batch folds into the rows; blocks of rows run in
         # parallel, each Matmul followed by the epilogue on its still-hot block.
         total = math.prod(batch) * m
+        bt = strassen.constant_operand(bm, tb)
+        if bt is not None and strassen.applies(total, k, n, y.dtype):
+            strassen.lower_strassen(ctx, b, y, a, bt, total, alpha, epi)
+            ctx.kernel("fused_matmul_strassen", b.body)
+            return
         rows = _row_block(total, n, y.dtype.itemsize)
         nfull = total // rows
         if epi is None or nfull == 1 and total == rows:

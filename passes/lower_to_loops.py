@@ -45,6 +45,7 @@ class Lowering:
         self._names: dict[str, int] = {}
         self._n_consts = 0
         self._current: Node | None = None
+        self._workspaces: dict[tuple[str, DType], Buffer] = {}
 
     # LowerContext ---------------------------------------------------------------------------
     def buf(self, value: Value) -> Buffer:
@@ -87,6 +88,24 @@ class Lowering:
         kernel that touches it has run.
         """
         return self._new(hint, dtype, tuple(int(d) for d in shape), "temp")
+
+    def workspace(self, hint: str, dtype: DType, numel: int) -> Buffer:
+        """The one temp buffer named `hint` of `dtype` that every kernel asking for it shares,
+        grown to the largest `numel` asked (its shape is final once lowering ends).
+
+        A kernel whose parallel iteration p always uses the same part of it keeps that part
+        in one core's cache from kernel to kernel and from call to call: the pool gives
+        part p of a loop's range to the same thread every time. Separate scratch buffers are
+        placed by plan-memory wherever they fit, so one kernel's part 1 lands on another's
+        part 0, and the cores take the lines from each other on every write.
+        """
+        key = (hint, dtype)
+        b = self._workspaces.get(key)
+        if b is None:
+            b = self._workspaces[key] = self._new(hint, dtype, (int(numel),), "temp")
+        elif numel > b.shape[0]:
+            b.shape = (int(numel),)
+        return b
 
     def constant(self, hint: str, data: np.ndarray) -> Buffer:
         """A new constant buffer holding `data` (weights repacked at compile time); like the

@@ -1,0 +1,204 @@
+"""Products by a constant B with one level of Strassen's algorithm: 7 half-size products
+instead of 8 (Strassen, "Gaussian elimination is not optimal", 1969).
+
+C (m x n) = A (m x k) @ B (k x n). C's columns are cut into SLICES slices of w = n / SLICES
+columns, one parallel iteration each (A @ B[:, slice] is independent of the other slices).
+In a slice, with quadrants A_ij (m/2 x k/2), B_ij (k/2 x w/2) and C_ij (m/2 x w/2):
+
+    M1 = (A11 + A22) (B11 + B22)    M2 = (A21 + A22) B11    M3 = A11 (B12 - B22)
+    M4 = A22 (B21 - B11)            M5 = (A11 + A12) B22    M6 = (A21 - A11) (B11 + B12)
+    M7 = (A12 - A22) (B21 + B22)
+    C11 = M1 + M4 - M5 + M7    C12 = M3 + M5    C21 = M2 + M4    C22 = M1 - M2 + M3 + M6
+
+7 products of m/2 x k/2 x w/2 multiply-adds: 12.5% fewer than the one product. The adds run
+over quadrants (m/2 x k/2 for A, m/2 x w/2 for C), small next to the products when k and w
+are large. B is a weight, so its 7 right operands are computed at compile time (in float64,
+rounded once) and stored in the tiled kernel's packed layout (`loops.pack_panels`, the host's
+panel width): the products read them as `b_packed` and nothing packs B per call.
+
+Lowering, one kernel parallel over the slices; slice s works in its own part of a workspace
+that every Strassen kernel of the program shares (`LowerContext.workspace`; the part starts
+at s * SLICE_BYTES), so a part stays in one core's cache across layers and calls. With one
+scratch per kernel, plan-memory put one layer's slice-1 part on the next one's slice-0 part,
+the cores took the lines from each other on every write, and an MLP's second layer waited
+10 us for its worker. Each slice:
+1) the 5 left operands that are sums (one nest over the quadrant's elements: 4 loads, 5
+   stores); M3 and M4 read A11 and A22 in place;
+2) the 7 products: one loop around one Matmul for the 5 sums (same leading dims), then M3 and
+   M4, into the slice's 7 product blocks;
+3) one nest over the C quadrant's elements: 7 loads, the four sums, alpha, Y's old value (a
+   Gemm's beta * C), the epilogue (bias, activation, residual of a FusedMatMul), 4 stores.
+
+Numerics: every C element is the same sum of products in another association: the rounding of
+the operand sums and of the final combination add to the error, which stays within float
+tolerance for one level, but its bound is norm-wise rather than element-wise: an element much
+smaller than its row of A times its column of B has a larger relative error. Measured at
+32x784x512: at most 2.3e-7 of |A| @ |B| (the direct product: 1.1e-7); the tests allow 1e-6.
+`applies` keeps the direct product where the adds cost more than the products save and for
+shapes this lowering does not cover (odd sizes, A transposed, batched B, more workspace than
+SLICE_BYTES a slice: 256 rows by 512 columns and up).
+
+Measured, two threads, against the direct product: MLP 784-512-512-10 at batch 32
+(the bench's) 1.06x, 1.21x onnxruntime (from 1.15x); MatMul 64x784x512 1.09x.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnxjit.ir.loop_builder import Builder, const
+from onnxjit.ir.loops import Buffer, Matmul, Operand, i64, pack_panels
+from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.types import DType
+
+#: Use one Strassen level where `applies`; False keeps every product direct.
+STRASSEN = True
+#: Column slices: one parallel iteration each (the two cores of the machines we target).
+SLICES = 2
+#: Smallest sizes where the 7 products pay for the adds (see `applies`). Measured, two
+#: threads, a layer with bias and Relu against the direct product: 32x784x512 1.09x,
+#: 32x512x512 1.075x, 16x1024x1024 1.11x, 64x1024x1024 1.10x, 128x768x768 1.10x, 32x512x256
+#: 1.02x, 16x512x512 1.02x; with depth 256 it lost (32x256x256 0.95x, 64x256x256 0.92x).
+MIN_ROWS, MIN_DEPTH, MIN_COLS = 16, 512, 64
+#: Only quadrants of whole vectors of columns: MLP 784-300 at batch 32 (quadrants of 75
+#: columns, a narrow edge panel in each product) ran 0.98x.
+WHOLE_VECTORS = True
+#: Bytes of the shared workspace each slice owns (its 7 left operands and 7 products must
+#: fit): slice s's part starts at s * SLICE_BYTES in every Strassen kernel of the program, so
+#: it stays in one core's cache. About one core's L2.
+SLICE_BYTES = 1 << 20
+
+#: The 7 products in the order they are computed and stored: M1, M2, M5, M6, M7 (whose left
+#: operand is a sum, built in the workspace; one loop runs them), then M3 and M4 (left operand
+#: A11 / A22, read in place). Left operands as coefficients of (A11, A12, A21, A22), right
+#: operands of (B11, B12, B21, B22).
+_LEFT = ((1, 0, 0, 1), (0, 0, 1, 1), (1, 1, 0, 0), (-1, 0, 1, 0), (0, 1, 0, -1),
+         (1, 0, 0, 0), (0, 0, 0, 1))
+_RIGHT = ((1, 0, 0, 1), (1, 0, 0, 0), (0, 0, 0, 1), (1, 1, 0, 0), (0, 0, 1, 1),
+          (0, 1, 0, -1), (-1, 0, 1, 0))
+#: Products whose left operand is built (the first SUMS of the order above).
+SUMS = 5
+#: C11, C12, C21, C22 as coefficients of the products in that order.
+_OUT = ((1, 0, -1, 0, 1, 0, 1), (0, 0, 1, 0, 0, 1, 0), (0, 1, 0, 0, 0, 0, 1),
+        (1, -1, 0, 1, 0, 1, 0))
+
+
+def applies(m: int, k: int, n: int, dtype: DType) -> bool:
+    """Whether C (m x n) = A (m x k) @ B (k x n), B constant, runs as Strassen products."""
+    if not (STRASSEN and dtype in (DType.FLOAT, DType.DOUBLE)):
+        return False
+    from onnxjit.codegen.matmul_kernel import tile_shape  # ir/ loads no llvmlite at import
+
+    vl = tile_shape(dtype.itemsize)[0]
+    if not (m % 2 == 0 and k % 2 == 0 and n % (2 * SLICES) == 0 and m >= MIN_ROWS
+            and k >= MIN_DEPTH and n // (2 * SLICES) >= MIN_COLS):
+        return False
+    if WHOLE_VECTORS and (n // (2 * SLICES)) % vl:
+        return False
+    return _slice_need(m, k, n) * dtype.itemsize <= SLICE_BYTES
+
+
+def _slice_need(m: int, k: int, n: int) -> int:
+    """Elements of a slice's workspace: SUMS left operands (m/2 x k/2), 7 products
+    (m/2 x w/2)."""
+    return (m // 2) * (SUMS * (k // 2) + 7 * (n // SLICES // 2))
+
+
+def constant_operand(bm: Buffer, trans: bool) -> np.ndarray | None:
+    """B' (k x n) when B is a 2-D constant (read as B^T under `trans`), else None."""
+    if bm.kind != "const" or bm.data is None or bm.base is not None or len(bm.shape) != 2:
+        return None
+    data = np.asarray(bm.data).reshape(bm.shape)
+    return data.T if trans else data
+
+
+def right_operands(b: np.ndarray, width: int) -> np.ndarray:
+    """The 7 right operands of every slice of `b` (k x n), each packed in panels of `width`
+    columns: shape (SLICES, 7, k/2 * w/2), computed in float64 and rounded once."""
+    k, n = b.shape
+    kh, w = k // 2, n // SLICES
+    wh = w // 2
+    b64 = b.astype(np.float64)
+    out = np.empty((SLICES, 7, kh * wh), dtype=b.dtype)
+    for s in range(SLICES):
+        c0 = s * w
+        quads = [b64[i * kh:(i + 1) * kh, c0 + j * wh:c0 + (j + 1) * wh]
+                 for i in (0, 1) for j in (0, 1)]
+        for p, coef in enumerate(_RIGHT):
+            r = sum(c * q for c, q in zip(coef, quads) if c)
+            out[s, p] = pack_panels(np.asarray(r).astype(b.dtype), width)
+    return out
+
+
+def _combine(b: Builder, terms: list[Operand], coef: tuple[int, ...]) -> Operand:
+    """sum(c * t) for coefficients c in {-1, 0, 1}, left to right after the first positive
+    term (A21 - A11 is one subtraction)."""
+    pairs = sorted(zip(coef, terms), key=lambda ct: ct[0] <= 0)
+    acc: Operand | None = None
+    for c, t in pairs:
+        if c == 0:
+            continue
+        if acc is None:
+            acc = t  # the sort puts a positive term first (every sum here has one)
+        else:
+            acc = b.op("add" if c > 0 else "sub", acc, t)
+    assert acc is not None
+    return acc
+
+
+def lower_strassen(ctx: LowerContext, b: Builder, y: Buffer, a: Buffer, bt: np.ndarray,
+                   m: int, alpha: float = 1.0, epilogue=None, accumulate: bool = False
+                   ) -> None:
+    """Emit Y (m x n, row-major) (+)= alpha * A (m x k, row-major) @ bt (k x n, the constant
+    B'), then `epilogue` (an `ops_fused_linear.Epilogue`) on each element; `applies` must
+    hold. With `accumulate` the product is added to Y's old value (a Gemm's beta * C)."""
+    from onnxjit.codegen.matmul_kernel import panel_width  # ir/ loads no llvmlite at import
+
+    dt = y.dtype
+    k, n = bt.shape
+    h, kh, w = m // 2, k // 2, n // SLICES
+    wh = w // 2
+    qa, qb, qm = h * kh, kh * wh, h * wh
+    nr = panel_width(dt.itemsize)
+    rights = ctx.constant("strassen_b", right_operands(bt.astype(dt.numpy), nr).reshape(-1))
+    part = SLICE_BYTES // dt.itemsize
+    work = ctx.workspace("strassen_work", dt, (SLICES - 1) * part + _slice_need(m, k, n))
+    quad_off = (0, kh, h * k, h * k + kh)  # A11, A12, A21, A22 in A
+    with b.loop(0, SLICES, parallel=True, hint="sl") as s:
+        abase = b.imul(s, part)
+        mbase = b.iadd(abase, i64(SUMS * qa))
+        with b.loop(0, h, hint="r") as r:
+            src, dst = b.imul(r, k), b.iadd(abase, b.imul(r, kh))
+            with b.loop(0, kh, hint="c") as c:
+                at = b.iadd(src, c)
+                quads = [b.load(a, b.iadd(at, i64(off))) for off in quad_off]
+                to = b.iadd(dst, c)
+                for p, coef in enumerate(_LEFT[:SUMS]):
+                    b.store(work, b.iadd(to, i64(p * qa)), _combine(b, quads, coef))
+
+        def product(p: Operand, left: Buffer, a_off: Operand, lda: int) -> None:
+            b.emit(Matmul(work, b.iadd(mbase, b.imul(p, qm)), wh, left, a_off, lda, rights,
+                          b.iadd(b.imul(s, 7 * qb), b.imul(p, qb)), nr, h, wh, kh,
+                          b_packed=True))
+
+        with b.loop(0, SUMS, hint="p") as p:
+            product(p, work, b.iadd(abase, b.imul(p, qa)), kh)
+        for p in range(SUMS, 7):
+            product(i64(p), a, i64(quad_off[_LEFT[p].index(1)]), k)
+        col0 = b.imul(s, w)
+        with b.loop(0, h, hint="r") as r:
+            with b.loop(0, wh, hint="c") as c:
+                at = b.iadd(b.iadd(mbase, b.imul(r, wh)), c)
+                ms = [b.load(work, b.iadd(at, i64(p * qm))) for p in range(7)]
+                col = b.iadd(col0, c)
+                for q, coef in enumerate(_OUT):
+                    v = _combine(b, ms, coef)
+                    if alpha != 1.0:
+                        v = b.op("mul", v, const(alpha, dt))
+                    cq = b.iadd(col, i64((q % 2) * wh))
+                    yat = b.iadd(b.imul(b.iadd(r, i64((q // 2) * h)), n), cq)
+                    if accumulate:
+                        v = b.op("add", b.load(y, yat), v)
+                    if epilogue is not None:
+                        v = epilogue.value(b, v, yat, cq, {})
+                    b.store(y, yat, v)

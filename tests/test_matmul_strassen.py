@@ -1,0 +1,186 @@
+"""Products by a constant B as one Strassen level (`ir/matmul_strassen.py`): MatMul, MatMul +
+bias + Relu, Gemm with transB, alpha and C, a residual epilogue, A with batch dims, f64; each in
+the loop-IR interpreter (bounds-checked) and natively on one and two threads against a float64
+product, with errors measured against |A| @ |B| (Strassen's bound is norm-wise); the right
+operands and the workspace layout; and the switch restores the direct product."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from loop_harness import OPTIONS, run_via_loop_ir
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+from onnxjit.driver import import_model, lower_signature
+from onnxjit.ir import matmul_strassen as strassen
+from onnxjit.ir.loops import unpack_panels
+from onnxjit.ir.types import DType
+
+RNG = np.random.default_rng(5)
+
+
+def _model(a_shape, k, n, kind, dtype=np.float32):
+    """A (a_shape) @ W (k x n) with `kind`'s epilogue: "plain", "relu" (bias, Relu), "gemm"
+    (Gemm alpha 0.5, transB, C), "residual" (+ an input R of the output's shape, Relu)."""
+    tp = TensorProto.DOUBLE if dtype == np.float64 else TensorProto.FLOAT
+    w = RNG.standard_normal((n, k) if kind == "gemm" else (k, n)).astype(dtype)
+    out = [*a_shape[:-1], n]
+    inits = [numpy_helper.from_array(w, "w"),
+             numpy_helper.from_array(RNG.standard_normal(n).astype(dtype), "b")]
+    inputs = [helper.make_tensor_value_info("x", tp, list(a_shape))]
+    if kind == "gemm":
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], alpha=0.5, transB=1)]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y" if kind == "plain" else "p"])]
+    if kind in ("relu", "residual"):
+        other = "b" if kind == "relu" else "r"
+        nodes += [helper.make_node("Add", ["p", other], ["q"]),
+                  helper.make_node("Relu", ["q"], ["y"])]
+    if kind == "residual":
+        inputs.append(helper.make_tensor_value_info("r", tp, out))
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", tp, out)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _feeds(m, a_shape, n, dtype=np.float32):
+    feeds = [RNG.standard_normal(a_shape).astype(dtype)]
+    if len(m.graph.input) > 1:
+        feeds.append(RNG.standard_normal((*a_shape[:-1], n)).astype(dtype))
+    return feeds
+
+
+def _want(m, feeds, kind):
+    """The float64 result and the scale of each element's rounding error (|A| @ |B|)."""
+    inits = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in m.graph.initializer}
+    x = feeds[0].astype(np.float64)
+    w = inits["w"].T if kind == "gemm" else inits["w"]
+    y = x @ w
+    scale = np.abs(x) @ np.abs(w)
+    if kind == "gemm":
+        y, scale = 0.5 * y + inits["b"], 0.5 * scale
+    elif kind == "relu":
+        y = np.maximum(y + inits["b"], 0)
+    elif kind == "residual":
+        y = np.maximum(y + feeds[1], 0)
+    return y, scale + 1
+
+
+def _kernels(m, feeds):
+    gm = import_model(m.SerializeToString(), OPTIONS)
+    sig = tuple((DType.from_numpy(f.dtype), f.shape) for f in feeds)
+    return lower_signature(gm, sig, OPTIONS)[1]
+
+
+def _uses_strassen(m, feeds) -> bool:
+    return any("strassen" in k.name for k in _kernels(m, feeds).kernels)
+
+
+def _check(y, want, scale, tol):
+    err = np.max(np.abs(np.asarray(y, np.float64) - want) / scale)
+    assert err < tol, err
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Strassen for small products too (thresholds are about speed, not correctness)."""
+    monkeypatch.setattr(strassen, "MIN_ROWS", 2)
+    monkeypatch.setattr(strassen, "MIN_DEPTH", 2)
+    monkeypatch.setattr(strassen, "MIN_COLS", 1)
+    monkeypatch.setattr(strassen, "WHOLE_VECTORS", False)
+
+
+CASES = [
+    # (A shape, k, n, kind); the small ones have quadrants of odd widths (masked vectors)
+    ((6, 10), 10, 12, "plain"),
+    ((2, 4, 22), 22, 20, "relu"),  # batch dims fold into the rows
+    ((8, 18), 18, 36, "gemm"),
+    ((4, 12), 12, 68, "residual"),
+]
+
+
+@pytest.mark.parametrize("a_shape,k,n,kind", CASES)
+def test_strassen_matches_float64(a_shape, k, n, kind, small, monkeypatch):
+    m = _model(a_shape, k, n, kind)
+    feeds = _feeds(m, a_shape, n)
+    assert _uses_strassen(m, feeds)
+    want, scale = _want(m, feeds, kind)
+    _check(run_via_loop_ir(m, feeds)[0], want, scale, 1e-6)
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(*feeds)
+        _check(y, want, scale, 1e-6)
+    monkeypatch.setattr(strassen, "STRASSEN", False)
+    assert not _uses_strassen(m, feeds)
+
+
+@pytest.mark.parametrize("kind", ["relu", "gemm"])
+def test_strassen_at_its_thresholds(kind):
+    """A batch-32 MLP layer (the shape Strassen is for) with the default thresholds, against
+    float64 and onnxruntime."""
+    m = _model((32, 512), 512, 256, kind)
+    feeds = _feeds(m, (32, 512), 256)
+    assert _uses_strassen(m, feeds)
+    want, scale = _want(m, feeds, kind)
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = s.run(None, {"x": feeds[0]})[0]
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(*feeds)
+        _check(y, want, scale, 1e-6)
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_strassen_f64(small):
+    m = _model((10, 14), 14, 24, "relu", np.float64)
+    feeds = _feeds(m, (10, 14), 24, np.float64)
+    assert _uses_strassen(m, feeds)
+    want, scale = _want(m, feeds, "relu")
+    (y,) = onnxjit.compile(m, cache_dir=False)(*feeds)
+    _check(y, want, scale, 1e-14)
+
+
+def test_applies_needs_even_sizes_and_a_slice_that_fits():
+    f32 = DType.FLOAT
+    assert strassen.applies(32, 784, 512, f32)
+    assert not strassen.applies(31, 784, 512, f32)  # odd rows
+    assert not strassen.applies(32, 785, 512, f32)  # odd depth
+    assert not strassen.applies(32, 784, 510, f32)  # slices of odd width
+    assert not strassen.applies(32, 784, 300, f32)  # quadrants of 75 columns
+    assert not strassen.applies(8, 784, 512, f32)  # too few rows to pay
+    assert not strassen.applies(32, 784, 512, DType.INT32)
+    assert not strassen.applies(1024, 1024, 1024, f32)  # a slice's workspace over SLICE_BYTES
+
+
+def test_right_operands_are_the_seven_sums():
+    b = RNG.standard_normal((6, 8)).astype(np.float32)
+    packed = strassen.right_operands(b, 4)
+    kh, wh = 3, 2
+    for s in range(strassen.SLICES):
+        quads = [b[i * kh:(i + 1) * kh, s * 4 + j * wh:s * 4 + (j + 1) * wh]
+                 for i in (0, 1) for j in (0, 1)]
+        for p, coef in enumerate(strassen._RIGHT):
+            want = sum(c * q.astype(np.float64) for c, q in zip(coef, quads))
+            np.testing.assert_array_equal(unpack_panels(packed[s, p], kh, wh, 4),
+                                          want.astype(np.float32))
+
+
+def test_layers_share_one_workspace(small):
+    """Two Strassen layers use one workspace, slice s's part at s * SLICE_BYTES in both, so a
+    part stays with one thread from layer to layer."""
+    w1, w2 = (numpy_helper.from_array(RNG.standard_normal(s).astype(np.float32), f"w{i}")
+              for i, s in enumerate([(16, 24), (24, 8)]))
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w0"], ["h"]),
+                           helper.make_node("MatMul", ["h", "w1"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 8])],
+                          [w1, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    x = RNG.standard_normal((6, 16)).astype(np.float32)
+    prog = _kernels(m, [x])
+    assert sum("strassen" in k.name for k in prog.kernels) == 2
+    work = [b for b in prog.buffers if b.name.startswith("strassen_work")]
+    part = strassen.SLICE_BYTES // 4
+    assert len(work) == 1 and work[0].shape[0] == part + 3 * (5 * 8 + 7 * 6)  # layer 1's need
+    (y,) = onnxjit.compile(m, cache_dir=False, num_threads=2)(x)
+    want = x.astype(np.float64) @ numpy_helper.to_array(w1) @ numpy_helper.to_array(w2)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
