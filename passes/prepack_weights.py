@@ -22,8 +22,9 @@ Algorithm:
    place, and stays. For any other eligible Matmul, take B' (k x n: the window, transposed if
    `b_trans`) from the root constant's array, pack it (`loops.pack_panels`) into a new const
    buffer, shared by Matmuls reading the same window, and point the Matmul at it;
-2) drop the const buffers (and their views) no statement reads any more, and renumber the
-   const slots densely in their old order.
+2) drop the const buffers (and their views) no statement reads any more (packed here, or
+   replaced by a lowering's own form of them), and renumber the const slots densely in their
+   old order.
 Other products with a varying B offset (batched products) are left alone.
 """
 
@@ -113,12 +114,13 @@ def run(program: Program, ctx: PassContext) -> PassResult:
                 packed[key] = buf
             s.b, s.b_off, s.ldb, s.b_trans, s.b_packed = buf, Const(0, s.b_off.dtype), width, \
                 False, True
-    if packed:
-        _drop_unused_consts(program)
-    return PassResult(program, changed or bool(packed))
+    dropped = _drop_unused_consts(program)
+    return PassResult(program, changed or bool(packed) or dropped)
 
 
-def _drop_unused_consts(program: Program) -> None:
+def _drop_unused_consts(program: Program) -> bool:
+    """Drop the const buffers no statement reads (packed here, or replaced by a lowering's
+    repacked form such as `matmul_strassen`'s right operands); whether any was."""
     used: set[int] = set()
     for kernel in program.kernels:
         for s in walk(kernel.body):
@@ -129,7 +131,10 @@ def _drop_unused_consts(program: Program) -> None:
                     used.add(id(b))
                     b = b.base
     dead = {id(b) for b in program.buffers if b.kind == "const" and id(b) not in used}
+    if not dead:
+        return False
     program.buffers = [b for b in program.buffers
                        if id(b) not in dead and id(b.root()) not in dead]
     for slot, b in enumerate(program.consts):
         b.slot = slot
+    return True

@@ -184,3 +184,12 @@ def test_layers_share_one_workspace(small):
     (y,) = onnxjit.compile(m, cache_dir=False, num_threads=2)(x)
     want = x.astype(np.float64) @ numpy_helper.to_array(w1) @ numpy_helper.to_array(w2)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_weight_replaced_by_its_right_operands_is_dropped():
+    """A MatMul whose weight only the Strassen products read keeps their packed right
+    operands, not the weight too (prepack-weights drops unread constants)."""
+    m = _model((32, 512), 512, 256, "plain")
+    prog = _kernels(m, _feeds(m, (32, 512), 256))
+    consts = [b.name for b in prog.buffers if b.kind == "const"]
+    assert consts == ["strassen_b"], consts
