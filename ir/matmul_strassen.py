@@ -21,13 +21,15 @@ that every Strassen kernel of the program shares (`LowerContext.workspace`; the 
 at s * SLICE_BYTES), so a part stays in one core's cache across layers and calls. With one
 scratch per kernel, plan-memory put one layer's slice-1 part on the next one's slice-0 part,
 the cores took the lines from each other on every write, and an MLP's second layer waited
-10 us for its worker. Each slice:
-1) the 5 left operands that are sums (one nest over the quadrant's elements: 4 loads, 5
-   stores); M3 and M4 read A11 and A22 in place;
-2) the 7 products: one loop around one Matmul for the 5 sums (same leading dims), then M3 and
-   M4, into the slice's 7 product blocks;
-3) one nest over the C quadrant's elements: 7 loads, the four sums, alpha, Y's old value (a
-   Gemm's beta * C), the epilogue (bias, activation, residual of a FusedMatMul), 4 stores.
+10 us for its worker. A slice runs over blocks of rows (the quadrants above are a block's)
+and, in each, over chunks of its quadrants' columns (`plan`: what fits SLICE_BYTES):
+1) per block, the 5 left operands that are sums (one nest over the quadrant's elements:
+   4 loads, 5 stores); M3 and M4 read A11 and A22 in place;
+2) per chunk, the 7 products: one loop around one Matmul for the 5 sums, one for A11 and A22
+   (same leading dims in each loop), into the slice's 7 product blocks;
+3) per chunk, one nest over the C quadrants' elements: 7 loads, the four sums, alpha, Y's old
+   value (a Gemm's beta * C), the epilogue (bias, activation, residual of a FusedMatMul),
+   4 stores.
 
 Numerics: every C element is the same sum of products in another association: the rounding of
 the operand sums and of the final combination add to the error, which stays within float
@@ -35,11 +37,13 @@ tolerance for one level, but its bound is norm-wise rather than element-wise: an
 smaller than its row of A times its column of B has a larger relative error. Measured at
 32x784x512: at most 2.3e-7 of |A| @ |B| (the direct product: 1.1e-7); the tests allow 1e-6.
 `applies` keeps the direct product where the adds cost more than the products save and for
-shapes this lowering does not cover (odd sizes, A transposed, batched B, more workspace than
-SLICE_BYTES a slice: 256 rows by 512 columns and up).
+shapes this lowering does not cover (odd sizes, A transposed, batched B).
 
-Measured, two threads, against the direct product: MLP 784-512-512-10 at batch 32
-(the bench's) 1.06x, 1.21x onnxruntime (from 1.15x); MatMul 64x784x512 1.09x.
+Measured, two threads, a layer with bias and Relu against the direct product: 32x784x512
+1.09x, 128x768x3072 1.095x, 128x3072x768 1.09x, 512x768x768 1.10x, 1024^3 1.10x (one thread
+1.09x), 64x1024x4096 1.08x. Models: MLP 784-512-512-10 at batch 32 (the bench's) 1.06x, 1.22x
+onnxruntime (from 1.15x); MLP 784-1024-10 1.10x; a BERT-base-like layer (seq 128, hidden
+768) 1.05x; MatMul 64x784x512 1.09x.
 """
 
 from __future__ import annotations
@@ -58,14 +62,18 @@ SLICES = 2
 #: Smallest sizes where the 7 products pay for the adds (see `applies`). Measured, two
 #: threads, a layer with bias and Relu against the direct product: 32x784x512 1.09x,
 #: 32x512x512 1.075x, 16x1024x1024 1.11x, 64x1024x1024 1.10x, 128x768x768 1.10x, 32x512x256
-#: 1.02x, 16x512x512 1.02x; with depth 256 it lost (32x256x256 0.95x, 64x256x256 0.92x).
-MIN_ROWS, MIN_DEPTH, MIN_COLS = 16, 512, 64
+#: 1.02x, 16x512x512 1.02x; with depth 256 it lost (32x256x256 0.95x, 64x256x256 0.92x),
+#: and with quadrants of 64 columns (a BERT's 64x1024x256 FFN: the model 0.984x).
+MIN_ROWS, MIN_DEPTH, MIN_COLS = 16, 512, 128
 #: Only quadrants of whole vectors of columns: MLP 784-300 at batch 32 (quadrants of 75
 #: columns, a narrow edge panel in each product) ran 0.98x.
 WHOLE_VECTORS = True
-#: Bytes of the shared workspace each slice owns (its 7 left operands and 7 products must
-#: fit): slice s's part starts at s * SLICE_BYTES in every Strassen kernel of the program, so
-#: it stays in one core's cache. About one core's L2.
+#: Widest chunk of a quadrant's columns the products of one pass cover (wider quadrants are
+#: done in chunks, the left operands of a block of rows built once for all of them).
+CHUNK_COLS = 256
+#: Bytes of the shared workspace each slice owns (a block's 5 left operands and a chunk's 7
+#: products must fit): slice s's part starts at s * SLICE_BYTES in every Strassen kernel of
+#: the program, so it stays in one core's cache. About one core's L2.
 SLICE_BYTES = 1 << 20
 
 #: The 7 products in the order they are computed and stored: M1, M2, M5, M6, M7 (whose left
@@ -85,23 +93,37 @@ _OUT = ((1, 0, -1, 0, 1, 0, 1), (0, 0, 1, 0, 0, 1, 0), (0, 1, 0, 0, 0, 0, 1),
 
 def applies(m: int, k: int, n: int, dtype: DType) -> bool:
     """Whether C (m x n) = A (m x k) @ B (k x n), B constant, runs as Strassen products."""
+    return plan(m, k, n, dtype) is not None
+
+
+def plan(m: int, k: int, n: int, dtype: DType) -> tuple[int, int] | None:
+    """(rows a block, columns a quadrant chunk) for this product, None when Strassen does not
+    apply: the largest even block of rows (a divisor of m, MIN_ROWS or more) whose workspace
+    fits SLICE_BYTES with chunks of the largest width that divides the slice's quadrants,
+    in whole vectors, and is at most CHUNK_COLS."""
     if not (STRASSEN and dtype in (DType.FLOAT, DType.DOUBLE)):
-        return False
+        return None
     from onnxjit.codegen.matmul_kernel import tile_shape  # ir/ loads no llvmlite at import
 
     vl = tile_shape(dtype.itemsize)[0]
+    wh = n // (2 * SLICES)
     if not (m % 2 == 0 and k % 2 == 0 and n % (2 * SLICES) == 0 and m >= MIN_ROWS
-            and k >= MIN_DEPTH and n // (2 * SLICES) >= MIN_COLS):
-        return False
-    if WHOLE_VECTORS and (n // (2 * SLICES)) % vl:
-        return False
-    return _slice_need(m, k, n) * dtype.itemsize <= SLICE_BYTES
+            and k >= MIN_DEPTH and wh >= MIN_COLS):
+        return None
+    if WHOLE_VECTORS and wh % vl:
+        return None
+    step = vl if WHOLE_VECTORS else 1
+    cw = max(d for d in range(step, min(wh, CHUNK_COLS) + 1, step) if wh % d == 0)
+    for rows in range(m, MIN_ROWS - 1, -2):
+        if m % rows == 0 and _slice_need(rows, k, cw) * dtype.itemsize <= SLICE_BYTES:
+            return rows, cw
+    return None
 
 
-def _slice_need(m: int, k: int, n: int) -> int:
-    """Elements of a slice's workspace: SUMS left operands (m/2 x k/2), 7 products
-    (m/2 x w/2)."""
-    return (m // 2) * (SUMS * (k // 2) + 7 * (n // SLICES // 2))
+def _slice_need(rows: int, k: int, cw: int) -> int:
+    """Elements of a slice's workspace: SUMS left operands (rows/2 x k/2) and 7 products
+    (rows/2 x cw) of a block of rows and a chunk of columns."""
+    return (rows // 2) * (SUMS * (k // 2) + 7 * cw)
 
 
 def constant_operand(bm: Buffer, trans: bool) -> np.ndarray | None:
@@ -112,21 +134,23 @@ def constant_operand(bm: Buffer, trans: bool) -> np.ndarray | None:
     return data.T if trans else data
 
 
-def right_operands(b: np.ndarray, width: int) -> np.ndarray:
-    """The 7 right operands of every slice of `b` (k x n), each packed in panels of `width`
-    columns: shape (SLICES, 7, k/2 * w/2), computed in float64 and rounded once."""
+def right_operands(b: np.ndarray, cw: int, width: int) -> np.ndarray:
+    """The 7 right operands of every slice and chunk of `cw` quadrant columns of `b` (k x n),
+    each packed in panels of `width` columns: shape (SLICES, chunks, 7, k/2 * cw), computed
+    in float64 and rounded once."""
     k, n = b.shape
     kh, w = k // 2, n // SLICES
     wh = w // 2
     b64 = b.astype(np.float64)
-    out = np.empty((SLICES, 7, kh * wh), dtype=b.dtype)
+    out = np.empty((SLICES, wh // cw, 7, kh * cw), dtype=b.dtype)
     for s in range(SLICES):
-        c0 = s * w
-        quads = [b64[i * kh:(i + 1) * kh, c0 + j * wh:c0 + (j + 1) * wh]
-                 for i in (0, 1) for j in (0, 1)]
-        for p, coef in enumerate(_RIGHT):
-            r = sum(c * q for c, q in zip(coef, quads) if c)
-            out[s, p] = pack_panels(np.asarray(r).astype(b.dtype), width)
+        for ch in range(wh // cw):
+            c0 = s * w + ch * cw
+            quads = [b64[i * kh:(i + 1) * kh, c0 + j * wh:c0 + j * wh + cw]
+                     for i in (0, 1) for j in (0, 1)]
+            for p, coef in enumerate(_RIGHT):
+                r = sum(c * q for c, q in zip(coef, quads) if c)
+                out[s, ch, p] = pack_panels(np.asarray(r).astype(b.dtype), width)
     return out
 
 
@@ -156,49 +180,69 @@ def lower_strassen(ctx: LowerContext, b: Builder, y: Buffer, a: Buffer, bt: np.n
 
     dt = y.dtype
     k, n = bt.shape
-    h, kh, w = m // 2, k // 2, n // SLICES
+    planned = plan(m, k, n, dt)
+    assert planned is not None
+    rows, cw = planned
+    h, kh, w = rows // 2, k // 2, n // SLICES
     wh = w // 2
-    qa, qb, qm = h * kh, kh * wh, h * wh
+    chunks = wh // cw
+    qa, qb, qm = h * kh, kh * cw, h * cw
     nr = panel_width(dt.itemsize)
-    rights = ctx.constant("strassen_b", right_operands(bt.astype(dt.numpy), nr).reshape(-1))
+    rights = ctx.constant("strassen_b", right_operands(bt.astype(dt.numpy), cw, nr).reshape(-1))
     part = SLICE_BYTES // dt.itemsize
-    work = ctx.workspace("strassen_work", dt, (SLICES - 1) * part + _slice_need(m, k, n))
-    quad_off = (0, kh, h * k, h * k + kh)  # A11, A12, A21, A22 in A
+    work = ctx.workspace("strassen_work", dt, (SLICES - 1) * part + _slice_need(rows, k, cw))
+    quad_off = (0, kh, h * k, h * k + kh)  # A11, A12, A21, A22 from a block's first row
     with b.loop(0, SLICES, parallel=True, hint="sl") as s:
         abase = b.imul(s, part)
         mbase = b.iadd(abase, i64(SUMS * qa))
-        with b.loop(0, h, hint="r") as r:
-            src, dst = b.imul(r, k), b.iadd(abase, b.imul(r, kh))
-            with b.loop(0, kh, hint="c") as c:
-                at = b.iadd(src, c)
-                quads = [b.load(a, b.iadd(at, i64(off))) for off in quad_off]
-                to = b.iadd(dst, c)
-                for p, coef in enumerate(_LEFT[:SUMS]):
-                    b.store(work, b.iadd(to, i64(p * qa)), _combine(b, quads, coef))
+        with b.loop(0, m // rows, hint="rb") as rb:
+            a0 = b.imul(rb, rows * k)  # the block's first row in A
+            with b.loop(0, h, hint="r") as r:
+                src, dst = b.iadd(a0, b.imul(r, k)), b.iadd(abase, b.imul(r, kh))
+                with b.loop(0, kh, hint="c") as c:
+                    at = b.iadd(src, c)
+                    quads = [b.load(a, b.iadd(at, i64(off))) for off in quad_off]
+                    to = b.iadd(dst, c)
+                    for p, coef in enumerate(_LEFT[:SUMS]):
+                        b.store(work, b.iadd(to, i64(p * qa)), _combine(b, quads, coef))
+            with b.loop(0, chunks, hint="ch") as ch:
+                rbase = b.imul(b.iadd(b.imul(s, chunks), ch), 7 * qb)
 
-        def product(p: Operand, left: Buffer, a_off: Operand, lda: int) -> None:
-            b.emit(Matmul(work, b.iadd(mbase, b.imul(p, qm)), wh, left, a_off, lda, rights,
-                          b.iadd(b.imul(s, 7 * qb), b.imul(p, qb)), nr, h, wh, kh,
-                          b_packed=True))
+                def product(p: Operand, left: Buffer, a_off: Operand, lda: int) -> None:
+                    b.emit(Matmul(work, b.iadd(mbase, b.imul(p, qm)), cw, left, a_off, lda,
+                                  rights, b.iadd(rbase, b.imul(p, qb)), nr, h, cw, kh,
+                                  b_packed=True))
 
-        with b.loop(0, SUMS, hint="p") as p:
-            product(p, work, b.iadd(abase, b.imul(p, qa)), kh)
-        for p in range(SUMS, 7):
-            product(i64(p), a, i64(quad_off[_LEFT[p].index(1)]), k)
-        col0 = b.imul(s, w)
-        with b.loop(0, h, hint="r") as r:
-            with b.loop(0, wh, hint="c") as c:
-                at = b.iadd(b.iadd(mbase, b.imul(r, wh)), c)
-                ms = [b.load(work, b.iadd(at, i64(p * qm))) for p in range(7)]
-                col = b.iadd(col0, c)
-                for q, coef in enumerate(_OUT):
-                    v = _combine(b, ms, coef)
-                    if alpha != 1.0:
-                        v = b.op("mul", v, const(alpha, dt))
-                    cq = b.iadd(col, i64((q % 2) * wh))
-                    yat = b.iadd(b.imul(b.iadd(r, i64((q // 2) * h)), n), cq)
-                    if accumulate:
-                        v = b.op("add", b.load(y, yat), v)
-                    if epilogue is not None:
-                        v = epilogue.value(b, v, yat, cq, {})
-                    b.store(y, yat, v)
+                with b.loop(0, SUMS, hint="p") as p:
+                    product(p, work, b.iadd(abase, b.imul(p, qa)), kh)
+                with b.loop(0, 7 - SUMS, hint="q") as q:  # A11 then A22, in place
+                    product(b.iadd(q, i64(SUMS)), a, b.iadd(a0, b.imul(q, quad_off[3])), k)
+                col0 = b.iadd(b.imul(s, w), b.imul(ch, cw))
+                _emit_combine(b, y, work, mbase, b.imul(rb, rows), col0, h, cw, wh, n, qm,
+                              alpha, epilogue, accumulate)
+
+
+def _emit_combine(b: Builder, y: Buffer, work: Buffer, mbase: Operand, row0: Operand,
+                  col0: Operand, h: int, cw: int, wh: int, n: int, qm: int, alpha: float,
+                  epilogue, accumulate: bool) -> None:
+    """C's four quadrant chunks (rows row0 + [0, h) and + h, columns col0 + [0, cw) and + wh)
+    from the 7 product blocks at mbase (h x cw each), with alpha, Y's old value and the
+    epilogue."""
+    dt = y.dtype
+    with b.loop(0, h, hint="r") as r:
+        with b.loop(0, cw, hint="c") as c:
+            at = b.iadd(b.iadd(mbase, b.imul(r, cw)), c)
+            ms = [b.load(work, b.iadd(at, i64(p * qm))) for p in range(7)]
+            col = b.iadd(col0, c)
+            row = b.iadd(row0, r)
+            for q, coef in enumerate(_OUT):
+                v = _combine(b, ms, coef)
+                if alpha != 1.0:
+                    v = b.op("mul", v, const(alpha, dt))
+                cq = b.iadd(col, i64((q % 2) * wh))
+                yat = b.iadd(b.imul(b.iadd(row, i64((q // 2) * h)), n), cq)
+                if accumulate:
+                    v = b.op("add", b.load(y, yat), v)
+                if epilogue is not None:
+                    v = epilogue.value(b, v, yat, cq, {})
+                b.store(y, yat, v)

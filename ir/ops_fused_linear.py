@@ -224,6 +224,16 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
     sa = [s * m * k for s in broadcast_strides(a2[:-2], batch)]
     sb = [s * k * n for s in broadcast_strides(b2[:-2], batch)]
     b = Builder()
+    # a size-1 batch dim's strides do not matter (A (1, S, K) gets stride 0 there)
+    keep = [i for i, d in enumerate(batch) if d != 1]
+    if all(sb[i] == 0 for i in keep) and not ta and \
+            [sa[i] for i in keep] == [sc[i] // n * k for i in keep]:
+        total = math.prod(batch) * m
+        bt = strassen.constant_operand(bm, tb)
+        if bt is not None and strassen.applies(total, k, n, y.dtype):
+            strassen.lower_strassen(ctx, b, y, a, bt, total, alpha, epi)
+            ctx.kernel("fused_matmul_strassen", b.body)
+            return
 
     def mm(c_off: Operand, a_off: Operand, b_off: Operand, rows: int) -> Matmul:
         return Matmul(y, c_off, n, a, a_off, lda, bm, b_off, ldb, rows, n, k,
@@ -233,11 +243,6 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
         # Shared B, contiguous A: the batch folds into the rows; blocks of rows run in
         # parallel, each Matmul followed by the epilogue on its still-hot block.
         total = math.prod(batch) * m
-        bt = strassen.constant_operand(bm, tb)
-        if bt is not None and strassen.applies(total, k, n, y.dtype):
-            strassen.lower_strassen(ctx, b, y, a, bt, total, alpha, epi)
-            ctx.kernel("fused_matmul_strassen", b.body)
-            return
         rows = _row_block(total, n, y.dtype.itemsize)
         nfull = total // rows
         if epi is None or nfull == 1 and total == rows:

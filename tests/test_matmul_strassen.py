@@ -96,6 +96,7 @@ CASES = [
     ((6, 10), 10, 12, "plain"),
     ((2, 4, 22), 22, 20, "relu"),  # batch dims fold into the rows
     ((8, 18), 18, 36, "gemm"),
+    ((1, 8, 14), 14, 24, "relu"),  # a size-1 batch dim folds too
     ((4, 12), 12, 68, "residual"),
 ]
 
@@ -118,8 +119,8 @@ def test_strassen_matches_float64(a_shape, k, n, kind, small, monkeypatch):
 def test_strassen_at_its_thresholds(kind):
     """A batch-32 MLP layer (the shape Strassen is for) with the default thresholds, against
     float64 and onnxruntime."""
-    m = _model((32, 512), 512, 256, kind)
-    feeds = _feeds(m, (32, 512), 256)
+    m = _model((32, 512), 512, 512, kind)
+    feeds = _feeds(m, (32, 512), 512)
     assert _uses_strassen(m, feeds)
     want, scale = _want(m, feeds, kind)
     s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -139,21 +140,41 @@ def test_strassen_f64(small):
     _check(y, want, scale, 1e-14)
 
 
-def test_applies_needs_even_sizes_and_a_slice_that_fits():
-    f32 = DType.FLOAT
-    assert strassen.applies(32, 784, 512, f32)
-    assert not strassen.applies(31, 784, 512, f32)  # odd rows
-    assert not strassen.applies(32, 785, 512, f32)  # odd depth
-    assert not strassen.applies(32, 784, 510, f32)  # slices of odd width
-    assert not strassen.applies(32, 784, 300, f32)  # quadrants of 75 columns
-    assert not strassen.applies(8, 784, 512, f32)  # too few rows to pay
-    assert not strassen.applies(32, 784, 512, DType.INT32)
-    assert not strassen.applies(1024, 1024, 1024, f32)  # a slice's workspace over SLICE_BYTES
+def test_plan_sizes():
+    f32, plan = DType.FLOAT, strassen.plan
+    assert plan(32, 784, 512, f32) == (32, 128)  # one block of rows, one chunk
+    assert plan(1024, 1024, 1024, f32) == (64, 256)  # 16 blocks of 64 rows, 1 chunk
+    assert plan(128, 768, 3072, f32) == (128, 256)  # 3 chunks of quadrant columns
+    assert plan(128, 3072, 768, f32) == (32, 192)  # 4 blocks: 64 rows' workspace > 1 MB
+    assert plan(31, 784, 512, f32) is None  # odd rows
+    assert plan(32, 785, 512, f32) is None  # odd depth
+    assert plan(32, 784, 510, f32) is None  # slices of odd width
+    assert plan(32, 784, 600, f32) is None  # quadrants of 150 columns (not whole vectors)
+    assert plan(32, 512, 256, f32) is None  # quadrants of 64 columns: too narrow to pay
+    assert plan(8, 784, 512, f32) is None  # too few rows to pay
+    assert plan(32, 256, 512, f32) is None  # too shallow to pay
+    assert plan(32, 784, 512, DType.INT32) is None
+
+
+def test_blocks_of_rows_and_chunks_of_columns(small, monkeypatch):
+    """A product cut into 3 blocks of rows and 2 chunks of columns a slice (the workspace of a
+    block and a chunk is what fits), against float64, in the interpreter and natively."""
+    monkeypatch.setattr(strassen, "CHUNK_COLS", 4)
+    monkeypatch.setattr(strassen, "SLICE_BYTES", 4 * 3 * (5 * 8 + 7 * 4))
+    assert strassen.plan(18, 16, 32, DType.FLOAT) == (6, 4)
+    m = _model((18, 16), 16, 32, "residual")
+    feeds = _feeds(m, (18, 16), 32)
+    assert _uses_strassen(m, feeds)
+    want, scale = _want(m, feeds, "residual")
+    _check(run_via_loop_ir(m, feeds)[0], want, scale, 1e-6)
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(*feeds)
+        _check(y, want, scale, 1e-6)
 
 
 def test_right_operands_are_the_seven_sums():
     b = RNG.standard_normal((6, 8)).astype(np.float32)
-    packed = strassen.right_operands(b, 4)
+    packed = strassen.right_operands(b, 2, 4)[:, 0]
     kh, wh = 3, 2
     for s in range(strassen.SLICES):
         quads = [b[i * kh:(i + 1) * kh, s * 4 + j * wh:s * 4 + (j + 1) * wh]
@@ -189,7 +210,7 @@ def test_layers_share_one_workspace(small):
 def test_weight_replaced_by_its_right_operands_is_dropped():
     """A MatMul whose weight only the Strassen products read keeps their packed right
     operands, not the weight too (prepack-weights drops unread constants)."""
-    m = _model((32, 512), 512, 256, "plain")
-    prog = _kernels(m, _feeds(m, (32, 512), 256))
+    m = _model((32, 512), 512, 512, "plain")
+    prog = _kernels(m, _feeds(m, (32, 512), 512))
     consts = [b.name for b in prog.buffers if b.kind == "const"]
     assert consts == ["strassen_b"], consts
