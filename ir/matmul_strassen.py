@@ -22,9 +22,11 @@ at s * SLICE_BYTES), so a part stays in one core's cache across layers and calls
 scratch per kernel, plan-memory put one layer's slice-1 part on the next one's slice-0 part,
 the cores took the lines from each other on every write, and an MLP's second layer waited
 10 us for its worker. A slice runs over blocks of rows (the quadrants above are a block's)
-and, in each, over chunks of its quadrants' columns (`plan`: what fits SLICE_BYTES):
+and, in each, over chunks of its quadrants' columns (`plan`: what fits SLICE_BYTES). The
+last block takes the rows left; with an odd number t of them its bottom quadrants have
+(t - 1) / 2 rows, the missing row reading as zeros and never stored:
 1) per block, the 5 left operands that are sums (one nest over the quadrant's elements:
-   4 loads, 5 stores); M3 and M4 read A11 and A22 in place;
+   4 loads, 5 stores); M3 and M4 read A11 and A22 in place (an odd block builds them too);
 2) per chunk, the 7 products: one loop around one Matmul for the 5 sums, one for A11 and A22
    (same leading dims in each loop), into the slice's 7 product blocks;
 3) per chunk, one nest over the C quadrants' elements: 7 loads, the four sums, alpha, Y's old
@@ -36,8 +38,10 @@ the operand sums and of the final combination add to the error, which stays with
 tolerance for one level, but its bound is norm-wise rather than element-wise: an element much
 smaller than its row of A times its column of B has a larger relative error. Measured at
 32x784x512: at most 2.3e-7 of |A| @ |B| (the direct product: 1.1e-7); the tests allow 1e-6.
-`applies` keeps the direct product where the adds cost more than the products save and for
-shapes this lowering does not cover (odd sizes, A transposed, batched B).
+`applies` keeps the direct product where the adds cost more than the products save, where
+the right operands (7/4 of B's bytes: they replace the packed weight) would not stay in L3,
+and for shapes this lowering does not cover (odd depth or slice width, A transposed,
+batched B).
 
 Measured, two threads, a layer with bias and Relu against the direct product: 32x784x512
 1.09x, 128x768x3072 1.095x, 128x3072x768 1.09x, 512x768x768 1.10x, 1024^3 1.10x (one thread
@@ -68,13 +72,21 @@ MIN_ROWS, MIN_DEPTH, MIN_COLS = 16, 512, 128
 #: Only quadrants of whole vectors of columns: MLP 784-300 at batch 32 (quadrants of 75
 #: columns, a narrow edge panel in each product) ran 0.98x.
 WHOLE_VECTORS = True
+#: Most bytes of right operands (7/4 of B's): each block of rows streams them again, and
+#: from DRAM they make a product memory-bound (64x4096x4096, 112 MB of them in blocks of 16
+#: rows: 0.74x; 256x4096x4096 1.01x). Three quarters of this host's 32 MB L3 (a BERT-base
+#: FFN's 16.5 MB run 1.09x).
+RIGHTS_BYTES = 24 << 20
 #: Widest chunk of a quadrant's columns the products of one pass cover (wider quadrants are
 #: done in chunks, the left operands of a block of rows built once for all of them).
 CHUNK_COLS = 256
-#: Bytes of the shared workspace each slice owns (a block's 5 left operands and a chunk's 7
+#: Bytes of the shared workspace each slice owns (a block's left operands and a chunk's 7
 #: products must fit): slice s's part starts at s * SLICE_BYTES in every Strassen kernel of
-#: the program, so it stays in one core's cache. About one core's L2.
-SLICE_BYTES = 1 << 20
+#: the program, so it stays in one core's cache. Half a core's L2 (the products' packed B
+#: panels stream through the other half). Measured against 1 MB, two threads: 1024^3,
+#: 197x768x3072 and 128x3072x768 1.0-1.02x (noise-level), the MLP alike (its workspace is
+#: 183 KB either way).
+SLICE_BYTES = 1 << 19
 
 #: The 7 products in the order they are computed and stored: M1, M2, M5, M6, M7 (whose left
 #: operand is a sum, built in the workspace; one loop runs them), then M3 and M4 (left operand
@@ -98,32 +110,43 @@ def applies(m: int, k: int, n: int, dtype: DType) -> bool:
 
 def plan(m: int, k: int, n: int, dtype: DType) -> tuple[int, int] | None:
     """(rows a block, columns a quadrant chunk) for this product, None when Strassen does not
-    apply: the largest even block of rows (a divisor of m, MIN_ROWS or more) whose workspace
-    fits SLICE_BYTES with chunks of the largest width that divides the slice's quadrants,
-    in whole vectors, and is at most CHUNK_COLS."""
+    apply. Chunks: the largest width that divides the slice's quadrants, in whole vectors, and
+    is at most CHUNK_COLS. Blocks: as few as fit a slice's workspace (SLICE_BYTES), of equal
+    even height; the last block takes the rows left (fewer, maybe an odd number)."""
     if not (STRASSEN and dtype in (DType.FLOAT, DType.DOUBLE)):
         return None
     from onnxjit.codegen.matmul_kernel import tile_shape  # ir/ loads no llvmlite at import
 
     vl = tile_shape(dtype.itemsize)[0]
     wh = n // (2 * SLICES)
-    if not (m % 2 == 0 and k % 2 == 0 and n % (2 * SLICES) == 0 and m >= MIN_ROWS
-            and k >= MIN_DEPTH and wh >= MIN_COLS):
+    if not (k % 2 == 0 and n % (2 * SLICES) == 0 and m >= MIN_ROWS and k >= MIN_DEPTH
+            and wh >= MIN_COLS):
         return None
     if WHOLE_VECTORS and wh % vl:
         return None
+    if 7 * (k // 2) * (n // 2) * dtype.itemsize > RIGHTS_BYTES:
+        return None
     step = vl if WHOLE_VECTORS else 1
     cw = max(d for d in range(step, min(wh, CHUNK_COLS) + 1, step) if wh % d == 0)
-    for rows in range(m, MIN_ROWS - 1, -2):
-        if m % rows == 0 and _slice_need(rows, k, cw) * dtype.itemsize <= SLICE_BYTES:
+    room = SLICE_BYTES // dtype.itemsize
+    for blocks in range(1, m // MIN_ROWS + 1):
+        rows = 2 * -(-m // (2 * blocks))
+        if _slice_need(m, rows, k, cw) <= room:
             return rows, cw
     return None
 
 
-def _slice_need(rows: int, k: int, cw: int) -> int:
-    """Elements of a slice's workspace: SUMS left operands (rows/2 x k/2) and 7 products
-    (rows/2 x cw) of a block of rows and a chunk of columns."""
-    return (rows // 2) * (SUMS * (k // 2) + 7 * cw)
+def _block_need(t: int, k: int, cw: int) -> int:
+    """Elements of the workspace a block of t rows uses with chunks of cw columns: its left
+    operands (5, or 7 when t is odd) and 7 products, (t + 1) / 2 rows each."""
+    h = (t + 1) // 2
+    return h * ((SUMS if t % 2 == 0 else 7) * (k // 2) + 7 * cw)
+
+
+def _slice_need(m: int, rows: int, k: int, cw: int) -> int:
+    """Elements of a slice's workspace: its largest block's (blocks of `rows`, the rest)."""
+    full, tail = divmod(m, rows)
+    return max(_block_need(rows, k, cw) if full else 0, _block_need(tail, k, cw))
 
 
 def constant_operand(bm: Buffer, trans: bool) -> np.ndarray | None:
@@ -183,66 +206,98 @@ def lower_strassen(ctx: LowerContext, b: Builder, y: Buffer, a: Buffer, bt: np.n
     planned = plan(m, k, n, dt)
     assert planned is not None
     rows, cw = planned
-    h, kh, w = rows // 2, k // 2, n // SLICES
-    wh = w // 2
-    chunks = wh // cw
-    qa, qb, qm = h * kh, kh * cw, h * cw
+    kh, chunks = k // 2, n // SLICES // 2 // cw
     nr = panel_width(dt.itemsize)
     rights = ctx.constant("strassen_b", right_operands(bt.astype(dt.numpy), cw, nr).reshape(-1))
     part = SLICE_BYTES // dt.itemsize
-    work = ctx.workspace("strassen_work", dt, (SLICES - 1) * part + _slice_need(rows, k, cw))
-    quad_off = (0, kh, h * k, h * k + kh)  # A11, A12, A21, A22 from a block's first row
+    work = ctx.workspace("strassen_work", dt, (SLICES - 1) * part + _slice_need(m, rows, k, cw))
+    full, tail = divmod(m, rows)
     with b.loop(0, SLICES, parallel=True, hint="sl") as s:
         abase = b.imul(s, part)
-        mbase = b.iadd(abase, i64(SUMS * qa))
-        with b.loop(0, m // rows, hint="rb") as rb:
-            a0 = b.imul(rb, rows * k)  # the block's first row in A
-            with b.loop(0, h, hint="r") as r:
-                src, dst = b.iadd(a0, b.imul(r, k)), b.iadd(abase, b.imul(r, kh))
+        blk = _Block(b, a, y, work, rights, abase, s, kh, k, n, cw, chunks, nr)
+        if full:
+            with b.loop(0, full, hint="rb") as rb:
+                blk.emit(b.imul(rb, rows), rows, alpha, epilogue, accumulate)
+        if tail:
+            blk.emit(i64(full * rows), tail, alpha, epilogue, accumulate)
+
+
+class _Block:
+    """The code of a block of rows in slice s (see the module docstring): `emit` for a block
+    starting at row r0 with t rows (t odd: its bottom quadrants have one row fewer, which
+    reads as zeros and is not stored)."""
+
+    def __init__(self, b: Builder, a: Buffer, y: Buffer, work: Buffer, rights: Buffer,
+                 abase: Operand, s: Operand, kh: int, k: int, n: int, cw: int, chunks: int,
+                 nr: int):
+        self.b, self.a, self.y, self.work, self.rights = b, a, y, work, rights
+        self.abase, self.s, self.kh, self.k, self.n = abase, s, kh, k, n
+        self.cw, self.chunks, self.nr = cw, chunks, nr
+        self.w = n // SLICES
+
+    def emit(self, r0: Operand, t: int, alpha: float, epilogue, accumulate: bool) -> None:
+        b, kh, k, cw = self.b, self.kh, self.k, self.cw
+        h = (t + 1) // 2
+        low = t - h  # rows of the bottom quadrants
+        built = SUMS if low == h else 7  # A11 and A22 are read in place when whole
+        qa, qb, qm = h * kh, kh * cw, h * cw
+        a0 = b.imul(r0, k)  # the block's first element in A
+        mbase = b.iadd(self.abase, i64(built * qa))
+        for lo, hi, bottom in ((0, low, True), (low, h, False)):
+            if lo == hi:
+                continue
+            with b.loop(lo, hi, hint="r") as r:
+                src, dst = b.iadd(a0, b.imul(r, k)), b.iadd(self.abase, b.imul(r, kh))
                 with b.loop(0, kh, hint="c") as c:
                     at = b.iadd(src, c)
-                    quads = [b.load(a, b.iadd(at, i64(off))) for off in quad_off]
+                    quads = [b.load(self.a, b.iadd(at, i64(off))) for off in (0, kh)]
+                    quads += [b.load(self.a, b.iadd(at, i64(h * k + off))) for off in (0, kh)] \
+                        if bottom else [const(0, self.y.dtype)] * 2
                     to = b.iadd(dst, c)
-                    for p, coef in enumerate(_LEFT[:SUMS]):
-                        b.store(work, b.iadd(to, i64(p * qa)), _combine(b, quads, coef))
-            with b.loop(0, chunks, hint="ch") as ch:
-                rbase = b.imul(b.iadd(b.imul(s, chunks), ch), 7 * qb)
+                    for p, coef in enumerate(_LEFT[:built]):
+                        b.store(self.work, b.iadd(to, i64(p * qa)), _combine(b, quads, coef))
+        with b.loop(0, self.chunks, hint="ch") as ch:
+            rbase = b.imul(b.iadd(b.imul(self.s, self.chunks), ch), 7 * qb)
 
-                def product(p: Operand, left: Buffer, a_off: Operand, lda: int) -> None:
-                    b.emit(Matmul(work, b.iadd(mbase, b.imul(p, qm)), cw, left, a_off, lda,
-                                  rights, b.iadd(rbase, b.imul(p, qb)), nr, h, cw, kh,
-                                  b_packed=True))
+            def product(p: Operand, left: Buffer, a_off: Operand, lda: int) -> None:
+                b.emit(Matmul(self.work, b.iadd(mbase, b.imul(p, qm)), cw, left, a_off, lda,
+                              self.rights, b.iadd(rbase, b.imul(p, qb)), self.nr, h, cw, kh,
+                              b_packed=True))
 
-                with b.loop(0, SUMS, hint="p") as p:
-                    product(p, work, b.iadd(abase, b.imul(p, qa)), kh)
-                with b.loop(0, 7 - SUMS, hint="q") as q:  # A11 then A22, in place
-                    product(b.iadd(q, i64(SUMS)), a, b.iadd(a0, b.imul(q, quad_off[3])), k)
-                col0 = b.iadd(b.imul(s, w), b.imul(ch, cw))
-                _emit_combine(b, y, work, mbase, b.imul(rb, rows), col0, h, cw, wh, n, qm,
-                              alpha, epilogue, accumulate)
+            with b.loop(0, built, hint="p") as p:
+                product(p, self.work, b.iadd(self.abase, b.imul(p, qa)), kh)
+            if built < 7:
+                with b.loop(0, 7 - built, hint="q") as q:  # A11 then A22, in place
+                    product(b.iadd(q, i64(built)), self.a, b.iadd(a0, b.imul(q, h * k + kh)),
+                            k)
+            col0 = b.iadd(b.imul(self.s, self.w), b.imul(ch, cw))
+            for lo, hi, outs in ((0, low, 4), (low, h, 2)):
+                if lo < hi:
+                    self._combine_rows(mbase, r0, col0, lo, hi, outs, h, qm, alpha, epilogue,
+                                       accumulate)
 
-
-def _emit_combine(b: Builder, y: Buffer, work: Buffer, mbase: Operand, row0: Operand,
-                  col0: Operand, h: int, cw: int, wh: int, n: int, qm: int, alpha: float,
-                  epilogue, accumulate: bool) -> None:
-    """C's four quadrant chunks (rows row0 + [0, h) and + h, columns col0 + [0, cw) and + wh)
-    from the 7 product blocks at mbase (h x cw each), with alpha, Y's old value and the
-    epilogue."""
-    dt = y.dtype
-    with b.loop(0, h, hint="r") as r:
-        with b.loop(0, cw, hint="c") as c:
-            at = b.iadd(b.iadd(mbase, b.imul(r, cw)), c)
-            ms = [b.load(work, b.iadd(at, i64(p * qm))) for p in range(7)]
-            col = b.iadd(col0, c)
-            row = b.iadd(row0, r)
-            for q, coef in enumerate(_OUT):
-                v = _combine(b, ms, coef)
-                if alpha != 1.0:
-                    v = b.op("mul", v, const(alpha, dt))
-                cq = b.iadd(col, i64((q % 2) * wh))
-                yat = b.iadd(b.imul(b.iadd(row, i64((q // 2) * h)), n), cq)
-                if accumulate:
-                    v = b.op("add", b.load(y, yat), v)
-                if epilogue is not None:
-                    v = epilogue.value(b, v, yat, cq, {})
-                b.store(y, yat, v)
+    def _combine_rows(self, mbase: Operand, r0: Operand, col0: Operand, lo: int, hi: int,
+                      outs: int, h: int, qm: int, alpha: float, epilogue,
+                      accumulate: bool) -> None:
+        """C's quadrant chunks (rows r0 + r and r0 + h + r for r in [lo, hi), the bottom ones
+        only when `outs` is 4; columns col0 + [0, cw) and + w/2) from the 7 product blocks
+        at mbase, with alpha, Y's old value and the epilogue."""
+        b, y, cw, n = self.b, self.y, self.cw, self.n
+        wh = self.w // 2
+        with b.loop(lo, hi, hint="r") as r:
+            with b.loop(0, cw, hint="c") as c:
+                at = b.iadd(b.iadd(mbase, b.imul(r, cw)), c)
+                ms = [b.load(self.work, b.iadd(at, i64(p * qm))) for p in range(7)]
+                col = b.iadd(col0, c)
+                row = b.iadd(r0, r)
+                for q, coef in enumerate(_OUT[:outs]):
+                    v = _combine(b, ms, coef)
+                    if alpha != 1.0:
+                        v = b.op("mul", v, const(alpha, y.dtype))
+                    cq = b.iadd(col, i64((q % 2) * wh))
+                    yat = b.iadd(b.imul(b.iadd(row, i64((q // 2) * h)), n), cq)
+                    if accumulate:
+                        v = b.op("add", b.load(y, yat), v)
+                    if epilogue is not None:
+                        v = epilogue.value(b, v, yat, cq, {})
+                    b.store(y, yat, v)

@@ -94,8 +94,9 @@ def small(monkeypatch):
 CASES = [
     # (A shape, k, n, kind); the small ones have quadrants of odd widths (masked vectors)
     ((6, 10), 10, 12, "plain"),
+    ((7, 10), 10, 12, "plain"),  # odd rows: the bottom quadrants have one row fewer
     ((2, 4, 22), 22, 20, "relu"),  # batch dims fold into the rows
-    ((8, 18), 18, 36, "gemm"),
+    ((9, 18), 18, 36, "gemm"),
     ((1, 8, 14), 14, 24, "relu"),  # a size-1 batch dim folds too
     ((4, 12), 12, 68, "residual"),
 ]
@@ -143,10 +144,11 @@ def test_strassen_f64(small):
 def test_plan_sizes():
     f32, plan = DType.FLOAT, strassen.plan
     assert plan(32, 784, 512, f32) == (32, 128)  # one block of rows, one chunk
-    assert plan(1024, 1024, 1024, f32) == (64, 256)  # 16 blocks of 64 rows, 1 chunk
-    assert plan(128, 768, 3072, f32) == (128, 256)  # 3 chunks of quadrant columns
-    assert plan(128, 3072, 768, f32) == (32, 192)  # 4 blocks: 64 rows' workspace > 1 MB
-    assert plan(31, 784, 512, f32) is None  # odd rows
+    assert plan(31, 784, 512, f32) == (32, 128)  # one block of 31 rows (odd)
+    assert plan(1024, 1024, 1024, f32) == (58, 256)  # 17 blocks of 58 rows, one of 38
+    assert plan(128, 768, 3072, f32) == (64, 256)  # 2 blocks, 3 chunks of quadrant columns
+    assert plan(197, 768, 3072, f32) == (50, 256)  # 3 blocks of 50 rows, one of 47
+    assert plan(64, 4096, 4096, f32) is None  # 112 MB of right operands: from DRAM
     assert plan(32, 785, 512, f32) is None  # odd depth
     assert plan(32, 784, 510, f32) is None  # slices of odd width
     assert plan(32, 784, 600, f32) is None  # quadrants of 150 columns (not whole vectors)
@@ -157,13 +159,14 @@ def test_plan_sizes():
 
 
 def test_blocks_of_rows_and_chunks_of_columns(small, monkeypatch):
-    """A product cut into 3 blocks of rows and 2 chunks of columns a slice (the workspace of a
-    block and a chunk is what fits), against float64, in the interpreter and natively."""
+    """A product cut into 3 blocks of 6 rows and one of 1 (no bottom quadrant rows), and 2
+    chunks of columns a slice (what fits the workspace), against float64, in the interpreter
+    and natively."""
     monkeypatch.setattr(strassen, "CHUNK_COLS", 4)
     monkeypatch.setattr(strassen, "SLICE_BYTES", 4 * 3 * (5 * 8 + 7 * 4))
-    assert strassen.plan(18, 16, 32, DType.FLOAT) == (6, 4)
-    m = _model((18, 16), 16, 32, "residual")
-    feeds = _feeds(m, (18, 16), 32)
+    assert strassen.plan(19, 16, 32, DType.FLOAT) == (6, 4)
+    m = _model((19, 16), 16, 32, "residual")
+    feeds = _feeds(m, (19, 16), 32)
     assert _uses_strassen(m, feeds)
     want, scale = _want(m, feeds, "residual")
     _check(run_via_loop_ir(m, feeds)[0], want, scale, 1e-6)
