@@ -23,7 +23,7 @@ from onnxjit.codegen import compile_program, load_object, pool
 from onnxjit.codegen.parallel import plan_kernel
 from onnxjit.errors import InputError
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, i64
+from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, i64, walk
 from onnxjit.ir.types import DType
 
 F32 = DType.FLOAT
@@ -261,20 +261,23 @@ def test_matmul_split_keeps_blocks_of_many_rows() -> None:
                    (("a", (m, k)), ("b", (k, n)), ("c", (m, n))))
         loop, tail = split_matmul(Matmul(c, i64(0), n, a, i64(0), k, b, i64(0),
                                          64 if packed else n, m, n, k, b_packed=packed))
-        mm = [s for s in loop.body if isinstance(s, Matmul)]
-        return int(loop.stop.value), mm[0].m, sum(s.m for s in tail if isinstance(s, Matmul))
+        heights = sorted({s.m for s in walk(loop.body) if isinstance(s, Matmul)})
+        return int(loop.stop.value), heights, sum(s.m for s in tail if isinstance(s, Matmul))
 
-    assert blocks(128, 512, 128) == (2, 64, 0)
-    assert blocks(128, 128, 512) == (2, 64, 0)
-    assert blocks(100, 512, 128) == (2, 48, 4)
-    assert blocks(2048, 512, 512) == (32, 64, 0)
+    assert blocks(128, 512, 128) == (2, [64], 0)
+    assert blocks(128, 128, 512) == (2, [64], 0)
+    assert blocks(100, 512, 128) == (2, [50], 0)  # 2 x 48 and 4 left: 2 x 50
+    assert blocks(2048, 512, 512) == (32, [64], 0)
     # an even number of blocks (two threads, one block each): 200 rows are not 3 blocks of
     # 64 and 8 rows left; with B packed per block, fewer blocks, with B prepacked, more
-    assert blocks(200, 512, 128) == (2, 100, 0)
-    assert blocks(200, 512, 128, packed=True) == (4, 50, 0)
-    assert blocks(197, 512, 128, packed=True) == (4, 49, 1)
+    assert blocks(200, 512, 128) == (2, [100], 0)
+    assert blocks(200, 512, 128, packed=True) == (4, [50], 0)
+    # the rows left go one each to the first blocks: 197 = 50 + 3 x 49, 31 = 16 + 15 (not
+    # 2 x 12 and a product of 7 rows on one thread)
+    assert blocks(197, 512, 128, packed=True) == (4, [49, 50], 0)
+    assert blocks(31, 784, 300, packed=True) == (2, [15, 16], 0)
     # a small product (512K-1M multiply-adds) in two blocks, one a thread
-    assert blocks(32, 200, 100) == (2, 16, 0)
+    assert blocks(32, 200, 100) == (2, [16], 0)
 
 
 def test_gemv_split_over_column_panels() -> None:
@@ -324,15 +327,14 @@ def _product_with_epilogue(m: int, n: int = 256, k: int = 128) -> Program:
 
 def test_split_matmul_runs_its_epilogue_in_its_blocks() -> None:
     # a product split over its rows takes the nest after it into each block (row + r): the
-    # nest no longer runs on one thread after the product; the rows left over after the
-    # blocks (100 = 2 x 48 + 4) run it after their product; a product too small to split
-    # keeps its nest
+    # nest no longer runs on one thread after the product; blocks of two heights (31 = 16 +
+    # 15) run it after either product; a product too small to split keeps its nest
     from math import erf
 
     from onnxjit.codegen.parallel import ABSORBED
 
     rng = np.random.default_rng(7)
-    for m, absorbed in ((128, True), (100, True), (200, True), (8, False)):
+    for m, absorbed in ((128, True), (100, True), (200, True), (8, False), (31, True)):
         p = _product_with_epilogue(m)
         kernel = p.kernels[0]
         plan = plan_kernel(kernel)
