@@ -41,6 +41,7 @@ import numpy as np
 
 from onnxjit import bench_report, bench_timing
 from onnxjit.bench_models import BenchModel, build, registry
+from onnxjit.errors import OnnxJitError
 
 ORT_THREADS = 2
 QUICK = ["add4", "mlp_b1", "mlp_b32", "gemm_1024x1024x1024", "gemm_64x784x512", "gemm_1x512x512",
@@ -197,11 +198,22 @@ def _measure(bm: BenchModel, row: dict[str, Any], folder: str, seconds: float,
                    threads_default=fn.options.num_threads)
     if bm.flops:
         row["gflops"] = bm.flops / tj / 1e9
+        if _uses_strassen(fn):
+            row["note"] += "; Strassen products: GFLOP/s counts the 2*m*k*n of a direct product"
         if bm.threads == 1 and peak_gflops:
             # the peak is a best-of measurement, so is the figure set against it
             row["gflops_best"] = bm.flops / min(times[0]) / 1e9
             row["peak_pct"] = 100 * row["gflops_best"] / peak_gflops
     return row
+
+
+def _uses_strassen(fn: Any) -> bool:
+    """Whether the last signature's code multiplies with Strassen products
+    (`ir/matmul_strassen.py`: 7/8 of a direct product's multiply-adds)."""
+    try:
+        return "strassen" in fn.ir("loops")
+    except OnnxJitError:  # a staged graph has no single loop program
+        return False
 
 
 def select(names: list[str], k: str | None) -> list[str]:
