@@ -41,6 +41,12 @@ from onnxjit.ir.opdef import LowerContext, op, resolve
 from onnxjit.ir.ops_fused import FUSED_DOMAIN
 from onnxjit.ir.shape_utils import tensor_input
 
+#: A FusedMatMul over folded rows is one Matmul and its epilogue nest, which code generation
+#: splits over the threads (`codegen.parallel.split_matmul`: an even number of blocks, the
+#: epilogue in each block's stores); False restores blocks of EPI_BLOCK_BYTES of output here,
+#: whose count could be odd: 128 rows by 1536 as 3 blocks of 40 rows (two on one thread) and
+#: 8 rows on one thread, 1.36x slower than the split product (a BERT's FFN at seq 128).
+ONE_PRODUCT = True
 #: Output bytes per row block of a matmul with an epilogue (about a quarter of a core's L2).
 EPI_BLOCK_BYTES = 256 << 10
 
@@ -245,7 +251,7 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
         total = math.prod(batch) * m
         rows = _row_block(total, n, y.dtype.itemsize)
         nfull = total // rows
-        if epi is None or nfull == 1 and total == rows:
+        if epi is None or nfull == 1 and total == rows or ONE_PRODUCT:
             b.emit(mm(i64(0), i64(0), i64(0), total))
             if epi is not None:
                 epi.emit(b, i64(0), n, total, n, i64(0), parallel=True)

@@ -166,3 +166,34 @@ def test_match_needs_the_products_own_window() -> None:
     other = Matmul(mm.a, mm.c_off, mm.ldc, mm.a, mm.a_off, mm.lda, mm.b, mm.b_off, mm.ldb,
                    mm.m, mm.n, mm.k)
     assert match(other, nest) is None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_folded_rows_are_one_product_split_by_codegen(threads: int, monkeypatch) -> None:
+    """A FusedMatMul over 128 rows of 1536 columns is one Matmul and its epilogue nest (code
+    generation splits it in two blocks of 64 rows), not 3 blocks of 40 rows and 8 rows after
+    them (`ops_fused_linear.ONE_PRODUCT`); it matches onnxruntime."""
+    from onnxjit.driver import import_model, lower_signature
+    from onnxjit.ir import ops_fused_linear
+    from onnxjit.options import CompileOptions
+
+    model, feeds = _mlp(128, 96, 1536)
+    opts = CompileOptions(verify=False)
+
+    def top_level(on: bool) -> list:
+        monkeypatch.setattr(ops_fused_linear, "ONE_PRODUCT", on)
+        gm = import_model(model.SerializeToString(), opts)
+        _, prog = lower_signature(gm, ((DType.FLOAT, (128, 96)),), opts)
+        (kernel,) = [k for k in prog.kernels if "matmul" in k.name]
+        return kernel.body
+
+    body = top_level(True)
+    assert isinstance(body[0], Matmul) and body[0].m == 128 and isinstance(body[1], Loop)
+    old = top_level(False)
+    assert isinstance(old[0], Loop) and old[0].parallel and int(old[0].stop.value) == 3
+    monkeypatch.setattr(ops_fused_linear, "ONE_PRODUCT", True)
+    runtime._MEMORY.clear()
+    got = onnxjit.compile(model, num_threads=threads, cache_dir=False)(**feeds)[0]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
