@@ -44,6 +44,10 @@ MAX_OPSET = 28
 class LowerContext(Protocol):
     """What `OpDef.lower` may use (implemented by the lower-to-loops pass)."""
 
+    #: Whether lowerings may use algorithms with fewer multiplies that round differently
+    #: (`CompileOptions.fast_algorithms`: Strassen products, Winograd convs).
+    fast_algorithms: bool
+
     def buf(self, value: Value) -> Buffer:
         """The buffer holding a graph value (inputs, constants, temps, outputs)."""
 

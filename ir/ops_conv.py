@@ -157,7 +157,7 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     positions (`ops_conv_blocks.pointwise_blocks`) so each block is still in cache; blocks
     too few to keep the threads busy are split over output channels (`m_split`)."""
     work = gm.n * gm.g * gm.mg * gm.p * gm.kk
-    if winograd_applies(gm, w, col_dtype):
+    if ctx.fast_algorithms and winograd_applies(gm, w, col_dtype):
         lower_winograd(ctx, gm, x, w, y, accumulate, load, epilogue)
         return
     if strided_pointwise(ctx, gm, x, w, y, accumulate, col_dtype, epilogue, lower_gemm_conv):

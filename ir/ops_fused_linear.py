@@ -236,7 +236,7 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
             [sa[i] for i in keep] == [sc[i] // n * k for i in keep]:
         total = math.prod(batch) * m
         bt = strassen.constant_operand(bm, tb)
-        if bt is not None and strassen.applies(total, k, n, y.dtype):
+        if bt is not None and ctx.fast_algorithms and strassen.applies(total, k, n, y.dtype):
             strassen.lower_strassen(ctx, b, y, a, bt, total, alpha, epi)
             ctx.kernel("fused_matmul_strassen", b.body)
             return

@@ -142,7 +142,7 @@ def _matmul_lower(ctx: LowerContext, node: Node) -> None:
     bt = strassen.constant_operand(bm, False)
     if bt is not None and len(a.shape) >= 2 and y.numel:
         rows = math.prod(a.shape[:-1])
-        if strassen.applies(rows, *bt.shape, y.dtype):
+        if ctx.fast_algorithms and strassen.applies(rows, *bt.shape, y.dtype):
             strassen.lower_strassen(ctx, b, y, a, bt, rows)
             ctx.kernel("matmul_strassen", b.body)
             return
@@ -325,7 +325,8 @@ def _gemm_lower(ctx: LowerContext, node: Node) -> None:
     elif k == 0:
         fill(b, y, 0)
     bt = strassen.constant_operand(bm, at.trans_b)
-    if k > 0 and not at.trans_a and bt is not None and strassen.applies(m, k, n, dt):
+    if k > 0 and not at.trans_a and bt is not None and ctx.fast_algorithms and \
+            strassen.applies(m, k, n, dt):
         strassen.lower_strassen(ctx, b, y, a, bt, m, at.alpha, accumulate=use_c)
         ctx.kernel("gemm_strassen", b.body)
         return

@@ -19,7 +19,7 @@ import numpy as np
 from onnxjit.errors import InputError, UnsupportedError
 
 _COMPILE_OPTIONS = {"cache_dir", "dump_ir", "num_threads", "specialize", "opt_level",
-                    "base_dir", "verify"}
+                    "base_dir", "verify", "fast_algorithms"}
 
 
 class BackendRep:

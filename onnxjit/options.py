@@ -20,7 +20,7 @@ class CompileOptions(Record):
     """The validated options of one `compile` call (see `from_user`); immutable."""
 
     __slots__ = ("cache_dir", "dump_ir", "num_threads", "specialize", "opt_level", "base_dir",
-                 "verify")
+                 "verify", "fast_algorithms")
     #: Disk cache folder; None disables the disk cache.
     cache_dir: Path | None
     #: Folder receiving the IR after every pass; None for no dumps.
@@ -35,9 +35,13 @@ class CompileOptions(Record):
     base_dir: Path | None
     #: Run the IR verifiers after every pass.
     verify: bool
+    #: Products by constant weights may use algorithms with fewer multiplies whose sums round
+    #: differently (Strassen for MatMul/Gemm, Winograd F(2x2,3x3) for 3x3 convs: errors
+    #: bounded by the operands' magnitudes, not element by element); False: direct sums only.
+    fast_algorithms: bool
     _defaults: ClassVar[dict[str, Any]] = {
         "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "shape",
-        "opt_level": 3, "base_dir": None, "verify": True}
+        "opt_level": 3, "base_dir": None, "verify": True, "fast_algorithms": True}
 
     @staticmethod
     def from_user(options: dict[str, Any]) -> CompileOptions:
@@ -62,6 +66,9 @@ class CompileOptions(Record):
         if not isinstance(num_threads, int) or num_threads < 0:
             raise OnnxJitError(f"num_threads must be a non-negative int, got {num_threads!r}")
         base_dir = options.get("base_dir")
+        fast = options.get("fast_algorithms", True)
+        if not isinstance(fast, bool):
+            raise OnnxJitError(f"fast_algorithms must be True or False, got {fast!r}")
         return CompileOptions(
             cache_dir=cache_dir,
             dump_ir=Path(dump) if dump else None,
@@ -70,11 +77,13 @@ class CompileOptions(Record):
             opt_level=opt_level,
             base_dir=Path(base_dir) if base_dir else None,
             verify=bool(options.get("verify", True)),
+            fast_algorithms=fast,
         )
 
     def code_key(self) -> str:
         """The options that change generated code (part of the cache key)."""
-        return f"opt{self.opt_level}-spec:{self.specialize}-threads:{self.num_threads}"
+        return (f"opt{self.opt_level}-spec:{self.specialize}-threads:{self.num_threads}"
+                f"{'' if self.fast_algorithms else '-direct'}")
 
 
 def _default_cache_dir() -> str:

@@ -37,8 +37,9 @@ level = "graph->loops"
 class Lowering:
     """The LowerContext the op table's `lower` rules see."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, fast_algorithms: bool = True):
         self.graph = model.graph
+        self.fast_algorithms = fast_algorithms
         self.buffers: list[Buffer] = []
         self.kernels: list[Kernel] = []
         self.of: dict[Value, Buffer] = {}
@@ -188,4 +189,4 @@ def _static(v: Value, node: Node | None) -> tuple[DType, tuple[int, ...]]:
 
 
 def run(model: Model, ctx: PassContext) -> PassResult:
-    return PassResult(Lowering(model).run(), True)
+    return PassResult(Lowering(model, getattr(ctx.options, "fast_algorithms", True)).run(), True)

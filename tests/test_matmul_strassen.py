@@ -217,3 +217,38 @@ def test_weight_replaced_by_its_right_operands_is_dropped():
     prog = _kernels(m, _feeds(m, (32, 512), 512))
     consts = [b.name for b in prog.buffers if b.kind == "const"]
     assert consts == ["strassen_b"], consts
+
+
+def test_fast_algorithms_option_turns_strassen_and_winograd_off():
+    """compile(..., fast_algorithms=False): direct products and convs (and its own cache key),
+    the same results within float tolerance; a non-bool is refused."""
+    from onnxjit.options import CompileOptions
+
+    m = _model((32, 512), 512, 512, "relu")
+    feeds = _feeds(m, (32, 512), 512)
+    gm = import_model(m.SerializeToString(), OPTIONS)
+    sig = ((DType.FLOAT, (32, 512)),)
+    direct = CompileOptions.from_user({"verify": False, "fast_algorithms": False})
+    assert any("strassen" in k.name for k in lower_signature(gm, sig, OPTIONS)[1].kernels)
+    assert not any("strassen" in k.name for k in lower_signature(gm, sig, direct)[1].kernels)
+    assert direct.code_key() != CompileOptions.from_user({}).code_key()
+    fast = onnxjit.compile(m, cache_dir=False)(*feeds)[0]
+    slow_fn = onnxjit.compile(m, cache_dir=False, fast_algorithms=False)
+    slow = slow_fn(*feeds)[0]
+    assert "strassen" not in slow_fn.ir("loops")  # not the in-memory artifact of the other
+    want, scale = _want(m, feeds, "relu")
+    _check(fast, want, scale, 1e-6)
+    _check(slow, want, scale, 1e-6)
+
+    w = numpy_helper.from_array(RNG.standard_normal((32, 32, 3, 3)).astype(np.float32), "w")
+    conv = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])], [w]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cg = import_model(conv.SerializeToString(), OPTIONS)
+    csig = ((DType.FLOAT, (1, 32, 16, 16)),)
+    assert any("winograd" in k.name for k in lower_signature(cg, csig, OPTIONS)[1].kernels)
+    assert not any("winograd" in k.name for k in lower_signature(cg, csig, direct)[1].kernels)
+    with pytest.raises(onnxjit.OnnxJitError, match="fast_algorithms"):
+        onnxjit.compile(m, fast_algorithms="no")
