@@ -200,8 +200,8 @@ def _vars(kernel_body: list[Stmt], loop: Loop) -> list[Var] | None:
 def split_matmul(s: Matmul, epilogue: Loop | None = None) -> tuple[Loop, list[Stmt]] | None:
     """`s` as a parallel loop over blocks of MB rows of C, plus statements computing the
     leftover rows (or None when it is too small to split; with BALANCED_BLOCKS the leftover
-    rows go to the first blocks instead). `epilogue`, the nest over C's rows
-    that follows `s` (an `epilogue_fuse` match), goes into each block for the block's rows,
+    rows go one each to the first blocks instead). `epilogue`, the nest over C's rows that
+    follows `s` (an `epilogue_fuse` match), goes into each block for the block's rows,
     `for r in [0, mb): er = row + r; <its body>`, and after the leftover rows' product for
     those rows."""
     work = s.m * s.n * s.k
@@ -243,8 +243,8 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None) -> tuple[Loop, list[St
     row = Var(DType.INT64, "row")
     extra = s.m - nblk * mb
     if BALANCED_BLOCKS and extra:
-        mb, extra = divmod(s.m, nblk)
-    if extra and BALANCED_BLOCKS:
+        mb, extra = divmod(s.m, nblk)  # 100 rows: 2 x 48 and 4 left -> 2 x 50
+    if BALANCED_BLOCKS and extra:
         # the rows left go one each to the first blocks (heights mb + 1, then mb): block t
         # starts at t * mb + min(t, extra), and runs one of two products of those heights
         # (a loop of 0 or 1 iteration each), not a product of `extra` rows after the loop

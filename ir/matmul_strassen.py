@@ -43,11 +43,14 @@ the right operands (7/4 of B's bytes: they replace the packed weight) would not 
 and for shapes this lowering does not cover (odd depth or slice width, A transposed,
 batched B).
 
+The compile option `fast_algorithms=False` (`LowerContext.fast_algorithms`) keeps every
+product direct.
+
 Measured, two threads, a layer with bias and Relu against the direct product: 32x784x512
-1.09x, 128x768x3072 1.095x, 128x3072x768 1.09x, 512x768x768 1.10x, 1024^3 1.10x (one thread
-1.09x), 64x1024x4096 1.08x. Models: MLP 784-512-512-10 at batch 32 (the bench's) 1.06x, 1.22x
-onnxruntime (from 1.15x); MLP 784-1024-10 1.10x; a BERT-base-like layer (seq 128, hidden
-768) 1.05x; MatMul 64x784x512 1.09x.
+1.08-1.09x, 128x768x3072 1.09x, 128x3072x768 1.03-1.09x, 197x768x768 1.14x, 197x768x3072
+1.06-1.13x, 1024^3 1.09-1.10x (one thread 1.07-1.09x). Models: MLP 784-512-512-10 at batch
+32 (the bench's) 1.06x, 1.22x onnxruntime (from 1.15x); MLP 784-1024-10 1.10x; MLP at batch
+256 1.07x; a BERT-base-like layer (seq 128, hidden 768) 1.05x; MatMul 64x784x512 1.08x.
 """
 
 from __future__ import annotations
