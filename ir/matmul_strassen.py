@@ -26,7 +26,8 @@ and, in each, over chunks of its quadrants' columns (`plan`: what fits SLICE_BYT
 last block takes the rows left; with an odd number t of them its bottom quadrants have
 (t - 1) / 2 rows, the missing row reading as zeros and never stored:
 1) per block, the 5 left operands that are sums (one nest over the quadrant's elements:
-   4 loads, 5 stores); M3 and M4 read A11 and A22 in place (an odd block builds them too);
+   4 loads, 5 stores, and whether the loads were finite); M3 and M4 read A11 and A22 in
+   place (an odd block builds them too);
 2) per chunk, the 7 products: one loop around one Matmul for the 5 sums, one for A11 and A22
    (same leading dims in each loop), into the slice's 7 product blocks;
 3) per chunk, one nest over the C quadrants' elements: 7 loads, the four sums, alpha, Y's old
@@ -38,6 +39,15 @@ the operand sums and of the final combination add to the error, which stays with
 tolerance for one level, but its bound is norm-wise rather than element-wise: an element much
 smaller than its row of A times its column of B has a larger relative error. Measured at
 32x784x512: at most 2.3e-7 of |A| @ |B| (the direct product: 1.1e-7); the tests allow 1e-6.
+Non-finite values: the sums pair row r of A with row r + m/2, so an infinity or NaN in one
+row would reach the other's results (an inf in one sample of a batch, NaN in another's). The
+left operands' nest therefore also notes whether every value it read is finite; when one is
+not, the block flags each row holding an inf or NaN and rebuilds its left operands with the
+flagged rows read as zeros, and the combining pass zeroes the flagged rows' in-place
+products (M3, M4) and makes the flagged rows' results NaN (the direct product gives +-inf or
+NaN there). Every other row gets what it would without them. The flags cost a store per row
+and a few selects in the combining pass; the products are the same code. Finite values keep
+the norm-wise bound above: a row's rounding error grows with its partner row's magnitude.
 `applies` keeps the direct product where the adds cost more than the products save, where
 the right operands (7/4 of B's bytes: they replace the packed weight) would not stay in L3,
 and for shapes this lowering does not cover (odd depth or slice width, A transposed,
@@ -141,9 +151,9 @@ def plan(m: int, k: int, n: int, dtype: DType) -> tuple[int, int] | None:
 
 def _block_need(t: int, k: int, cw: int) -> int:
     """Elements of the workspace a block of t rows uses with chunks of cw columns: its left
-    operands (5, or 7 when t is odd) and 7 products, (t + 1) / 2 rows each."""
-    h = (t + 1) // 2
-    return h * ((SUMS if t % 2 == 0 else 7) * (k // 2) + 7 * cw)
+    operands (5, or 7 when t is odd) and 7 products, (t + 1) / 2 rows each, and t row
+    flags."""
+    return (t + 1) // 2 * ((SUMS if t % 2 == 0 else 7) * (k // 2) + 7 * cw) + t
 
 
 def _slice_need(m: int, rows: int, k: int, cw: int) -> int:
@@ -178,6 +188,11 @@ def right_operands(b: np.ndarray, cw: int, width: int) -> np.ndarray:
                 r = sum(c * q for c, q in zip(coef, quads) if c)
                 out[s, ch, p] = pack_panels(np.asarray(r).astype(b.dtype), width)
     return out
+
+
+def _nonfinite(b: Builder, x: Operand) -> Operand:
+    """1 (i64) when x is an infinity or NaN (x - x is then NaN), else 0."""
+    return b.cast(b.op("isnan", b.op("sub", x, x)), DType.INT64)
 
 
 def _combine(b: Builder, terms: list[Operand], coef: tuple[int, ...]) -> Operand:
@@ -239,26 +254,77 @@ class _Block:
         self.w = n // SLICES
 
     def emit(self, r0: Operand, t: int, alpha: float, epilogue, accumulate: bool) -> None:
-        b, kh, k, cw = self.b, self.kh, self.k, self.cw
+        """The block's code: its left operands (noting whether A's values were finite), its
+        row flags, then its chunks. A row with an inf or NaN is flagged: its left operands
+        are rebuilt with the flagged rows as zeros, and the combining pass keeps the flagged
+        rows' in-place products (M3 from A11, M4 from A22) out of their partner rows and
+        makes the flagged rows' results NaN."""
+        b, k = self.b, self.k
+        h = (t + 1) // 2
+        built = SUMS if t % 2 == 0 else 7  # A11 and A22 are read in place when whole
+        fbase = b.iadd(self.abase, i64(h * (built * self.kh + 7 * self.cw)))
+        bad = self._lefts(r0, t, built)
+        zero = const(0, self.y.dtype)
+        with b.loop(0, t, hint="r") as r:
+            b.store(self.work, b.iadd(fbase, r), zero)
+        with b.loop(0, b.cast(b.op("ne", bad, i64(0)), DType.INT64), hint="guard"):
+            with b.loop(0, t, hint="r") as r:
+                row = b.var(i64(0), "bad")
+                src = b.imul(b.iadd(r0, r), k)
+                with b.loop(0, k, hint="c") as c:
+                    b.assign(row, "or", row, _nonfinite(b, b.load(self.a, b.iadd(src, c))))
+                b.store(self.work, b.iadd(fbase, r), b.cast(row, self.y.dtype))
+            self._lefts(r0, t, built, fbase)
+        self._chunks(r0, t, built, fbase, alpha, epilogue, accumulate)
+
+    def _lefts(self, r0: Operand, t: int, built: int, flags: Operand | None = None
+               ) -> Operand | None:
+        """The first `built` left operands of the block into the workspace. Without `flags`,
+        returns an i64 that is nonzero when one of the values read is not finite; with
+        `flags` (the guarded form), a flagged row reads as zeros."""
+        b, kh, k = self.b, self.kh, self.k
         h = (t + 1) // 2
         low = t - h  # rows of the bottom quadrants
-        built = SUMS if low == h else 7  # A11 and A22 are read in place when whole
-        qa, qb, qm = h * kh, kh * cw, h * cw
+        qa = h * kh
         a0 = b.imul(r0, k)  # the block's first element in A
-        mbase = b.iadd(self.abase, i64(built * qa))
+        zero = const(0, self.y.dtype)
+        bad = b.var(i64(0), "bad") if flags is None else None
         for lo, hi, bottom in ((0, low, True), (low, h, False)):
             if lo == hi:
                 continue
             with b.loop(lo, hi, hint="r") as r:
                 src, dst = b.iadd(a0, b.imul(r, k)), b.iadd(self.abase, b.imul(r, kh))
+                skip = [] if flags is None else \
+                    [b.op("ne", b.load(self.work, b.iadd(flags, b.iadd(r, i64(d)))), zero)
+                     for d in ((0, h) if bottom else (0,))]
                 with b.loop(0, kh, hint="c") as c:
                     at = b.iadd(src, c)
                     quads = [b.load(self.a, b.iadd(at, i64(off))) for off in (0, kh)]
-                    quads += [b.load(self.a, b.iadd(at, i64(h * k + off))) for off in (0, kh)] \
-                        if bottom else [const(0, self.y.dtype)] * 2
+                    if bottom:
+                        quads += [b.load(self.a, b.iadd(at, i64(h * k + off)))
+                                  for off in (0, kh)]
+                    if bad is not None:
+                        for x in quads:
+                            b.assign(bad, "or", bad, _nonfinite(b, x))
+                    for i, cond in enumerate(skip):
+                        quads[2 * i:2 * i + 2] = [b.op("select", cond, zero, x)
+                                                  for x in quads[2 * i:2 * i + 2]]
+                    quads += [zero] * (4 - len(quads))
                     to = b.iadd(dst, c)
                     for p, coef in enumerate(_LEFT[:built]):
                         b.store(self.work, b.iadd(to, i64(p * qa)), _combine(b, quads, coef))
+        return bad
+
+    def _chunks(self, r0: Operand, t: int, built: int, flags: Operand, alpha: float,
+                epilogue, accumulate: bool) -> None:
+        """Per chunk of columns: the 7 products (`built` of them from the workspace's left
+        operands, the rest from A11 and A22 in place), then C's quadrant chunks."""
+        b, kh, k, cw = self.b, self.kh, self.k, self.cw
+        h = (t + 1) // 2
+        low = t - h
+        qa, qb, qm = h * kh, kh * cw, h * cw
+        a0 = b.imul(r0, k)
+        mbase = b.iadd(self.abase, i64(built * qa))
         with b.loop(0, self.chunks, hint="ch") as ch:
             rbase = b.imul(b.iadd(b.imul(self.s, self.chunks), ch), 7 * qb)
 
@@ -277,26 +343,34 @@ class _Block:
             for lo, hi, outs in ((0, low, 4), (low, h, 2)):
                 if lo < hi:
                     self._combine_rows(mbase, r0, col0, lo, hi, outs, h, qm, alpha, epilogue,
-                                       accumulate)
+                                       accumulate, flags)
 
     def _combine_rows(self, mbase: Operand, r0: Operand, col0: Operand, lo: int, hi: int,
                       outs: int, h: int, qm: int, alpha: float, epilogue,
-                      accumulate: bool) -> None:
+                      accumulate: bool, flags: Operand) -> None:
         """C's quadrant chunks (rows r0 + r and r0 + h + r for r in [lo, hi), the bottom ones
         only when `outs` is 4; columns col0 + [0, cw) and + w/2) from the 7 product blocks
-        at mbase, with alpha, Y's old value and the epilogue."""
+        at mbase, with alpha, Y's old value and the epilogue. A flagged top row r zeroes its
+        M3 row (A11's, read in place), a flagged bottom row its M4 row, and a flagged row's
+        results are NaN."""
         b, y, cw, n = self.b, self.y, self.cw, self.n
         wh = self.w // 2
+        zero, nan = const(0, y.dtype), const(float("nan"), y.dtype)
         with b.loop(lo, hi, hint="r") as r:
+            marked = [b.op("ne", b.load(self.work, b.iadd(flags, b.iadd(r, i64(d)))), zero)
+                      for d in (0, h)[:outs // 2]]
             with b.loop(0, cw, hint="c") as c:
                 at = b.iadd(b.iadd(mbase, b.imul(r, cw)), c)
                 ms = [b.load(self.work, b.iadd(at, i64(p * qm))) for p in range(7)]
+                for p, cond in zip((5, 6), marked):  # M3 (A11 row r), M4 (A22 row r)
+                    ms[p] = b.op("select", cond, zero, ms[p])
                 col = b.iadd(col0, c)
                 row = b.iadd(r0, r)
                 for q, coef in enumerate(_OUT[:outs]):
                     v = _combine(b, ms, coef)
                     if alpha != 1.0:
                         v = b.op("mul", v, const(alpha, y.dtype))
+                    v = b.op("select", marked[q // 2], nan, v)
                     cq = b.iadd(col, i64((q % 2) * wh))
                     yat = b.iadd(b.imul(b.iadd(row, i64((q // 2) * h)), n), cq)
                     if accumulate:

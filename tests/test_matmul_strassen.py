@@ -163,7 +163,7 @@ def test_blocks_of_rows_and_chunks_of_columns(small, monkeypatch):
     chunks of columns a slice (what fits the workspace), against float64, in the interpreter
     and natively."""
     monkeypatch.setattr(strassen, "CHUNK_COLS", 4)
-    monkeypatch.setattr(strassen, "SLICE_BYTES", 4 * 3 * (5 * 8 + 7 * 4))
+    monkeypatch.setattr(strassen, "SLICE_BYTES", 4 * (3 * (5 * 8 + 7 * 4) + 6))  # 3-row quadrants
     assert strassen.plan(19, 16, 32, DType.FLOAT) == (6, 4)
     m = _model((19, 16), 16, 32, "residual")
     feeds = _feeds(m, (19, 16), 32)
@@ -204,7 +204,8 @@ def test_layers_share_one_workspace(small):
     assert sum("strassen" in k.name for k in prog.kernels) == 2
     work = [b for b in prog.buffers if b.name.startswith("strassen_work")]
     part = strassen.SLICE_BYTES // 4
-    assert len(work) == 1 and work[0].shape[0] == part + 3 * (5 * 8 + 7 * 6)  # layer 1's need
+    # a block of 6 rows: 5 left operands and 7 products of 3 rows, 6 row flags
+    assert len(work) == 1 and work[0].shape[0] == part + 3 * (5 * 8 + 7 * 6) + 6
     (y,) = onnxjit.compile(m, cache_dir=False, num_threads=2)(x)
     want = x.astype(np.float64) @ numpy_helper.to_array(w1) @ numpy_helper.to_array(w2)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
@@ -252,3 +253,27 @@ def test_fast_algorithms_option_turns_strassen_and_winograd_off():
     assert not any("winograd" in k.name for k in lower_signature(cg, csig, direct)[1].kernels)
     with pytest.raises(onnxjit.OnnxJitError, match="fast_algorithms"):
         onnxjit.compile(m, fast_algorithms="no")
+
+
+@pytest.mark.parametrize("a_shape,k,n,kind,bad", [
+    ((32, 512), 512, 512, "relu", (3, 20)),  # default thresholds; rows 3 and 19 are paired
+    ((32, 512), 512, 512, "gemm", (19,)),  # a bottom row
+    ((7, 10), 10, 12, "plain", (5, 0)),  # an odd block: rows 0-3 top, 4-6 bottom
+])
+def test_nonfinite_rows_stay_in_their_rows(a_shape, k, n, kind, bad, small):
+    """The sums pair row r with row r + m/2: an inf or NaN in one row of A must not reach
+    another row's result. The block takes its guarded form: the flagged rows read as zeros
+    and their results are NaN; every other row is as without them."""
+    m = _model(a_shape, k, n, kind)
+    feeds = _feeds(m, a_shape, n)
+    x = feeds[0]
+    for i, r in enumerate(bad):
+        x[r, (5 * i + 1) % k] = np.inf if i == 0 else np.nan
+    assert _uses_strassen(m, feeds)
+    want, scale = _want(m, [np.where(np.isfinite(x), x, 0)], kind)
+    ok = [r for r in range(a_shape[0]) if r not in bad]
+    outs = [run_via_loop_ir(m, feeds)[0]]
+    outs += [onnxjit.compile(m, cache_dir=False, num_threads=t)(*feeds)[0] for t in (1, 2)]
+    for y in outs:
+        assert np.isnan(y[list(bad)]).all()
+        _check(y[ok], want[ok], scale[ok], 1e-6)
