@@ -1,8 +1,10 @@
 """Products by a constant B as one Strassen level (`ir/matmul_strassen.py`): MatMul, MatMul +
-bias + Relu, Gemm with transB, alpha and C, a residual epilogue, A with batch dims, f64; each in
-the loop-IR interpreter (bounds-checked) and natively on one and two threads against a float64
-product, with errors measured against |A| @ |B| (Strassen's bound is norm-wise); the right
-operands and the workspace layout; and the switch restores the direct product."""
+bias + Relu, Gemm with transB, alpha and C, a residual epilogue, A with batch dims (size 1
+too), odd row counts, blocks of rows and chunks of columns, f64; each in the loop-IR
+interpreter (bounds-checked) and natively on one and two threads against a float64 product,
+with errors measured against |A| @ |B| (Strassen's bound is norm-wise). Also: an inf or NaN
+stays in its row, the plan's sizes, the right operands, the shared workspace, the dropped
+weight, and the switch and the `fast_algorithms` option restore the direct product."""
 
 from __future__ import annotations
 
