@@ -247,6 +247,21 @@ def packs_b(s: Matmul) -> bool:
             and s.k > 0 and s.n > 0 and s.m >= PREPACK_MIN_M and s.m * s.n * s.k >= TILE_WORK)
 
 
+def uses_tiles(s: Matmul) -> bool:
+    """Whether `emit_matmul` runs `s` on the tiled kernel: a B packed at compile time whatever
+    the sizes (a split product's leftover rows), else float products of TILE_WORK
+    multiply-adds from PACK_MIN_M rows (PACK_MIN_M_T with B transposed), or of 2+ rows with B
+    read in place."""
+    dt = s.c.dtype
+    if s.k <= 0 or s.m == 0 or s.n == 0 or not dt.is_float or s.a.dtype != dt \
+            or s.b.dtype != dt:
+        return False
+    if s.b_packed:
+        return True
+    return s.m * s.n * s.k >= TILE_WORK and (
+        s.m >= PACK_MIN_M or s.b_trans and s.m >= PACK_MIN_M_T or not s.b_trans and s.m > 1)
+
+
 def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequence[ir.Value],
                 where: object = None, epilogue=None) -> bool:
     """Emit `s` at the builder's position; `ptrs` are the (C, A, B) root pointers and `offs`
@@ -258,15 +273,9 @@ def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequ
                                f"{dt.short} is not supported", where=where)
     if s.m == 0 or s.n == 0:
         return False
-    tile = None
-    if s.b_packed and s.k > 0:  # whatever the sizes (a split product's leftover rows)
-        tile = TileGemm(b, s, ptrs, offs, epilogue=epilogue)
-    elif s.k > 0 and dt.is_float and s.m * s.n * s.k >= TILE_WORK:
-        if s.m >= PACK_MIN_M or s.b_trans and s.m >= PACK_MIN_M_T:
-            tile = TileGemm(b, s, ptrs, offs, epilogue=epilogue)
-        elif not s.b_trans and s.m > 1:
-            tile = TileGemm(b, s, ptrs, offs, unpacked=True, epilogue=epilogue)
-    if tile is not None:
+    if uses_tiles(s):
+        packs = s.b_packed or s.m >= PACK_MIN_M or s.b_trans and s.m >= PACK_MIN_M_T
+        tile = TileGemm(b, s, ptrs, offs, unpacked=not packs, epilogue=epilogue)
         tile.emit()
         return tile.epi is not None
     e = _Emitter(b, s, ptrs, offs)

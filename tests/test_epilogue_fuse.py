@@ -197,3 +197,33 @@ def test_folded_rows_are_one_product_split_by_codegen(threads: int, monkeypatch)
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _lstm(seq: int, batch: int, hidden: int) -> tuple:
+    w = (RNG.standard_normal((1, 4 * hidden, 16)) * 0.1).astype(np.float32)
+    r = (RNG.standard_normal((1, 4 * hidden, hidden)) * 0.05).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=hidden)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [seq, 1, batch, hidden])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model, {"x": RNG.standard_normal((seq, batch, 16)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("case", ["conv_sigmoid", "lstm"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_product_beside_math_nest_is_its_own_function(case: str, threads: int, tmp_path,
+                                                      monkeypatch) -> None:
+    """In a kernel that also computes sigmoid or tanh (a conv whose Sigmoid epilogue has no
+    vector form; an LSTM step: its blocks' products, then the cells), each product runs as a
+    function of its own (`llvmgen.OUTLINE_PRODUCTS`), so the polynomials' constants cannot
+    take the register tile's registers. The same bits either way."""
+    model, feeds = _lstm(3, 8, 256) if case == "lstm" else _conv(16, 32, 28, "sigmoid")
+    outs = {}
+    for on in (True, False):
+        monkeypatch.setattr(llvmgen, "OUTLINE_PRODUCTS", on)
+        outs[on], ll = _compiled(model, feeds, True, threads, tmp_path / str(on), monkeypatch)
+        outlined = [d for d in ll.splitlines() if d.startswith("define") and ".mm0" in d]
+        assert len(outlined) == (1 if on else 0)
+    np.testing.assert_array_equal(outs[True], outs[False])
