@@ -47,6 +47,9 @@ class LowerContext(Protocol):
     #: Whether lowerings may use algorithms with fewer multiplies that round differently
     #: (`CompileOptions.fast_algorithms`: Strassen products, Winograd convs).
     fast_algorithms: bool
+    #: The threads the program's parallel loops run on (`CompileOptions.num_threads`, part of
+    #: the code key): a lowering may cut work into a multiple of them.
+    num_threads: int
 
     def buf(self, value: Value) -> Buffer:
         """The buffer holding a graph value (inputs, constants, temps, outputs)."""

@@ -7,7 +7,9 @@ hidden H and G gates (semantics and shapes: `ops_rnn`):
    it is large, so code generation splits it over threads; a constant W is transposed at
    compile time (the kernel then packs B by copying rows, not by gathering columns);
 2) R packed for the steps (`pack_r`): per gate group and block of JB hidden units, the block's
-   gate rows of R[d] transposed into a contiguous [H, gates*w] panel. A constant R is packed
+   gate rows of R[d] transposed into a contiguous [H, gates*w] matrix, itself in the tiled
+   kernel's column panels (`loops.pack_panels`, NR columns a panel) when the block is wider
+   than one, so the product reads B as it would a prepacked weight. A constant R is packed
    here, at compile time (a new constant: stored in the disk cache with the code); any other R
    by an `<op>_pack` kernel at the start of each call;
 3) `<op>_init`: the state h[2, N, H] (double-buffered: `rnn_steps`; the first half holds the
@@ -26,25 +28,40 @@ import numpy as np
 
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Matmul, Operand, Stmt, i64
+from onnxjit.ir.loops import Buffer, Matmul, Operand, Stmt, i64, pack_panels
 from onnxjit.ir.opdef import LowerContext, op
+from onnxjit.ir.ops_conv_packed import packed_width
 from onnxjit.ir.ops_rnn import RnnAttrs, attrs_of, rnn_infer
 from onnxjit.ir.ops_rnn_eval import rnn_evaluate
 from onnxjit.ir.rnn_steps import StepEmitter
 from onnxjit.ir.types import DType
 
-#: gate columns of one block's product: a few vector widths, so the register-tiled kernel
-#: keeps full tiles and a step splits into enough blocks to balance the threads
-BLOCK_COLS = 64
+#: the widest block product, in gate columns, and the most bytes of its result (N x gates*JB,
+#: read back by the block's cell: it should stay in L1). Few, wide blocks cost less a step
+#: than many narrow ones (`block_width`). Measured, two threads, against blocks of 16 units
+#: (64 columns of LSTM gates): the bench LSTM (batch 8, hidden 256) 1.02-1.04x, the same with
+#: batch 64 1.015x, GRU 1.01x (batch 1: 1.24x), LSTM batch 1 hidden 128 1.13x
+BLOCK_COLS, REC_BYTES = 256, 32 * 1024
+#: store a block wider than one panel of the tiled kernel in its column panels (`pack_r`)
+PANELS = True
 #: sum a constant bias's two halves (Wb + Rb) at compile time (see `_Plan`); measured on the
 #: bench LSTM (two threads): its steps 1.01-1.04x faster per dispatch, the model 1.012x
 BIAS_SUM = True
 
 
-def block_width(hidden: int, gates: int) -> int:
-    """Hidden units per block of the step loop (JB): gates * JB near BLOCK_COLS, JB a multiple
-    of 16 (whole vectors of every gate's slice), at most `hidden`."""
-    return min(hidden, 16 * max(1, round(BLOCK_COLS / (16 * gates))))
+def block_width(hidden: int, gates: int, batch: int, itemsize: int, threads: int) -> int:
+    """Hidden units per block of the step loop (JB): the widest multiple of 16 (whole vectors
+    of every gate's slice) with gates * JB <= BLOCK_COLS and a result of at most REC_BYTES
+    that cuts `hidden` into equal blocks, as many as a multiple of `threads` (each thread
+    then runs the same blocks every step, and their R panels stay in its cache); else 16,
+    the blocks past the last whole one forming a narrower tail block. At most `hidden`."""
+    best = 16
+    for jb in range(16, hidden + 1, 16):
+        if gates * jb > BLOCK_COLS or batch * gates * jb * itemsize > REC_BYTES:
+            break
+        if hidden % jb == 0 and hidden // jb % threads == 0:
+            best = jb
+    return min(hidden, best)
 
 
 def gate_groups(a: RnnAttrs) -> tuple[tuple[int, ...], ...]:
@@ -54,10 +71,13 @@ def gate_groups(a: RnnAttrs) -> tuple[tuple[int, ...], ...]:
     return (tuple(range(a.gates)),)
 
 
-def pack_r(r: np.ndarray, groups: tuple[tuple[int, ...], ...], jb: int) -> np.ndarray:
+def pack_r(r: np.ndarray, groups: tuple[tuple[int, ...], ...], jb: int, nr: int | None = None
+           ) -> np.ndarray:
     """R [D, G*H, H] packed for the step loop (flat): per direction, gate group and block of
     hidden units j0 .. j0+w, the rows g*H + j0 + jj (g in the group, jj < w) transposed, so
-    packed[k, gi*w + jj] = R[d, gl[gi]*H + j0 + jj, k] is a row-major [H, len(gl)*w] panel."""
+    block[k, gi*w + jj] = R[d, gl[gi]*H + j0 + jj, k] is an [H, len(gl)*w] matrix, stored
+    row-major, or in column panels of `nr` columns (`pack_panels`; the same for a block of at
+    most nr columns). Each block takes H*len(gl)*w elements either way."""
     dirs, _, hid = r.shape
     parts = []
     for d in range(dirs):
@@ -65,7 +85,8 @@ def pack_r(r: np.ndarray, groups: tuple[tuple[int, ...], ...], jb: int) -> np.nd
             for j0 in range(0, hid, jb):
                 w = min(jb, hid - j0)
                 rows = [g * hid + j0 + jj for g in gl for jj in range(w)]
-                parts.append(r[d][rows, :].T.reshape(-1))
+                blk = np.ascontiguousarray(r[d][rows, :].T)
+                parts.append(pack_panels(blk, nr) if nr else blk.reshape(-1))
     return np.ascontiguousarray(np.concatenate(parts) if parts else r.reshape(-1))
 
 
@@ -105,8 +126,15 @@ class _Plan:
         self.groups = gate_groups(a)
         self.group_offsets = [sum(len(g) for g in self.groups[:k]) * self.H
                               for k in range(len(self.groups))]
-        self.jb = block_width(self.H, self.G) if self.H else 1
+        self.jb = (block_width(self.H, self.G, self.N, self.dt.itemsize, ctx.num_threads)
+                   if self.H else 1)
         self.nfull, self.tail = divmod(self.H, self.jb)
+        #: the tiled kernel's panel width when the blocks are stored in panels (`pack_r`)
+        self.nr: int | None = None
+        widest = max(len(g) for g in self.groups) * self.jb
+        if PANELS and self.N * self.H:
+            nr = packed_width(self.dt, self.N, widest, self.H)
+            self.nr = nr if nr is not None and widest > nr else None
         self.rp: Buffer | None = None  # R packed for the steps (`_lower`)
 
     def xw_row(self, b: Builder, t: Operand, n: Operand) -> Operand:
@@ -147,7 +175,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     if p.S > 0:
         if p.r is None:
             data = np.asarray(p.r_value.const, dtype=p.dt.numpy).reshape(a.dirs, p.GH, p.H)
-            p.rp = ctx.constant(f"{kind}_r_packed", pack_r(data, p.groups, p.jb))
+            p.rp = ctx.constant(f"{kind}_r_packed", pack_r(data, p.groups, p.jb, p.nr))
         else:
             p.rp = ctx.scratch(f"{kind}_r_packed", p.dt, (a.dirs * p.GH * p.H,))
             ctx.kernel(f"{kind}_pack", _pack_kernel(p))
@@ -191,12 +219,21 @@ def _pack_kernel(p: _Plan) -> list[Stmt]:
     H, GH = p.H, p.GH
 
     def block(d: int, gl: tuple[int, ...], dst0: Operand, j0: Operand, w: int) -> None:
+        ncols = len(gl) * w
+        nr = p.nr or ncols
         with b.loop(0, H, hint="k") as k:
-            row = b.iadd(dst0, b.imul(k, len(gl) * w))
             for gi, g in enumerate(gl):
-                with b.loop(0, w, hint="jj") as jj:
-                    src = b.iadd(b.imul(b.iadd(i64(d * GH + g * H), b.iadd(j0, jj)), H), k)
-                    b.store(p.rp, b.iadd(row, b.iadd(jj, i64(gi * w))), b.load(p.r, src))
+                # the gate's columns [gi*w, gi*w + w), cut where a panel ends: column col of
+                # panel q (width pw) is at q*nr*H + k*pw + col - q*nr
+                c, end = gi * w, gi * w + w
+                while c < end:
+                    q = c // nr
+                    c1, pw = min(end, (q + 1) * nr), min(nr, ncols - q * nr)
+                    row = b.iadd(dst0, b.iadd(b.imul(k, pw), i64(q * nr * H + gi * w - q * nr)))
+                    with b.loop(c - gi * w, c1 - gi * w, hint="jj") as jj:
+                        src = b.iadd(b.imul(b.iadd(i64(d * GH + g * H), b.iadd(j0, jj)), H), k)
+                        b.store(p.rp, b.iadd(row, jj), b.load(p.r, src))
+                    c = c1
 
     for d in range(p.a.dirs):
         for gl, goff in zip(p.groups, p.group_offsets):

@@ -11,7 +11,8 @@ serially after it). Per step t (layouts and buffers: `ops_rnn_loops`):
 2) per block (hidden units j0 .. j0+w) and gate group (gl: the gates one product covers):
    - one Matmul rec[:, cols] = h_prev[N, H] x Rp_block[H, len(gl)*w], where Rp is R[d]
      transposed and regrouped at compile time (`pack_r`): the block's gate rows as columns,
-     gate after gate, so B is a contiguous panel read in place by the register-tiled kernel;
+     gate after gate, in the register-tiled kernel's column panels when the block is wider
+     than one (`b_packed`), so the kernel reads B in place, contiguously;
      rec[N, G*H] is scratch holding gate g's unit j0+jj of group gl at column
      goff + j0*len(gl) + gi*w + jj (goff: the columns of the groups before);
    - one nest over (n, jj) adding xw (the input projection of step t, X's row order, gate
@@ -113,7 +114,9 @@ class StepEmitter:
         rec = self.sc["rec"]
         col0 = b.iadd(i64(goff), b.imul(j0, ng))
         b_off = b.iadd(i64(d * GH * H + goff * H), b.imul(j0, ng * H))
-        b.emit(Matmul(rec, col0, GH, a_buf, a_off, H, p.rp, b_off, ng * w, p.N, ng * w, H))
+        panels = p.nr is not None and ng * w > p.nr  # else row-major (`ops_rnn_loops.pack_r`)
+        b.emit(Matmul(rec, col0, GH, a_buf, a_off, H, p.rp, b_off, p.nr if panels else ng * w,
+                      p.N, ng * w, H, b_packed=panels))
         with b.loop(0, p.N, hint="n") as n:
             valid = None
             if p.lens is not None:

@@ -27,6 +27,7 @@ from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, Stmt, Store, walk
 from onnxjit.ir.opdef import resolve
 from onnxjit.ir.ops_fused import lower_elementwise_nodes
 from onnxjit.ir.types import STORAGE_DTYPES, DType, TensorType, supported_dtypes_text
+from onnxjit.options import available_cores
 from onnxjit.passes import PassContext, PassResult
 from onnxjit.passes.concat_in_place import place_concat_inputs
 
@@ -37,9 +38,10 @@ level = "graph->loops"
 class Lowering:
     """The LowerContext the op table's `lower` rules see."""
 
-    def __init__(self, model: Model, fast_algorithms: bool = True):
+    def __init__(self, model: Model, fast_algorithms: bool = True, num_threads: int = 1):
         self.graph = model.graph
         self.fast_algorithms = fast_algorithms
+        self.num_threads = max(1, num_threads)
         self.buffers: list[Buffer] = []
         self.kernels: list[Kernel] = []
         self.of: dict[Value, Buffer] = {}
@@ -189,4 +191,7 @@ def _static(v: Value, node: Node | None) -> tuple[DType, tuple[int, ...]]:
 
 
 def run(model: Model, ctx: PassContext) -> PassResult:
-    return PassResult(Lowering(model, getattr(ctx.options, "fast_algorithms", True)).run(), True)
+    opts = ctx.options
+    threads = getattr(opts, "num_threads", 0) or available_cores()  # 0: all cores
+    return PassResult(Lowering(model, getattr(opts, "fast_algorithms", True), threads).run(),
+                      True)

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxjit
 from onnxjit.errors import InputError, ModelError
 from onnxjit.ir.graph import Node, Value
+from onnxjit.ir.loops import Matmul, walk
 from onnxjit.ir.opdef import resolve
 from onnxjit.ir.types import DType, Sym, TensorType
 
@@ -269,6 +270,12 @@ BLOCKED = {  # hidden sizes giving several blocks of hidden units and a narrower
     "gru": ("GRU", dict(H=150, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
     "gru_lbr": ("GRU", dict(H=150, linear_before_reset=1)),
     "rnn": ("RNN", dict(H=200, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
+    # equal blocks wider than the tiled kernel's panels (R stored in panels, `pack_r`): LSTM 2
+    # blocks of 64 units (256 columns), GRU 2 of 48 (z, r: 96 columns, an edge panel; h: 48),
+    # RNN 2 of 128
+    "lstm_panels": ("LSTM", dict(H=128, peep=True, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
+    "gru_panels": ("GRU", dict(H=96, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
+    "rnn_panels": ("RNN", dict(H=256)),
 }
 
 
@@ -293,9 +300,8 @@ def test_blocked_steps_on_two_threads(case):
     kind, kw = BLOCKED[case]
     model, feeds = make(kind, S=9, N=8, I=16, dirs=2 if kind == "GRU" else 1, scale=0.2, **kw)
     want = run_ort(model, feeds)
-    variants = [(model, feeds)]
-    if case == "gru":  # two gate groups: the pack kernel's layout for both
-        variants.append(_weights_as_inputs(model, feeds))
+    # weights as inputs: the pack kernel's layout (both GRU gate groups, panels)
+    variants = [(model, feeds), _weights_as_inputs(model, feeds)]
     for m, f in variants:
         fn = onnxjit.compile(m, cache_dir=False, num_threads=2)
         close(list(fn(**f)), want, tol=2e-5)
@@ -308,6 +314,52 @@ def test_blocked_steps_loop_ir():
     close(run_via_loop_ir(model, list(feeds.values())), want)
     m, f = _weights_as_inputs(model, feeds)
     close(run_via_loop_ir(m, [f[v.name] for v in m.graph.input]), want)
+
+
+def test_blocked_steps_loop_ir_panels():
+    # Blocks wider than a panel: the steps' products read R in panels, in the interpreter too.
+    from loop_harness import OPTIONS, import_model, lower_signature
+
+    model, feeds = make("GRU", S=4, N=4, I=5, H=96, dirs=2, lens=[4, 0, 2, 3])
+    want = run_ort(model, feeds)
+    for m, f in (model, feeds), _weights_as_inputs(model, feeds):
+        inputs = [f[v.name] for v in m.graph.input]
+        sig = tuple((DType.from_numpy(v.dtype), v.shape) for v in inputs)
+        _, prog = lower_signature(import_model(m.SerializeToString(), OPTIONS), sig, OPTIONS)
+        steps = [s for k in prog.kernels if k.name.endswith("steps") for s in walk(k.body)
+                 if isinstance(s, Matmul)]
+        assert any(s.b_packed for s in steps)
+        close(run_via_loop_ir(m, inputs), want)
+
+
+def test_block_width():
+    from onnxjit.ir.ops_rnn_loops import block_width
+
+    # (hidden, gates, batch, itemsize, threads): the widest equal blocks, a multiple of the
+    # threads, within BLOCK_COLS gate columns and REC_BYTES of result
+    assert block_width(256, 4, 8, 4, 2) == 64  # 4 blocks of 256 columns
+    assert block_width(256, 3, 8, 4, 2) == 64
+    assert block_width(256, 1, 8, 4, 2) == 128  # 2 blocks, not 1
+    assert block_width(256, 4, 64, 4, 2) == 32  # 64 x 128 results: 32 KB
+    assert block_width(256, 4, 8, 4, 8) == 32  # 8 blocks for 8 threads
+    assert block_width(256, 4, 8, 4, 3) == 16  # no equal split into 3: narrow blocks
+    assert block_width(100, 4, 8, 4, 2) == 16  # 6 blocks and a tail of 4 units
+    assert block_width(8, 4, 1, 4, 2) == 8
+
+
+def test_pack_r_panels():
+    from onnxjit.ir.loops import unpack_panels
+    from onnxjit.ir.ops_rnn_loops import pack_r
+
+    r = np.random.default_rng(0).standard_normal((1, 4 * 40, 40)).astype(np.float32)
+    rows = pack_r(r, ((0, 1, 2, 3),), 32)
+    panels = pack_r(r, ((0, 1, 2, 3),), 32, nr=48)
+    assert panels.shape == rows.shape
+    # block 0: 32 units x 4 gates = 128 columns (panels of 48, 48 and 32); the tail block, 8
+    # units: 32 columns, narrower than a panel, so the same as row-major
+    np.testing.assert_array_equal(unpack_panels(panels[:40 * 128], 40, 128, 48),
+                                  rows[:40 * 128].reshape(40, 128))
+    np.testing.assert_array_equal(panels[40 * 128:], rows[40 * 128:])
 
 
 def test_pack_r_layout():
