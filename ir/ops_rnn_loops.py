@@ -38,10 +38,12 @@ from onnxjit.ir.types import DType
 
 #: the widest block product, in gate columns, and the most bytes of its result (N x gates*JB,
 #: read back by the block's cell: it should stay in L1). Few, wide blocks cost less a step
-#: than many narrow ones (`block_width`). Measured, two threads, against blocks of 16 units
-#: (64 columns of LSTM gates): the bench LSTM (batch 8, hidden 256) 1.02-1.04x, the same with
-#: batch 64 1.015x, GRU 1.01x (batch 1: 1.24x), LSTM batch 1 hidden 128 1.13x
-BLOCK_COLS, REC_BYTES = 256, 32 * 1024
+#: than many narrow ones, but two per thread beat one unless their products get small
+#: (`block_width`). Measured, two threads, against blocks of 16 units (64 columns of LSTM
+#: gates): the bench LSTM (batch 8, hidden 256) 1.02-1.04x, the same with batch 64 1.015x, GRU
+#: 1.08x (batch 1: 1.22x), LSTM batch 1 hidden 128 1.06x; hidden 64 batch 16 keeps blocks of
+#: 16 (2 blocks of 32: 0.96-0.98x)
+BLOCK_COLS, REC_BYTES, BLOCK_MIN_WORK = 256, 32 * 1024, 1 << 15
 #: store a block wider than one panel of the tiled kernel in its column panels (`pack_r`)
 PANELS = True
 #: sum a constant bias's two halves (Wb + Rb) at compile time (see `_Plan`); measured on the
@@ -50,18 +52,18 @@ BIAS_SUM = True
 
 
 def block_width(hidden: int, gates: int, batch: int, itemsize: int, threads: int) -> int:
-    """Hidden units per block of the step loop (JB): the widest multiple of 16 (whole vectors
+    """Hidden units per block of the step loop (JB), among the multiples of 16 (whole vectors
     of every gate's slice) with gates * JB <= BLOCK_COLS and a result of at most REC_BYTES
-    that cuts `hidden` into equal blocks, as many as a multiple of `threads` (each thread
-    then runs the same blocks every step, and their R panels stay in its cache); else 16,
-    the blocks past the last whole one forming a narrower tail block. At most `hidden`."""
-    best = 16
-    for jb in range(16, hidden + 1, 16):
-        if gates * jb > BLOCK_COLS or batch * gates * jb * itemsize > REC_BYTES:
-            break
-        if hidden % jb == 0 and hidden // jb % threads == 0:
-            best = jb
-    return min(hidden, best)
+    that cut `hidden` into equal blocks, as many as a multiple of `threads` (each thread then
+    runs the same blocks every step, and their R panels stay in its cache): the widest giving
+    two blocks a thread of BLOCK_MIN_WORK multiply-adds each, else the widest. With none, 16,
+    the units past the last whole block forming a narrower tail block. At most `hidden`."""
+    fits = [jb for jb in range(16, hidden + 1, 16)
+            if gates * jb <= BLOCK_COLS and batch * gates * jb * itemsize <= REC_BYTES
+            and hidden % jb == 0 and hidden // jb % threads == 0]
+    two = [jb for jb in fits if hidden // jb >= 2 * threads
+           and batch * gates * jb * hidden >= BLOCK_MIN_WORK]
+    return min(hidden, max(two or fits or [16]))
 
 
 def gate_groups(a: RnnAttrs) -> tuple[tuple[int, ...], ...]:

@@ -270,12 +270,12 @@ BLOCKED = {  # hidden sizes giving several blocks of hidden units and a narrower
     "gru": ("GRU", dict(H=150, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
     "gru_lbr": ("GRU", dict(H=150, linear_before_reset=1)),
     "rnn": ("RNN", dict(H=200, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
-    # equal blocks wider than the tiled kernel's panels (R stored in panels, `pack_r`): LSTM 2
-    # blocks of 64 units (256 columns), GRU 2 of 48 (z, r: 96 columns, an edge panel; h: 48),
-    # RNN 2 of 128
+    # equal blocks wider than the tiled kernel's panels (R stored in panels, `pack_r`): LSTM 4
+    # blocks of 32 units (128 columns), GRU 4 of 48 (z, r: 96 columns, an edge panel; h: 48),
+    # RNN 4 of 128
     "lstm_panels": ("LSTM", dict(H=128, peep=True, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
-    "gru_panels": ("GRU", dict(H=96, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
-    "rnn_panels": ("RNN", dict(H=256)),
+    "gru_panels": ("GRU", dict(H=192, lens=[9, 4, 0, 7, 9, 1, 8, 2])),
+    "rnn_panels": ("RNN", dict(H=512, scale=0.05)),  # 512-term sums: keep tanh unsaturated
 }
 
 
@@ -298,7 +298,8 @@ def test_blocked_steps_on_two_threads(case):
     # constant weights are packed at compile time, weights given as inputs by a pack kernel:
     # both must match onnxruntime.
     kind, kw = BLOCKED[case]
-    model, feeds = make(kind, S=9, N=8, I=16, dirs=2 if kind == "GRU" else 1, scale=0.2, **kw)
+    kw = {"scale": 0.2, **kw}
+    model, feeds = make(kind, S=9, N=8, I=16, dirs=2 if kind == "GRU" else 1, **kw)
     want = run_ort(model, feeds)
     # weights as inputs: the pack kernel's layout (both GRU gate groups, panels)
     variants = [(model, feeds), _weights_as_inputs(model, feeds)]
@@ -318,31 +319,36 @@ def test_blocked_steps_loop_ir():
 
 def test_blocked_steps_loop_ir_panels():
     # Blocks wider than a panel: the steps' products read R in panels, in the interpreter too.
-    from loop_harness import OPTIONS, import_model, lower_signature
+    from loop_harness import import_model, lower_signature
 
-    model, feeds = make("GRU", S=4, N=4, I=5, H=96, dirs=2, lens=[4, 0, 2, 3])
+    from onnxjit.options import CompileOptions
+
+    opts = CompileOptions(verify=False, num_threads=2)  # GRU hidden 192: 4 blocks of 48 units
+    model, feeds = make("GRU", S=4, N=4, I=5, H=192, dirs=2, lens=[4, 0, 2, 3], scale=0.2)
     want = run_ort(model, feeds)
     for m, f in (model, feeds), _weights_as_inputs(model, feeds):
         inputs = [f[v.name] for v in m.graph.input]
         sig = tuple((DType.from_numpy(v.dtype), v.shape) for v in inputs)
-        _, prog = lower_signature(import_model(m.SerializeToString(), OPTIONS), sig, OPTIONS)
+        _, prog = lower_signature(import_model(m.SerializeToString(), opts), sig, opts)
         steps = [s for k in prog.kernels if k.name.endswith("steps") for s in walk(k.body)
                  if isinstance(s, Matmul)]
         assert any(s.b_packed for s in steps)
-        close(run_via_loop_ir(m, inputs), want)
+        close(run_via_loop_ir(m, inputs, opts), want)
 
 
 def test_block_width():
     from onnxjit.ir.ops_rnn_loops import block_width
 
-    # (hidden, gates, batch, itemsize, threads): the widest equal blocks, a multiple of the
-    # threads, within BLOCK_COLS gate columns and REC_BYTES of result
+    # (hidden, gates, batch, itemsize, threads): equal blocks, a multiple of the threads,
+    # within BLOCK_COLS gate columns and REC_BYTES of result; the widest with two a thread
     assert block_width(256, 4, 8, 4, 2) == 64  # 4 blocks of 256 columns
     assert block_width(256, 3, 8, 4, 2) == 64
-    assert block_width(256, 1, 8, 4, 2) == 128  # 2 blocks, not 1
+    assert block_width(256, 1, 8, 4, 2) == 64  # 4 blocks, not 2 of 128
     assert block_width(256, 4, 64, 4, 2) == 32  # 64 x 128 results: 32 KB
-    assert block_width(256, 4, 8, 4, 8) == 32  # 8 blocks for 8 threads
+    assert block_width(256, 4, 8, 4, 8) == 16  # 16 blocks for 8 threads
     assert block_width(256, 4, 8, 4, 3) == 16  # no equal split into 3: narrow blocks
+    assert block_width(128, 4, 1, 4, 2) == 64  # 4 blocks would be 16K multiply-adds each
+    assert block_width(64, 4, 16, 4, 2) == 16
     assert block_width(100, 4, 8, 4, 2) == 16  # 6 blocks and a tail of 4 units
     assert block_width(8, 4, 1, 4, 2) == 8
 
