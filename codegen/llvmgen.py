@@ -45,7 +45,7 @@ from onnxjit.codegen.irutil import (
     no_unroll_md,
     store_elem,
 )
-from onnxjit.codegen.matmul import emit_matmul, uses_tiles
+from onnxjit.codegen.matmul import emit_matmul, emit_outlined, uses_tiles
 from onnxjit.codegen.narrow_matmul import emit_narrow_matmul
 from onnxjit.codegen.parallel import ABSORBED, emit_parallel, plan_kernel
 from onnxjit.codegen.scalar import (
@@ -119,7 +119,7 @@ class KernelTranslator:
         self.fn.linkage = "internal"
         for attr in ("nounwind", "noinline"):
             self.fn.attributes.add(attr)
-        self.n_products = 0  # products emitted as functions of their own (`_outlined`)
+        self.n_products = 0  # products emitted as functions of their own (`emit_outlined`)
         self.math_heavy = any(isinstance(t, Op) and t.op in _CHAINED for t in walk(kernel.body))
         self.ptrs: list[ir.Value] = []
         for arg, (r, _) in zip(self.fn.args, self.roots):
@@ -332,36 +332,19 @@ class KernelTranslator:
             emit_narrow_matmul(self.b, self.scalar, s, ptrs, offs)  # type: ignore[arg-type]
             return False
         if epilogue is None and OUTLINE_PRODUCTS and self.math_heavy and uses_tiles(s):
-            self.b.call(self._outlined(s), [*ptrs, *offs])
+            emit_outlined(self.b, s, ptrs, offs, f"{self.fn.name}.mm{self.n_products}",
+                          where=f"kernel {self.kernel.name}")
+            self.n_products += 1
             return False
         return emit_matmul(self.b, s, ptrs, offs, where=f"kernel {self.kernel.name}",
                            epilogue=epilogue)
 
-    def _outlined(self, s: Matmul) -> ir.Function:
-        """A function of its own running the tiled kernel of `s`: (C, A, B pointers, their
-        offsets). Its register tile is allocated there, with nothing else live: inline, LLVM
-        hoists the splat constants of a nest after the product (an LSTM cell's polynomial
-        coefficients) above it, and the allocator spilled the tile's accumulators instead."""
-        name = f"{self.fn.name}.mm{self.n_products}"
-        self.n_products += 1
-        fn = ir.Function(self.fn.module, ir.FunctionType(ir.VoidType(), [PTR] * 3 + [I64] * 3),
-                         name)
-        fn.linkage = "internal"
-        for attr in ("nounwind", "noinline"):
-            fn.attributes.add(attr)
-        entry = fn.append_basic_block("entry")  # the kernel's stack buffers, then the body
-        b = ir.IRBuilder(fn.append_basic_block("body"))
-        emit_matmul(b, s, fn.args[:3], fn.args[3:], where=f"kernel {self.kernel.name}")
-        b.ret_void()
-        ir.IRBuilder(entry).branch(fn.blocks[1])
-        return fn
-
 
 #: in a kernel that also computes exp/log/tanh/... (polynomials with many constants), emit each
-#: tiled product without a fused epilogue as a function of its own (`_outlined`). Measured, two
-#: threads, on the bench LSTM with blocks of 64 hidden units: 3.0x (the tile had spilled);
-#: with its blocks of 16: 1.01-1.015x; GRU 1.02x; BERT-tiny even. Outlining every product lost
-#: 2.5% on an LSTM with hidden 64 (its 16x64x64 products are short)
+#: tiled product without a fused epilogue as a function of its own (`matmul.emit_outlined`).
+#: Measured, two threads, on the bench LSTM with blocks of 64 hidden units: 3.0x (the tile had
+#: spilled); with its blocks of 16: 1.01-1.015x; GRU 1.02x; BERT-tiny even. Outlining every
+#: product lost 2.5% on an LSTM with hidden 64 (its 16x64x64 products are short)
 OUTLINE_PRODUCTS = True
 
 #: A Matmul's epilogue nest runs in the tiled kernel's stores (`epilogue_fuse`); False: as a

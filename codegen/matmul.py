@@ -3,7 +3,9 @@ vectorizer turns into broadcast-FMA code.
 
 `C (+)= alpha * A' @ B'` on row-major windows (see `onnxjit.ir.loops.Matmul`). Float products of
 at least TILE_WORK multiply-adds go to `matmul_kernel.TileGemm` (explicit vector register tile;
-B packed on the stack from PACK_MIN_M rows, PACK_MIN_M_T when transposed, else read in place).
+B packed on the stack from PACK_MIN_M rows, PACK_MIN_M_T when transposed, else read in place;
+`uses_tiles` says which do, and `emit_outlined` runs one as a function of its own, for kernels
+whose other code would crowd the tile out of registers: `llvmgen.OUTLINE_PRODUCTS`).
 The rest (ints, small products, one-row products, few rows with B transposed) use two forms
 here, both needing no extra memory. A B packed at compile time (`Matmul.b_packed`, see
 `packs_b`) always goes to the tiled kernel, which alone reads that layout:
@@ -289,3 +291,23 @@ def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequ
             e.zero_c()
         e.axpy()
     return False
+
+
+def emit_outlined(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
+                  offs: Sequence[ir.Value], name: str, where: object = None) -> None:
+    """Emit `s` (no epilogue) as an internal function `name` of its own, taking the C, A, B
+    pointers and their offsets, and call it at the builder's position. Its register tile is
+    allocated there with nothing else live: inline, LLVM hoists the splat constants of a nest
+    after the product (an LSTM cell's polynomial coefficients) above it, and the allocator
+    spilled the tile's accumulators rather than them."""
+    fn = ir.Function(b.module, ir.FunctionType(ir.VoidType(), [ir.PointerType()] * 3
+                                               + [ir.IntType(64)] * 3), name)
+    fn.linkage = "internal"
+    for attr in ("nounwind", "noinline"):
+        fn.attributes.add(attr)
+    entry = fn.append_basic_block("entry")  # the kernel's stack buffers, then the body
+    body = ir.IRBuilder(fn.append_basic_block("body"))
+    emit_matmul(body, s, fn.args[:3], fn.args[3:], where=where)
+    body.ret_void()
+    ir.IRBuilder(entry).branch(fn.blocks[1])
+    b.call(fn, [*ptrs, *offs])
