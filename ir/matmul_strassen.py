@@ -48,7 +48,7 @@ products (M3, M4) and makes the flagged rows' results NaN (the direct product gi
 NaN there). Every other row gets what it would without them. The flags cost a store per row
 and a few selects in the combining pass; the products are the same code. Finite values keep
 the norm-wise bound above: a row's rounding error grows with its partner row's magnitude.
-`applies` keeps the direct product where the adds cost more than the products save, where
+`plan` keeps the direct product where the adds cost more than the products save, where
 the right operands (7/4 of B's bytes: they replace the packed weight) would not stay in L3,
 and for shapes this lowering does not cover (odd depth or slice width, A transposed,
 batched B).
@@ -72,11 +72,11 @@ from onnxjit.ir.loops import Buffer, Matmul, Operand, i64, pack_panels
 from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.types import DType
 
-#: Use one Strassen level where `applies`; False keeps every product direct.
+#: Use one Strassen level where `plan` applies; False keeps every product direct.
 STRASSEN = True
 #: Column slices: one parallel iteration each (the two cores of the machines we target).
 SLICES = 2
-#: Smallest sizes where the 7 products pay for the adds (see `applies`). Measured, two
+#: Smallest sizes where the 7 products pay for the adds (see `plan`). Measured, two
 #: threads, a layer with bias and Relu against the direct product: 32x784x512 1.09x,
 #: 32x512x512 1.075x, 16x1024x1024 1.11x, 64x1024x1024 1.10x, 128x768x768 1.10x, 32x512x256
 #: 1.02x, 16x512x512 1.02x; with depth 256 it lost (32x256x256 0.95x, 64x256x256 0.92x),
@@ -114,11 +114,6 @@ SUMS = 5
 #: C11, C12, C21, C22 as coefficients of the products in that order.
 _OUT = ((1, 0, -1, 0, 1, 0, 1), (0, 0, 1, 0, 0, 1, 0), (0, 1, 0, 0, 0, 0, 1),
         (1, -1, 0, 1, 0, 1, 0))
-
-
-def applies(m: int, k: int, n: int, dtype: DType) -> bool:
-    """Whether C (m x n) = A (m x k) @ B (k x n), B constant, runs as Strassen products."""
-    return plan(m, k, n, dtype) is not None
 
 
 def plan(m: int, k: int, n: int, dtype: DType) -> tuple[int, int] | None:
@@ -211,18 +206,31 @@ def _combine(b: Builder, terms: list[Operand], coef: tuple[int, ...]) -> Operand
     return acc
 
 
-def lower_strassen(ctx: LowerContext, b: Builder, y: Buffer, a: Buffer, bt: np.ndarray,
-                   m: int, alpha: float = 1.0, epilogue=None, accumulate: bool = False
-                   ) -> None:
-    """Emit Y (m x n, row-major) (+)= alpha * A (m x k, row-major) @ bt (k x n, the constant
-    B'), then `epilogue` (an `ops_fused_linear.Epilogue`) on each element; `applies` must
-    hold. With `accumulate` the product is added to Y's old value (a Gemm's beta * C)."""
+def lower_if_applies(ctx: LowerContext, b: Builder, y: Buffer, a: Buffer, bm: Buffer,
+                     trans_b: bool, m: int, name: str, alpha: float = 1.0, epilogue=None,
+                     accumulate: bool = False) -> bool:
+    """When B (`bm`, read as B^T under `trans_b`) is a 2-D constant, the compile allows fast
+    algorithms and `plan` applies: append to `b` the Strassen products of Y (m x n, row-major)
+    (+)= alpha * A (m x k, row-major) @ B', then `epilogue` (an `ops_fused_linear.Epilogue`)
+    on each element, and make `b`'s statements the kernel `name`; whether it did. With
+    `accumulate` the product is added to Y's old value (a Gemm's beta * C)."""
+    bt = constant_operand(bm, trans_b)
+    planned = plan(m, *bt.shape, y.dtype) if bt is not None and ctx.fast_algorithms else None
+    if planned is None:
+        return False
+    _lower(ctx, b, y, a, bt, m, planned, alpha, epilogue, accumulate)
+    ctx.kernel(name, b.body)
+    return True
+
+
+def _lower(ctx: LowerContext, b: Builder, y: Buffer, a: Buffer, bt: np.ndarray, m: int,
+           planned: tuple[int, int], alpha: float, epilogue, accumulate: bool) -> None:
+    """The loops of `lower_if_applies`, for bt (k x n, the constant B') and `plan`'s
+    (rows a block, columns a chunk)."""
     from onnxjit.codegen.matmul_kernel import panel_width  # ir/ loads no llvmlite at import
 
     dt = y.dtype
     k, n = bt.shape
-    planned = plan(m, k, n, dt)
-    assert planned is not None
     rows, cw = planned
     kh, chunks = k // 2, n // SLICES // 2 // cw
     nr = panel_width(dt.itemsize)

@@ -232,14 +232,11 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
     b = Builder()
     # a size-1 batch dim's strides do not matter (A (1, S, K) gets stride 0 there)
     keep = [i for i, d in enumerate(batch) if d != 1]
-    if all(sb[i] == 0 for i in keep) and not ta and \
-            [sa[i] for i in keep] == [sc[i] // n * k for i in keep]:
-        total = math.prod(batch) * m
-        bt = strassen.constant_operand(bm, tb)
-        if bt is not None and ctx.fast_algorithms and strassen.applies(total, k, n, y.dtype):
-            strassen.lower_strassen(ctx, b, y, a, bt, total, alpha, epi)
-            ctx.kernel("fused_matmul_strassen", b.body)
-            return
+    folds = all(sb[i] == 0 for i in keep) and not ta and \
+        [sa[i] for i in keep] == [sc[i] // n * k for i in keep]
+    if folds and strassen.lower_if_applies(ctx, b, y, a, bm, tb, math.prod(batch) * m,
+                                           "fused_matmul_strassen", alpha, epi):
+        return
 
     def mm(c_off: Operand, a_off: Operand, b_off: Operand, rows: int) -> Matmul:
         return Matmul(y, c_off, n, a, a_off, lda, bm, b_off, ldb, rows, n, k,

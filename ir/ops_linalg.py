@@ -139,13 +139,9 @@ def batched_matmul(b: Builder, y: Buffer, a: Buffer, bm: Buffer, a_shape: tuple,
 def _matmul_lower(ctx: LowerContext, node: Node) -> None:
     a, bm, y = ctx.buf(node.inputs[0]), ctx.buf(node.inputs[1]), ctx.buf(node.outputs[0])
     b = Builder()
-    bt = strassen.constant_operand(bm, False)
-    if bt is not None and len(a.shape) >= 2 and y.numel:
-        rows = math.prod(a.shape[:-1])
-        if ctx.fast_algorithms and strassen.applies(rows, *bt.shape, y.dtype):
-            strassen.lower_strassen(ctx, b, y, a, bt, rows)
-            ctx.kernel("matmul_strassen", b.body)
-            return
+    if len(a.shape) >= 2 and y.numel and strassen.lower_if_applies(
+            ctx, b, y, a, bm, False, math.prod(a.shape[:-1]), "matmul_strassen"):
+        return
     batched_matmul(b, y, a, bm, a.shape, bm.shape)
     if b.body:
         ctx.kernel("matmul", b.body)
@@ -324,11 +320,8 @@ def _gemm_lower(ctx: LowerContext, node: Node) -> None:
         elementwise(b, y, [c], scale_c)  # type: ignore[list-item]
     elif k == 0:
         fill(b, y, 0)
-    bt = strassen.constant_operand(bm, at.trans_b)
-    if k > 0 and not at.trans_a and bt is not None and ctx.fast_algorithms and \
-            strassen.applies(m, k, n, dt):
-        strassen.lower_strassen(ctx, b, y, a, bt, m, at.alpha, accumulate=use_c)
-        ctx.kernel("gemm_strassen", b.body)
+    if k > 0 and not at.trans_a and strassen.lower_if_applies(
+            ctx, b, y, a, bm, at.trans_b, m, "gemm_strassen", at.alpha, accumulate=use_c):
         return
     if k > 0:
         b.emit(Matmul(y, i64(0), n, a, i64(0), a.shape[1], bm, i64(0), bm.shape[1], m, n, k,
