@@ -17,7 +17,7 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "CompiledObject": "objects", "load_object": "objects", "pool_slots": "objects",
+    "CompiledObject": "objects", "load_object": "link", "pool_slots": "pool",
     "NativeLibrary": "jit", "compile_program": "jit",
     "DATA_OFFSET": "llvmgen", "FLAGS_OFFSET": "llvmgen", "target_id": "target",
 }

@@ -1,6 +1,6 @@
 """A Matmul's epilogue applied in the tiled kernel's stores instead of in a pass over C.
 
-The fused producers (`ir.ops_fused_linear.Epilogue.emit`) follow a Matmul with a nest over the
+The fused producers (`ir.ops.fused.epilogue.Epilogue.emit`) follow a Matmul with a nest over the
 same window of C (off = the Matmul's c_off, ld = its ldc, m rows, n columns):
 
     for r in [0, m): prelude (scalar Ops and Loads: base = off + r*ld, per-row values)

@@ -11,7 +11,7 @@ target machine built from the host's CPU name and features. `dump(name, text)` r
 
 Each module also carries the fast-call trampoline (`pyentry`, named `<prefix>_fastcall`).
 `load_object_mcjit` links with LLVM (an MCJIT engine over an empty module gets the object file
-added and finalised); the usual linker is `objects.load_object`'s ELF loader, which needs no
+added and finalised); the usual linker is `link.load_object`'s ELF loader, which needs no
 LLVM at all. The C library
 symbols generated code may call (libm's `exp`, `log`, `tanh`, `erf`, `pow`, `powf`, `fmod`,
 `fmodf`, `memset`/`memcpy` that LLVM forms from loops, and the pthread functions of the worker
@@ -117,6 +117,20 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) ->
     pm.run(mod, pb)
 
 
+def object_code(ir_text: Callable[[str, str], str], opt_level: int = 2) -> bytes:
+    """Object code of a hand-written module (the worker pool, the FMA-peak kernel):
+    `ir_text(triple, data_layout)` gives its LLVM IR text, verified, optimised at `opt_level`
+    for the host and emitted."""
+    with _llvm_lock:
+        target.init()
+        triple, _, _ = target.host()
+        mod = llvm.parse_assembly(ir_text(triple, target.data_layout()))
+        mod.verify()
+        tm = target.create_target_machine(opt_level)
+        optimize(mod, tm, opt_level)
+        return bytes(tm.emit_object(mod))
+
+
 def _register_libc_symbols() -> None:
     global _symbols_done
     if _symbols_done:
@@ -142,7 +156,7 @@ def _register_libc_symbols() -> None:
 
 
 def load_object_mcjit(obj: CompiledObject) -> NativeLibrary:
-    """Link object code with LLVM's MCJIT (the fallback of `objects.load_object`)."""
+    """Link object code with LLVM's MCJIT (the fallback of `link.load_object`)."""
     target.init()
     _register_libc_symbols()
     triple, _, _ = target.host()

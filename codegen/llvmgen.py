@@ -22,7 +22,7 @@ Algorithm:
 3) `<prefix>_entry(io, consts, arena)` computes every root buffer's pointer (io[slot] for inputs
    and outputs, consts[slot], arena + offset for temps) and calls the kernels in order,
    returning the first nonzero status. The runtime appends two slots to the consts table,
-   `parallel_for`'s address and the thread count (`jit.pool_slots`): object code cached on disk
+   `parallel_for`'s address and the thread count (`pool.pool_slots`): object code cached on disk
    holds no address, and `Program.consts` slots keep their numbers.
    `<prefix>_entry_py(a0, ..., consts, arena)` reads each numpy array's data pointer and flags
    straight from the PyObject, returns -1 unless every array is C-contiguous and aligned
@@ -45,7 +45,8 @@ from onnxjit.codegen.irutil import (
     no_unroll_md,
     store_elem,
 )
-from onnxjit.codegen.matmul import emit_matmul, emit_outlined, uses_tiles
+from onnxjit.codegen.kernel_shapes import uses_tiles
+from onnxjit.codegen.matmul import emit_matmul, emit_outlined
 from onnxjit.codegen.narrow_matmul import emit_narrow_matmul
 from onnxjit.codegen.parallel import ABSORBED, emit_parallel, plan_kernel
 from onnxjit.codegen.scalar import (
@@ -351,7 +352,7 @@ OUTLINE_PRODUCTS = True
 #: pass over C after the product.
 FUSE_EPILOGUES = True
 
-#: A flat loop folding at least FOLD_LANES float accumulators (`ops_reduce_loops.Lanes`) is
+#: A flat loop folding at least FOLD_LANES float accumulators (`reductions.lowering.Lanes`) is
 #: kept rolled (`no_unroll_md`): a fold of 8 trips (LayerNorm or softmax over 128) was fully
 #: unrolled into scalar chains. Measured, LayerNorm 128x128 on one thread 7.9 -> 5.8 us a
 #: call; BERT-tiny 1.05x (two threads); MobileNetV2-like, LSTM, MLP, SqueezeNet, ShuffleNet,

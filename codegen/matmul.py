@@ -39,12 +39,12 @@ from collections.abc import Sequence
 from llvmlite import ir
 
 from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin, load_elem, store_elem
+from onnxjit.codegen.kernel_shapes import PACK_MIN_M, PACK_MIN_M_T, uses_tiles
 from onnxjit.codegen.mathlib import intrinsic
 from onnxjit.codegen.matmul_kernel import TileGemm
 from onnxjit.codegen.scalar import constant, storage_type
 from onnxjit.errors import UnsupportedError
 from onnxjit.ir.loops import Matmul
-from onnxjit.ir.types import DType
 
 #: axpy form blocking: rows of C and values of kk per inner loop, columns and depth of a block
 R_ROWS, U_DEPTH, NB_BYTES, KB = 4, 4, 2048, 256
@@ -53,18 +53,6 @@ RI_ROWS, RJ_COLS, DOT_BLOCK_BYTES = 2, 4, 256 * 1024
 #: below this many multiply-adds the blocking buys nothing but compile time (fully unrolled
 #: constant-trip loops): one row, one kk, one column at a time
 SMALL_WORK = 8192
-#: float products from this many multiply-adds use the register-tiled kernel (matmul_kernel);
-#: below PACK_MIN_M rows B is read in place (packing would cost as much as the product), and a
-#: single row (a matrix-vector product, bound by reading B) stays in the axpy form. A
-#: transposed B cannot be read in place: it is packed from PACK_MIN_M_T rows (the dot form
-#: below). Measured, one thread, 16-24 rows (pointwise convs' chunks of output channels) read
-#: in place against packed per call: 1x1 32->16 at 112x112 1.25x, 256->16 at 56x56 1.30x,
-#: 512->16 at 14x14 1.25x, 128->24 at 28x28 1.17x; MobileNetV2-like 1.02x (two threads 1.05x).
-TILE_WORK, PACK_MIN_M, PACK_MIN_M_T = 32768, 32, 16
-#: a constant B is packed at compile time (once) for products of this many rows on: read from
-#: a packed constant, the tiled kernel beats the forms reading B in place at every m
-#: (784x512 weights, one thread: m = 1 even, m = 2..12 3-8% faster, 25-45% with B transposed)
-PREPACK_MIN_M = 1
 
 
 class _Emitter:
@@ -239,29 +227,6 @@ class _Emitter:
                     old = self.load(self.pc, ci)
                     v = b.fadd(old, v) if self.is_float else b.add(old, v)
                 self.store(v, self.pc, ci)
-
-
-def packs_b(s: Matmul) -> bool:
-    """Whether a constant B of `s` is worth packing once at compile time (in
-    `matmul_kernel.panel_width` panels, then read by the tiled kernel whatever m is)."""
-    dt = s.c.dtype
-    return (dt in (DType.FLOAT, DType.DOUBLE) and s.a.dtype == dt and s.b.dtype == dt
-            and s.k > 0 and s.n > 0 and s.m >= PREPACK_MIN_M and s.m * s.n * s.k >= TILE_WORK)
-
-
-def uses_tiles(s: Matmul) -> bool:
-    """Whether `emit_matmul` runs `s` on the tiled kernel: a B packed at compile time whatever
-    the sizes (a split product's leftover rows), else float products of TILE_WORK
-    multiply-adds from PACK_MIN_M rows (PACK_MIN_M_T with B transposed), or of 2+ rows with B
-    read in place."""
-    dt = s.c.dtype
-    if s.k <= 0 or s.m == 0 or s.n == 0 or not dt.is_float or s.a.dtype != dt \
-            or s.b.dtype != dt:
-        return False
-    if s.b_packed:
-        return True
-    return s.m * s.n * s.k >= TILE_WORK and (
-        s.m >= PACK_MIN_M or s.b_trans and s.m >= PACK_MIN_M_T or not s.b_trans and s.m > 1)
 
 
 def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequence[ir.Value],

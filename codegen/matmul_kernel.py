@@ -41,8 +41,8 @@ from collections.abc import Callable
 from llvmlite import ir
 
 from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin, splat
+from onnxjit.codegen.kernel_shapes import tile_shape
 from onnxjit.codegen.mathlib import intrinsic
-from onnxjit.codegen.target import vector_bytes
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Matmul
 
@@ -64,15 +64,6 @@ PREFETCH_A = 64
 BALANCED_TAIL = True
 
 
-def tile_shape(itemsize: int) -> tuple[int, int, int]:
-    """(VL, MR, NRV): vector lanes, tile rows, vectors per tile row for this host."""
-    vb = vector_bytes()
-    vl = max(1, vb // itemsize)
-    if vb >= 64:  # 32 zmm: 24 accumulators + 4 B vectors + broadcasts
-        return vl, 6, 4
-    return vl, 6, 2  # 16 ymm/xmm: 12 accumulators
-
-
 def row_tiles(m: int, mr: int) -> tuple[int, list[int]]:
     """(rows covered by whole mr-row tiles from row 0, heights of the tiles after them)."""
     rem = m % mr
@@ -80,12 +71,6 @@ def row_tiles(m: int, mr: int) -> tuple[int, list[int]]:
         high = (mr + rem + 1) // 2
         return m - mr - rem, [high, mr + rem - high]
     return m - rem, [rem] if rem else []
-
-
-def panel_width(itemsize: int) -> int:
-    """Columns of a packed B panel (NR) on this host: the layout a prepacked weight must have."""
-    vl, _, nrv = tile_shape(itemsize)
-    return vl * nrv
 
 
 class TileGemm:

@@ -2,13 +2,13 @@
 
 Generated code cannot embed the pool's address (its object code is cached on disk and linked
 into other processes), so the runtime puts `parallel_for_address()` into the consts table of
-every artifact that dispatches (`jit.pool_slots`). The pool itself is the module `pool_ir`
+every artifact that dispatches (`pool_slots`). The pool itself is the module `pool_ir`
 builds: object code like any program's, with the pthread functions as undefined symbols.
 
 Algorithm: 1) `compile_pool()` turns the module into a `CompiledObject` (LLVM is needed
 only here; the runtime keeps its bytes, `installed_code()`, in the disk-cache entry of every
 artifact that dispatches, so a warm start links them instead of compiling); 2) `install(obj)`
-links it with `jit.load_object` exactly once per process (later calls are no-ops), keeps the
+links it with `link.load_object` exactly once per process (later calls are no-ops), keeps the
 code alive until the process exits (worker threads run it), and registers a fork handler that
 resets the pool's state in a child; 3) `parallel_for_address()` installs a freshly compiled
 pool if none is installed yet and returns the entry's address.
@@ -20,6 +20,7 @@ import ctypes
 import os
 import threading
 
+from onnxjit.codegen.objects import CompiledObject
 from onnxjit.errors import CompileError
 
 ENTRY = "onnxjit_parallel_for"
@@ -31,31 +32,21 @@ _code: bytes | None = None
 _control = None  # ctypes function: i64 control(i64 reset) -> workers started
 
 
-def compile_pool():
-    """The pool module as object code for this host (a `jit.CompiledObject` whose `entry` is
+def compile_pool() -> CompiledObject:
+    """The pool module as object code for this host (a `objects.CompiledObject` whose `entry` is
     `onnxjit_parallel_for` and `entry_py` the control function)."""
-    import llvmlite.binding as llvm
-
-    from onnxjit.codegen import target
-    from onnxjit.codegen.jit import _llvm_lock, optimize
+    from onnxjit.codegen.jit import object_code
     from onnxjit.codegen.pool_ir import pool_ir
     from onnxjit.codegen.pool_trace import enabled
 
-    with _llvm_lock:
-        target.init()
-        triple, _, _ = target.host()
-        mod = llvm.parse_assembly(pool_ir(triple, target.data_layout(), trace=enabled()))
-        mod.verify()
-        tm = target.create_target_machine(2)
-        optimize(mod, tm, 2)
-        return pool_object(bytes(tm.emit_object(mod)))
+    trace = enabled()
+    return pool_object(object_code(
+        lambda triple, layout: pool_ir(triple, layout, ENTRY, CONTROL, trace=trace), 2))
 
 
-def pool_object(code: bytes):
-    """The pool's object code as a `jit.CompiledObject` (`entry` is `onnxjit_parallel_for`,
+def pool_object(code: bytes) -> CompiledObject:
+    """The pool's object code as a `objects.CompiledObject` (`entry` is `onnxjit_parallel_for`,
     `entry_py` the control function)."""
-    from onnxjit.codegen.objects import CompiledObject
-
     return CompiledObject(code, ENTRY, CONTROL, 0, 0, False)
 
 
@@ -69,13 +60,13 @@ def installed_code() -> bytes | None:
     return _code
 
 
-def install(obj) -> int:
+def install(obj: CompiledObject) -> int:
     """Link the pool's object code (once per process) and return `parallel_for`'s address."""
     global _address, _control, _code
     with _lock:
         if _address is not None:
             return _address
-        from onnxjit.codegen.objects import load_object
+        from onnxjit.codegen.link import load_object
 
         lib = load_object(obj)
         if not lib.entry_addr or not lib.entry_py_addr:
@@ -111,3 +102,11 @@ def trace_records() -> list:
 def worker_count() -> int:
     """Worker threads the pool has started in this process (0 before the first dispatch)."""
     return 0 if _control is None else int(_control(0))
+
+
+def pool_slots(obj: CompiledObject, num_threads: int) -> list[int]:
+    """The values of the slots the runtime appends to the consts table: `parallel_for`'s
+    address (0 when the code never dispatches: the pool is then not even built) and the
+    thread count."""
+    addr = parallel_for_address() if obj.uses_pool and num_threads > 1 else 0
+    return [addr, max(1, num_threads)]

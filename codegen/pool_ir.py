@@ -63,7 +63,6 @@ from llvmlite import ir
 
 from onnxjit.codegen.irutil import Callee
 from onnxjit.codegen.mathlib import intrinsic
-from onnxjit.codegen.pool import CONTROL, ENTRY
 from onnxjit.codegen.pool_trace_ir import Tracer
 
 PTR = ir.PointerType()
@@ -107,7 +106,8 @@ def _c(v: int) -> ir.Constant:
 class _Builder:
     """Builds the pool module; `g[name]` are the globals."""
 
-    def __init__(self, triple: str, data_layout: str, trace: bool = False):
+    def __init__(self, triple: str, data_layout: str, names: tuple[str, str], trace: bool):
+        self.entry, self.control = names
         m = self.module = ir.Module(name="onnxjit_pool")
         m.triple, m.data_layout = triple, data_layout
         self.x86 = triple.startswith(("x86_64", "i386", "i686"))
@@ -344,7 +344,7 @@ class _Builder:
         return fn
 
     def _dispatch(self) -> None:
-        fn, b = self._fn(ENTRY, VOID, [PTR, PTR, I64, I64, I64], internal=False)
+        fn, b = self._fn(self.entry, VOID, [PTR, PTR, I64, I64, I64], internal=False)
         task, ctx, n, grain, nthreads = fn.args
         blocks = {x: fn.append_basic_block(x) for x in (
             "serial", "try", "spawn", "create", "spawned", "unlock_serial", "run", "wait",
@@ -480,7 +480,7 @@ class _Builder:
         """i64 control(i64 op): the number of workers started; op 1 first zeroes every
         global (the child side of a fork); op 2 returns the trace ring's address instead (0
         without tracing, `pool_trace`)."""
-        fn, b = self._fn(CONTROL, I64, [I64], internal=False)
+        fn, b = self._fn(self.control, I64, [I64], internal=False)
         ring, check, zero, done = map(fn.append_basic_block, ("ring", "check", "zero", "done"))
         b.cbranch(b.icmp_signed("==", fn.args[0], _c(2)), ring, check)
         b.position_at_end(ring)
@@ -495,6 +495,6 @@ class _Builder:
         b.ret(self.get(b, "started"))
 
 
-def pool_ir(triple: str, data_layout: str, trace: bool = False) -> str:
-    """The pool module's LLVM IR text; `trace` records every dispatch (`pool_trace`)."""
-    return _Builder(triple, data_layout, trace).build()
+def pool_ir(triple: str, data_layout: str, entry: str, control: str, trace: bool = False) -> str:
+    """The pool module's IR: entries `entry`, `control`; `trace` records each dispatch."""
+    return _Builder(triple, data_layout, (entry, control), trace).build()

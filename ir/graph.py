@@ -177,6 +177,15 @@ class Model:
     functions: list[Function] = field(default_factory=list)
 
 
+def replace_uses(graph: Graph, old: Value, new: Value) -> None:
+    """Make every reader of `old` in `graph` (and nested regions) read `new`."""
+    for n in graph.nodes:
+        n.inputs = [new if v is old else v for v in n.inputs]
+        for g in n.regions():
+            replace_uses(g, old, new)
+    graph.outputs = [new if v is old else v for v in graph.outputs]
+
+
 def clone_graph(graph: Graph, outer: dict[Value, Value] | None = None) -> Graph:
     """A deep copy of a graph's structure: fresh Values and Nodes, shared constant arrays.
 

@@ -1,14 +1,14 @@
 """The host interpreter of the graph IR: runs nodes and regions with numpy.
 
 Used by the run-time shape phase (`onnxjit.staged`) for nodes it cannot compile, and by the
-control-flow ops (`ops_control`) to run their regions. `evaluate_node` runs one node given a
-lookup of the values in scope; `run_graph` runs a region node by node with a scope chained to
-the enclosing one, so that a region reads outer values. Each node goes through its op's numpy
-`evaluate` (elementwise ops through their scalar rule, as constant folding does), on a proxy
-node whose inputs are constants holding the actual arrays and whose types are re-inferred:
-inside a region, operand values and shapes are only known per iteration. Ops that exist only
-on the host (control flow; sequences and optionals, whose values are Python lists or None)
-register their evaluation in `HOST`; constant folding never calls those.
+control-flow ops (`control.if_loop_scan`) to run their regions. `evaluate_node` runs one node given
+a lookup of the values in scope; `run_graph` runs a region node by node with a scope chained to the
+enclosing one, so that a region reads outer values. Each node goes through its op's numpy `evaluate`
+(elementwise ops through their scalar rule, as constant folding does), on a proxy node whose inputs
+are constants holding the actual arrays and whose types are re-inferred: inside a region, operand
+values and shapes are only known per iteration. Ops that exist only on the host (control flow;
+sequences and optionals, whose values are Python lists or None) register their evaluation in `HOST`;
+constant folding never calls those.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from onnxjit.ir.types import DType, TensorType
 #: (domain, op) -> host evaluation `fn(node, inputs, lookup) -> outputs` (lists, None allowed).
 HOST: dict[tuple[str, str], Callable[[Node, list[Any], Callable[[Value], Any]], list[Any]]] = {}
 Lookup = Callable[[Value], Any]
+#: (domain, op) of a HOST op -> whether a node of it compiles natively after all (Loop and Scan
+#: of fixed shapes: `ops.control.native_loop` registers the test).
+NATIVE_WHEN: dict[tuple[str, str], Callable[[Node], bool]] = {}
 
 
 def host_op(name: str) -> Callable:
@@ -50,11 +53,8 @@ def is_host_only(node: Node) -> bool:
     _tables()
     key = (node.domain if node.domain != "ai.onnx" else "", node.op)
     if key in HOST:
-        if key in (("", "Loop"), ("", "Scan")):  # unless it compiles to a native loop
-            from onnxjit.ir import control_native as cn
-
-            return not (cn.loop_native(node) if node.op == "Loop" else cn.scan_native(node))
-        return True
+        native = NATIVE_WHEN.get(key)  # a Loop or Scan that compiles to a native loop
+        return native is None or not native(node)
     from onnxjit.ir.opdef import lookup
 
     d = lookup(node.domain, node.op)
@@ -125,7 +125,7 @@ def _proxy(node: Node, ins: list[Any]) -> Node:
     """A copy of `node` whose inputs are constants holding `ins`, inferred: op rules read
     operand values (`.const`) and types from the node, and inside a region those are only
     known per iteration. The region's own values are never mutated (calls may be concurrent)."""
-    from onnxjit.passes.infer_shapes import infer_node
+    from onnxjit.ir.infer import infer_node
 
     vals: list[Value | None] = []
     for a in ins:

@@ -9,7 +9,7 @@ and a list of `Kernel`s run in order. A kernel body is a list of statements:
 - `Check(cond, message)`: if the bool `cond` is false, the whole call stops and the runtime raises
   `InputError(message)` (data-dependent errors such as an index out of range: never a crash);
 - `Break(cond)`: if the bool `cond` is true, leave the innermost enclosing (serial) loop (a
-  Loop op whose condition ends it early: see `ir.control_native`);
+  Loop op whose condition ends it early: see `ir.ops.control.native_loop`);
 - `Matmul(...)`: `C = alpha * op(A) @ op(B)` (or `C += ...`) on 2-D row-major windows of buffers,
   a first-class statement so that code generation can emit a register-blocked microkernel for it
   (the loop nest a scalar lowering would give is far from the machine's peak).

@@ -95,7 +95,7 @@ except KeyError:  # pragma: no cover - without ml_dtypes no array is bfloat16
 # specials per type: e4m3fn -> NaN (0x7F, keeps the sign); fnuz -> their one NaN 0x80 (and a
 # zero result is +0: 0x80 is not -0); e5m2 -> inf (NaN is 0x7E); float4 saturates to +-6 and
 # maps NaN to -0/+0 (ml_dtypes' choice). ONNX `saturate=1` is a clamp to +-max in the source
-# type before the cast (`ops_cast.py`): NaN stays NaN, inf becomes max, like
+# type before the cast (`elementwise.cast.py`): NaN stays NaN, inf becomes max, like
 # onnx.numpy_helper.saturate_cast. f64 sources are first rounded to f32 *to odd*, so rounding
 # once more to <= 4 mantissa bits is the correct rounding of the double.
 #

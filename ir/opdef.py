@@ -112,18 +112,18 @@ _loaded = False
 def _load_tables() -> None:
     # The op families register themselves on import; importing here keeps one entry point.
     # A flag, not "OPS is empty": importing one family directly (the fuse pass imports
-    # ops_fused) must not stop the others from loading.
+    # ops.fused.region) must not stop the others from loading.
     global _loaded
-    # Every module named ops_*.py in this package is a family; discovering them (sorted, so
-    # registration order is deterministic) lets a new family land without editing this file.
+    # Every module under onnxjit.ir.ops is imported (sorted by dotted name, so registration
+    # order is deterministic): a new family or file lands without editing this function.
     import importlib
     import pkgutil
 
-    import onnxjit.ir as package
+    import onnxjit.ir.ops as package
 
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if info.name.startswith("ops_"):
-            importlib.import_module(f"onnxjit.ir.{info.name}")
+    names = [m.name for m in pkgutil.walk_packages(package.__path__, "onnxjit.ir.ops.")]
+    for name in sorted(names):
+        importlib.import_module(name)
     _loaded = True
 
 

@@ -3,8 +3,8 @@
     fn = onnxjit.compile("model.onnx")
     y, = fn(x)
 
-See README.md and DESIGN.md. The heavy parts (importer, passes, code generator) are imported
-on first use, so `import onnxjit` stays cheap.
+See README.md and docs/architecture.md. The heavy parts (importer, passes, code generator) are
+imported on first use, so `import onnxjit` stays cheap.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from onnxjit.errors import (
     OnnxJitError,
     UnsupportedError,
 )
-
-__version__ = "0.1.0"
+from onnxjit.version import __version__
 
 __all__ = [
     "CompileError", "InputError", "InputTypeError", "ModelError", "OnnxJitError",

@@ -174,7 +174,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from onnxjit.bench import main as bench_main
+    from onnxjit.bench.runner import main as bench_main
 
     return bench_main(args)
 

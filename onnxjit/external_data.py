@@ -34,6 +34,9 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import DecodeError
 
 from onnxjit.errors import ModelError
 from onnxjit.proto import onnx_pb2 as P
@@ -210,3 +213,53 @@ def fingerprint(base_dir: str | os.PathLike, location: str) -> str:
     except ModelError:
         return f"{location}:invalid"
     return f"{location}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+
+
+def referenced_locations(data: bytes) -> list[str] | None:
+    """The external-data locations a serialized model references (for its cache key), or None
+    when `data` is not a model (importing it reports why)."""
+    proto = P.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError):
+        return None
+    return external_locations(proto) if proto.HasField("graph") else None
+
+
+def external_locations(proto: P.ModelProto) -> list[str]:
+    """Every external-data location named in the model: initializers, sparse initializers and
+    tensor attributes, in subgraphs and functions too (unreadable entries are skipped)."""
+    out: list[str] = []
+
+    def tensor(t: P.TensorProto) -> None:
+        if t.data_location == P.TensorProto.EXTERNAL:
+            try:
+                out.append(external_info(t, "")[0])
+            except ModelError:
+                pass
+
+    def graph(g: P.GraphProto) -> None:
+        for t in g.initializer:
+            tensor(t)
+        for s in g.sparse_initializer:
+            tensor(s.values)
+            tensor(s.indices)
+        for n in g.node:
+            attrs(n.attribute)
+
+    def attrs(attributes: Any) -> None:
+        for a in attributes:
+            if a.HasField("t"):
+                tensor(a.t)
+            for t in a.tensors:
+                tensor(t)
+            if a.HasField("g"):
+                graph(a.g)
+            for g in a.graphs:
+                graph(g)
+
+    graph(proto.graph)
+    for f in proto.functions:
+        for n in f.node:
+            attrs(n.attribute)
+    return out

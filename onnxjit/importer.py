@@ -24,7 +24,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from onnxjit.errors import ModelError, UnsupportedError
-from onnxjit.external_data import ExternalReader, external_info
+from onnxjit.external_data import ExternalReader
 from onnxjit.importer_graph import GraphImporter, import_type
 from onnxjit.ir.graph import Function, Model
 from onnxjit.model_source import is_model_text, model_hash, read_model_bytes
@@ -133,40 +133,3 @@ def _import_function(f: P.FunctionProto, model_opsets: dict[str, int], reader: E
         name=f.name, domain=f.domain, inputs=list(f.input), outputs=list(f.output),
         attributes=list(f.attribute) + [a.name for a in f.attribute_proto],
         attribute_defaults=defaults, body=body, opset_imports=own, overload=f.overload)
-
-
-def _external_locations(proto: P.ModelProto) -> list[str]:
-    out: list[str] = []
-
-    def tensor(t: P.TensorProto) -> None:
-        if t.data_location == P.TensorProto.EXTERNAL:
-            try:
-                out.append(external_info(t, "")[0])
-            except ModelError:
-                pass
-
-    def graph(g: P.GraphProto) -> None:
-        for t in g.initializer:
-            tensor(t)
-        for s in g.sparse_initializer:
-            tensor(s.values)
-            tensor(s.indices)
-        for n in g.node:
-            attrs(n.attribute)
-
-    def attrs(attributes: Any) -> None:
-        for a in attributes:
-            if a.HasField("t"):
-                tensor(a.t)
-            for t in a.tensors:
-                tensor(t)
-            if a.HasField("g"):
-                graph(a.g)
-            for g in a.graphs:
-                graph(g)
-
-    graph(proto.graph)
-    for f in proto.functions:
-        for n in f.node:
-            attrs(n.attribute)
-    return out

@@ -156,13 +156,8 @@ def model_hash(src: Any, base_dir: str | os.PathLike | None = None, memo: Any = 
         memo.put(memo_key, Entry({"digest": base}))
     h = digest.new(base.encode())
     if folder is not None and b"location" in data:
-        from onnxjit.external_data import fingerprint
-        from onnxjit.importer import _external_locations, parse_model
+        from onnxjit.external_data import fingerprint, referenced_locations
 
-        try:
-            proto = parse_model(data)
-        except ModelError:
-            return data, h.hexdigest()
-        for loc in sorted(set(_external_locations(proto))):
+        for loc in sorted(set(referenced_locations(data) or ())):
             h.update(b"\0external\0" + fingerprint(folder, loc).encode())
     return data, h.hexdigest()

@@ -115,7 +115,7 @@ class CompiledModel:
 
     # model-level metadata ------------------------------------------------------------------
     def _model_key(self) -> str:
-        from onnxjit import __version__
+        from onnxjit.version import __version__
 
         return cache_mod.make_key("model", self._hash, str(cache_mod.FORMAT), __version__,
                                   str(self._base_dir))
@@ -250,8 +250,8 @@ class CompiledModel:
 
     # compiling ----------------------------------------------------------------------------------
     def _artifact_key(self, sig: tuple) -> str:
-        from onnxjit import __version__
         from onnxjit.hostinfo import compiler_id, host_id
+        from onnxjit.version import __version__
 
         return cache_mod.make_key("artifact", self._hash, str(self._base_dir),
                                   signature_id(sig), self.options.code_key(), __version__,

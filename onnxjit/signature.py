@@ -115,7 +115,7 @@ def _content(kind: Any, x: Any) -> Any:
 
 def entry_type(entry: tuple) -> ValueType:
     """The type of a specialised graph input from its signature entry."""
-    from onnxjit.ir.ops_control import join
+    from onnxjit.ir.ops.control.if_loop_scan import join
 
     kind, content = entry
     if isinstance(kind, DType):

@@ -13,16 +13,16 @@ graph whose inputs are concrete arrays:
             every input's shape, and the VALUES of the small integer tensors that the next
             node reads (shape-like operands: targets, axes, pads, sizes), bound as constants
 
-Control flow and non-tensor values: a Loop or Scan of fixed carried shapes compiles natively
-like any node (`ir.control_native`), except a Loop with scan outputs whose trip count arrives
-at run time. A leading If is replaced in the child by the branch its condition selects, and a
-leading Loop with a known trip count (no early exit) by itself with the trip count bound when
-its body then compiles to a native loop, else (and a Scan) by its body unrolled
-(`ir.control_unroll`, up to `UNROLL_LIMIT` iterations), so they compile natively with what
-follows them; other Loops and Scans, and the sequence and optional ops, run on the
-host (`ir.host_eval`), their regions reading outer values through the stage's inputs (a
-region's free values count as reads of its node). Sequences are Python lists and optionals
-an array or None in the stage's environment; a child is specialised on each element's shape.
+Control flow and non-tensor values: a Loop or Scan of fixed carried shapes compiles natively like
+any node (`ir.ops.control.native_loop`), except a Loop with scan outputs whose trip count arrives at
+run time. A leading If is replaced in the child by the branch its condition selects, and a leading
+Loop with a known trip count (no early exit) by itself with the trip count bound when its body then
+compiles to a native loop, else (and a Scan) by its body unrolled (`ir.ops.control.unroll`, up to
+`UNROLL_LIMIT` iterations), so they compile natively with what follows them; other Loops and Scans,
+and the sequence and optional ops, run on the host (`ir.host_eval`), their regions reading outer
+values through the stage's inputs (a region's free values count as reads of its node). Sequences are
+Python lists and optionals an array or None in the stage's environment; a child is specialised on
+each element's shape.
 
 A child stage is built once per (shapes, bound values) key and kept, so a repeated call walks
 the same chain of compiled stages: the host only evaluates ops whose output size depends on
@@ -42,7 +42,7 @@ import numpy as np
 
 from onnxjit.errors import InputError, ModelError, UnsupportedError
 from onnxjit.ir.graph import Graph, Model, Node, Value, clone_model
-from onnxjit.ir.ops_control import join
+from onnxjit.ir.ops.control.if_loop_scan import join
 from onnxjit.ir.types import DType, OptionalType, SequenceType, TensorType
 
 __all__ = ["Staged", "first_dynamic", "BIND_LIMIT"]
@@ -100,7 +100,7 @@ class Stage:
         self.bind: list[Value] = []
         self.host: Node | None = None
         #: A leading If, Loop or Scan that the child replaces by straight-line nodes: the
-        #: branch the condition selects, or the body unrolled (`ir.control_unroll`).
+        #: branch the condition selects, or the body unrolled (`ir.ops.control.unroll`).
         self.splice: Node | None = None
         if cut == 0 and g.nodes:
             from onnxjit.ir.host_eval import is_host_only
@@ -211,7 +211,7 @@ class Stage:
 def _spliceable(node: Node) -> bool:
     if node.domain not in ("", "ai.onnx"):
         return False
-    from onnxjit.ir import control_unroll as cu
+    from onnxjit.ir.ops.control import unroll as cu
 
     if node.op == "If":
         return True
@@ -226,7 +226,7 @@ def _spliceable(node: Node) -> bool:
 def _choice(node: Node, env: dict[Value, Any]) -> Any:
     """What replaces a splice node for these values: a branch name, ("unroll", n),
     ("native", n) (the trip count bound), or None (run it on the host)."""
-    from onnxjit.ir import control_unroll as cu
+    from onnxjit.ir.ops.control import unroll as cu
 
     if node.op == "If":
         cond = np.asarray(_value(node.inputs[0], env))
@@ -235,7 +235,7 @@ def _choice(node: Node, env: dict[Value, Any]) -> Any:
                              where=node)
         return "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
     if node.op == "Loop":
-        from onnxjit.ir.control_native import loop_native
+        from onnxjit.ir.ops.control.native_loop import loop_native
 
         trip = int(np.asarray(_value(node.inputs[0], env)).reshape(-1)[0])
         # Binding the trip count fixes the scan outputs' shapes: a body of fixed shapes then
@@ -250,8 +250,8 @@ def _splice(graph: Graph, choice: Any) -> None:
     """Replace the graph's first node (an If, Loop or Scan of the child's own copy) by
     straight-line nodes: the selected branch (readers of the If's outputs then read the
     branch's), or the unrolled body (which defines the node's own outputs)."""
-    from onnxjit.ir import control_unroll as cu
-    from onnxjit.passes.simplify import replace_uses
+    from onnxjit.ir.graph import replace_uses
+    from onnxjit.ir.ops.control import unroll as cu
 
     node = graph.nodes[0]
     rest = graph.nodes[1:]
@@ -359,7 +359,7 @@ def _value(v: Value, env: dict[Value, Any]) -> Any:
 
 
 def _evaluate(node: Node, env: dict[Value, Any]) -> list[Any]:
-    """Run a node on the host (`ops_control.evaluate_node`: numpy rules, the host-only ops of
+    """Run a node on the host (`ir.host_eval.evaluate_node`: numpy rules, the host-only ops of
     sequences and optionals, and the interpreter of control-flow regions)."""
     from onnxjit.ir.host_eval import evaluate_node
 

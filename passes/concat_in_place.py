@@ -4,7 +4,7 @@ Part of lower-to-loops (it runs before any node is lowered, so it is not a pass 
 a Concat whose every input is one contiguous block of its output (all dims before the axis are
 1: batch-1 NCHW concats on the channel axis, any axis-0 concat) gives each eligible input value
 a buffer that is a view of the output at that input's byte offset. Its producer then writes the
-block in place, and the Concat's lowering (`ops_movement._concat_lower`) copies only the inputs
+block in place, and the Concat's lowering (`tensor.movement._concat_lower`) copies only the inputs
 not placed (none, usually: no kernel at all). Inception and SqueezeNet modules concatenate
 branch outputs this way; DenseNet's chains of concats nest (a concat's output placed in the
 next one).
@@ -21,13 +21,21 @@ unchanged, and plan-memory keeps the whole output live from its first block's pr
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from onnxjit.ir.graph import Node, Value
+from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.loops import Buffer
 
-if TYPE_CHECKING:  # lower_to_loops imports this module
-    from onnxjit.passes.lower_to_loops import Lowering
+
+class Lowering(Protocol):
+    """What this step uses of lower-to-loops' `Lowering` (which calls it)."""
+
+    graph: Graph
+    of: dict[Value, Buffer]
+
+    def buf(self, value: Value) -> Buffer: ...
+
+    def place(self, value: Value, base: Buffer, offset: int) -> Buffer: ...
 
 #: Place Concat inputs in their output; False copies every input (one kernel per Concat).
 IN_PLACE = True

@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.ir.graph import Graph, Model, Node, Value
-from onnxjit.ir.ops_elementwise import float_attr, int_attr
+from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
+from onnxjit.ir.ops.elementwise.arithmetic import float_attr, int_attr
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
-from onnxjit.passes.simplify import replace_uses
 
 name = "fold-batchnorm"
 level = "graph"

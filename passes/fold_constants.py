@@ -18,10 +18,10 @@ import numpy as np
 
 from onnxjit.errors import CompileError, OnnxJitError
 from onnxjit.ir.graph import Model, Node
+from onnxjit.ir.infer import infer_node
 from onnxjit.ir.opdef import lookup, resolve
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
-from onnxjit.passes.infer_shapes import infer_node
 
 name = "fold-constants"
 level = "graph"

@@ -8,11 +8,11 @@ Requires concrete shapes (it runs per signature). One forward sweep over the nod
    never when that shape holds a 0, which Reshape would read as "copy"); a Reshape to its
    input's own shape is removed;
 3) a float MatMul (both operands of rank >= 2) whose operand is a Transpose becomes an
-   `onnxjit.FusedMatMul` reading the transpose's input: with trans_a/trans_b set when the
-   perm swaps only the last two dims (the `Matmul` statement reads a transposed window), else
-   (with `FOLD_VIEWS`) with `a_perm`/`b_perm` when the transposed operand still has a
-   contiguous dim among its last two (attention's heads: Transpose(Reshape(x), [0,2,1,3]) or
-   [0,2,3,1]; `ir/matmul_views.py` reads it as strided windows); a Gemm whose A or B is a 2-D
+   `onnxjit.FusedMatMul` reading the transpose's input: with trans_a/trans_b set when the perm swaps
+   only the last two dims (the `Matmul` statement reads a transposed window), else (with
+   `FOLD_VIEWS`) with `a_perm`/`b_perm` when the transposed operand still has a contiguous dim among
+   its last two (attention's heads: Transpose(Reshape(x), [0,2,1,3]) or [0,2,3,1];
+   `ir/ops/linalg/strided_views.py` reads it as strided windows); a Gemm whose A or B is a 2-D
    Transpose toggles transA/transB instead;
 4) (with `FOLD_VIEWS`) a Transpose that is the only reader of a float MatMul's (or an
    epilogue-free FusedMatMul's) product, keeping the last dim last, is dropped: the product is
@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.ir.graph import Graph, Model, Node, Value
-from onnxjit.ir.matmul_views import foldable, output_foldable
-from onnxjit.ir.ops_fused import FUSED_DOMAIN
+from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
+from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
+from onnxjit.ir.ops.linalg.strided_views import foldable, output_foldable
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
-from onnxjit.passes.simplify import replace_uses
 
 name = "fold-transpose"
 level = "graph"

@@ -13,12 +13,11 @@ Requires concrete shapes (it runs per signature). Algorithm, one forward sweep:
 
 from __future__ import annotations
 
-from onnxjit.ir.graph import Graph, Model, Node, Value
+from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
 from onnxjit.ir.opdef import lookup
-from onnxjit.ir.ops_fused import FUSED_DOMAIN
+from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
-from onnxjit.passes.simplify import replace_uses
 
 name = "fuse"
 level = "graph"

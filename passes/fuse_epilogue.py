@@ -6,7 +6,7 @@ fold-transpose leaves it) with output p:
 1) candidates: sweeping forward from the producer, an elementwise node (an OpDef scalar rule,
    one output of p's shape and element type) joins when one of its inputs is p or a
    candidate's output, and each other input is an "extra" the epilogue can index (the output's
-   shape, one value per channel, or one element: `ops_fused_linear.extra_kind`);
+   shape, one value per channel, or one element: `fused.linear.extra_kind`);
 2) the longest prefix (in graph order) of the candidates that is a closed region is taken:
    every value of the region but the last member's output (p included) is read only inside
    the region and is not a graph output. Then no extra input can depend on a region value,
@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.ir.graph import Graph, Model, Node, Value
+from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
 from onnxjit.ir.opdef import lookup
-from onnxjit.ir.ops_fused import FUSED_DOMAIN
-from onnxjit.ir.ops_fused_linear import extra_kind
+from onnxjit.ir.ops.fused.epilogue import extra_kind
+from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
-from onnxjit.passes.simplify import replace_uses
 
 name = "fuse-epilogue"
 level = "graph"

@@ -1,85 +1,18 @@
 """infer-shapes: give every value a type with (symbolic) shape, from the op table.
 
-Algorithm: walk the nodes in topological order (the verifier guarantees it); for each node look
-up its OpDef and call `infer(node)`, which reads input types, constant inputs and `sym_value`s
-and returns the output types. The result is merged with what the model declared (value_info):
-an inferred concrete dim wins, a declared dim fills an unknown inferred one, and the declared
-dtype must agree. An output too big for any address space is refused here, naming the node
-(a later overflow of index arithmetic or of an allocation would be a crash or a wrong result).
-A node naming more outputs than its op has is refused too. Subgraph regions are left to the
-control-flow ops' own rules.
+Algorithm: walk the nodes in topological order (the verifier guarantees it) and infer each
+(`ir.infer.infer_node`: the op's `infer` rule, merged with the declared value_info, sizes
+checked). Subgraph regions are left to the control-flow ops' own rules.
 """
 
 from __future__ import annotations
 
-from onnxjit.errors import ModelError, SizeLimitError, format_size
-from onnxjit.ir.graph import Model, Node, Value
-from onnxjit.ir.opdef import resolve
-from onnxjit.ir.types import TensorType, ValueType
+from onnxjit.ir.graph import Model
+from onnxjit.ir.infer import infer_node
 from onnxjit.passes import PassContext, PassResult
 
 name = "infer-shapes"
 level = "graph"
-
-
-def merge(inferred: ValueType | None, declared: ValueType | None, node: Node, index: int
-          ) -> ValueType | None:
-    if inferred is None:
-        return declared
-    if not isinstance(inferred, TensorType) or not isinstance(declared, TensorType):
-        return inferred
-    if inferred.dtype != declared.dtype:
-        raise ModelError(f"output {index} is declared {declared.dtype.short} but the op "
-                         f"produces {inferred.dtype.short}", where=node)
-    if inferred.shape is None:
-        return declared
-    if declared.shape is None or len(declared.shape) != len(inferred.shape):
-        return inferred
-    dims = tuple(d if d is not None else e for d, e in zip(inferred.shape, declared.shape))
-    return TensorType(inferred.dtype, dims)
-
-
-def infer_node(node: Node) -> None:
-    opdef = resolve(node)
-    if opdef.infer is None:
-        return
-    types = opdef.infer(node)
-    if len(types) < len(node.outputs):
-        extra = [v.name for v in node.outputs[len(types):] if v.name]
-        if extra and types:
-            # Without this the extra output stays untyped and surfaces much later as a
-            # confusing "data-dependent shape" error far from its cause.
-            raise ModelError(f"{node.op} has {len(types)} output(s), but the node names "
-                             f"{len(node.outputs)} (extra: "
-                             f"{', '.join(repr(n) for n in extra)})", where=node)
-        types = list(types) + [None] * (len(node.outputs) - len(types))
-    for k, (out, t) in enumerate(zip(node.outputs, types)):
-        out.type = merge(t, out.type, node, k)
-        _check_size(out, node)
-
-
-#: No x86-64/AArch64 process can address more (47-bit user space).
-MAX_BYTES = 1 << 47
-
-
-def _check_size(v: Value, node: Node) -> None:
-    """A shape no machine can hold (e.g. Tile by 2**62) is a model error here, at its cause,
-    rather than an overflow in index arithmetic or a failed allocation at run time."""
-    t = v.type
-    if not isinstance(t, TensorType) or t.shape is None or \
-            not all(isinstance(d, int) for d in t.shape):
-        return
-    n = 1
-    for d in t.shape:
-        n *= d
-    try:
-        size = n * t.dtype.numpy.itemsize
-    except Exception:  # dtypes without a numpy equivalent: count elements only
-        size = n
-    if size > MAX_BYTES:
-        raise SizeLimitError(f"output '{v.name}' would have shape {list(t.shape)}: {n} "
-                             f"elements, {format_size(size)}, more than a process can address",
-                             where=node)
 
 
 def run(model: Model, ctx: PassContext) -> PassResult:

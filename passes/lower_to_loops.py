@@ -25,7 +25,7 @@ from onnxjit.ir.graph import Model, Node, Value
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, Stmt, Store, walk
 from onnxjit.ir.opdef import resolve
-from onnxjit.ir.ops_fused import lower_elementwise_nodes
+from onnxjit.ir.ops.fused.region import lower_elementwise_nodes
 from onnxjit.ir.types import STORAGE_DTYPES, DType, TensorType, supported_dtypes_text
 from onnxjit.options import available_cores
 from onnxjit.passes import PassContext, PassResult

@@ -7,9 +7,9 @@ be made here, once, and stored with the other constants (passed by pointer, kept
 cache).
 
 Contract: loop IR -> loop IR, before plan-memory; requires nothing else. Ensures that every
-f32/f64 Matmul large enough for the tiled kernel (`codegen.matmul.packs_b`) that reads a
+f32/f64 Matmul large enough for the tiled kernel (`codegen.kernel_shapes.packs_b`) that reads a
 constant window at a constant offset reads a packed constant instead (`Matmul.b_packed`, ldb =
-the host's panel width, `codegen.matmul_kernel.panel_width`), which the tiled kernel then reads
+the host's panel width, `codegen.kernel_shapes.panel_width`), which the tiled kernel then reads
 whatever m is. Products that packed B per call anyway (m >= PACK_MIN_M) give bit-identical
 results; smaller ones move from the forms reading B in place to the tiled kernel.
 
@@ -60,7 +60,7 @@ def _b_matrix(s: Matmul) -> np.ndarray:
 
 
 def _eligible(s: Matmul) -> bool:
-    from onnxjit.codegen.matmul import packs_b
+    from onnxjit.codegen.kernel_shapes import packs_b
 
     root = s.b.root()
     return (not s.b_packed and root.kind == "const" and root.data is not None
@@ -70,8 +70,7 @@ def _eligible(s: Matmul) -> bool:
 def _one_panel(s: Matmul) -> bool:
     """Whether `s` reads a constant B' that is already one packed panel: k rows of n
     contiguous columns (ldb == n), n whole vectors and at most the host's panel width."""
-    from onnxjit.codegen.matmul import PACK_MIN_M, packs_b
-    from onnxjit.codegen.matmul_kernel import panel_width, tile_shape
+    from onnxjit.codegen.kernel_shapes import PACK_MIN_M, packs_b, panel_width, tile_shape
 
     isz = s.b.dtype.itemsize
     return (not s.b_packed and not s.b_trans and s.b.root().kind == "const" and s.ldb == s.n
@@ -82,7 +81,7 @@ def _one_panel(s: Matmul) -> bool:
 def run(program: Program, ctx: PassContext) -> PassResult:
     if not PREPACK:
         return PassResult(program, False)
-    from onnxjit.codegen.matmul_kernel import panel_width
+    from onnxjit.codegen.kernel_shapes import panel_width
 
     changed = False
     names = {b.name for b in program.buffers}
@@ -120,7 +119,7 @@ def run(program: Program, ctx: PassContext) -> PassResult:
 
 def _drop_unused_consts(program: Program) -> bool:
     """Drop the const buffers no statement reads (packed here, or replaced by a lowering's
-    repacked form such as `matmul_strassen`'s right operands); whether any was."""
+    repacked form such as `linalg.strassen`'s right operands); whether any was."""
     used: set[int] = set()
     for kernel in program.kernels:
         for s in walk(kernel.body):

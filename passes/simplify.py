@@ -8,20 +8,11 @@ removed when its mask output is unused and training mode is not constant-true.
 
 from __future__ import annotations
 
-from onnxjit.ir.graph import Graph, Model, Node, Value
+from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
 from onnxjit.passes import PassContext, PassResult
 
 name = "simplify"
 level = "graph"
-
-
-def replace_uses(graph: Graph, old: Value, new: Value) -> None:
-    """Make every reader of `old` in `graph` (and nested regions) read `new`."""
-    for n in graph.nodes:
-        n.inputs = [new if v is old else v for v in n.inputs]
-        for g in n.regions():
-            replace_uses(g, old, new)
-    graph.outputs = [new if v is old else v for v in graph.outputs]
 
 
 def _forwarded(node: Node, used: set[Value]) -> tuple[Value, Value] | None:

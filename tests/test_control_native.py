@@ -1,6 +1,6 @@
-"""Native Loop and Scan (`ir.control_native`): one serial loop over the iterations, compiled
-with the nodes around it, against onnxruntime; and the loop IR's `Break` statement (printer,
-parser, verifier, reference interpreter).
+"""Native Loop and Scan (`ir.ops.control.native_loop`): one serial loop over the iterations,
+compiled with the nodes around it, against onnxruntime; and the loop IR's `Break` statement
+(printer, parser, verifier, reference interpreter).
 
 Covers: a 500-step recurrence (one loop in the loop IR, no staged phase), a condition that
 ends the loop early (a `break`), a while loop without a trip count, zero iterations, carried
@@ -287,8 +287,8 @@ def test_constant_nodes_in_a_body_keep_its_shapes_static():
 
 
 def test_a_loop_whose_carried_shape_changes_is_not_native():
-    from onnxjit.ir.control_native import loop_native
     from onnxjit.ir.graph import Graph, Node, Value
+    from onnxjit.ir.ops.control.native_loop import loop_native
     from onnxjit.ir.types import TensorType
 
     f32 = DType.FLOAT

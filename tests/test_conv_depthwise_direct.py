@@ -1,8 +1,8 @@
-"""The direct depthwise nest (`ir/ops_conv_direct.py`) on rows whose interior is not a whole
-number of vectors: at stride 1 the fused row ends with one vector that overlaps the previous
-one (`whole_vectors`). Row widths around the vector lanes (f32 and f64), with and without
-bias and a fused Clip + residual epilogue, run in the bounds-checked loop-IR interpreter and
-natively against the reference; the phased lowering is switched off so the direct nest runs."""
+"""The direct depthwise nest (`ir/ops/conv/depthwise_direct.py`) on rows whose interior is not a
+whole number of vectors: at stride 1 the fused row ends with one vector that overlaps the previous
+one (`whole_vectors`). Row widths around the vector lanes (f32 and f64), with and without bias and a
+fused Clip + residual epilogue, run in the bounds-checked loop-IR interpreter and natively against
+the reference; the phased lowering is switched off so the direct nest runs."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from onnx.reference import ReferenceEvaluator
 from test_conv_depthwise_phased import _model
 
 import onnxjit
-from onnxjit.codegen.matmul_kernel import tile_shape
-from onnxjit.ir import ops_conv_depthwise
-from onnxjit.ir.ops_conv_blocks import whole_vectors
+from onnxjit.codegen.kernel_shapes import tile_shape
+from onnxjit.ir.ops.conv import depthwise_phased
+from onnxjit.ir.ops.conv.blocking import whole_vectors
 
 RNG = np.random.default_rng(11)
 
@@ -32,7 +32,7 @@ def testwhole_vectors_ends_with_an_overlapping_vector():
 @pytest.mark.parametrize("width", [9, 17, 19, 34, 56, 61])
 @pytest.mark.parametrize("bias,epilogue", [(False, False), (True, False), (True, True)])
 def test_direct_rows_with_overlapping_tail(width, dtype, bias, epilogue, monkeypatch):
-    monkeypatch.setattr(ops_conv_depthwise, "MAX_WIDTH", 0)
+    monkeypatch.setattr(depthwise_phased, "MAX_WIDTH", 0)
     xs = (1, 3, 5, width)
     m = _model(xs, (3, 1, 3, 3), dict(pads=[1, 1, 1, 1]), bias, dtype, epilogue)
     x = RNG.standard_normal(xs).astype(dtype)

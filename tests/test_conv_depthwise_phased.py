@@ -1,4 +1,4 @@
-"""Depthwise Conv through zero-padded stride phases (`ir/ops_conv_depthwise.py`): strides
+"""Depthwise Conv through zero-padded stride phases (`ir/depthwise_phased.py`): strides
 1-3 (kernels narrower than the stride too), asymmetric and oversized pads, VALID padding that
 leaves input rows unused, channel multipliers, batches, more planes than `CHUNKS`, f64, and
 fused epilogues (Clip, residual Add); each case also runs through the direct nest (the width
@@ -16,7 +16,7 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxjit
 from onnxjit.driver import import_model, lower_signature
-from onnxjit.ir import ops_conv_depthwise
+from onnxjit.ir.ops.conv import depthwise_phased
 from onnxjit.ir.types import DType
 
 RNG = np.random.default_rng(7)
@@ -78,7 +78,7 @@ def _ort(m, x):
 def test_depthwise_matches_reference(xs, ws, attrs, bias, path, monkeypatch):
     phased = path != "direct"
     if not phased:
-        monkeypatch.setattr(ops_conv_depthwise, "MAX_WIDTH", 0)
+        monkeypatch.setattr(depthwise_phased, "MAX_WIDTH", 0)
     m = _model(xs, ws, attrs, bias)
     x = RNG.standard_normal(xs).astype(np.float32)
     names = _kernels(m, x)

@@ -1,4 +1,4 @@
-"""Depthwise Conv over tiny planes, vectorized across channels (`ir/ops_conv_depthwise_tiny.py`):
+"""Depthwise Conv over tiny planes, vectorized across channels (`ir/depthwise_tiny.py`):
 3x3 and smaller outputs, strides 1 and 2, padding that leaves input rows unused, a partial
 last block of channels, batches, more blocks than `CHUNKS`, f64, and fused epilogues on a
 partial block; each case in the loop-IR interpreter (bounds-checked) and natively on one and
@@ -14,7 +14,7 @@ from onnx.reference import ReferenceEvaluator
 from test_conv_depthwise_phased import _kernels, _model, _ort
 
 import onnxjit
-from onnxjit.ir import ops_conv_depthwise_tiny
+from onnxjit.ir.ops.conv import depthwise_tiny
 
 RNG = np.random.default_rng(11)
 
@@ -41,7 +41,7 @@ def test_tiny_depthwise_matches_reference(xs, ws, attrs, bias, monkeypatch):
     for threads in (1, 2):
         (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(x)
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(ops_conv_depthwise_tiny, "TINY", False)
+    monkeypatch.setattr(depthwise_tiny, "TINY", False)
     assert "conv_depthwise_lanes" not in _kernels(m, x)
 
 

@@ -1,9 +1,9 @@
-"""Pointwise convs over few positions lowered as T = X^T W^T (`ir/ops_conv_transposed.py`):
+"""Pointwise convs over few positions lowered as T = X^T W^T (`ir/few_positions.py`):
 which convs take the form, and its results against the reference (bounds-checked loop-IR
 interpreter and native code, one and two threads) for 7x7 and 3x3 images, output channels
 that are not whole panels or copy blocks, batches, f64, bias and a fused Relu + residual Add.
 Also 1x1 convs with strides, which subsample X and then take the pointwise forms
-(`ops_conv_subsample`), and keep im2col when padded."""
+(`conv.strided_pointwise`), and keep im2col when padded."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from onnx.reference import ReferenceEvaluator
 
 import onnxjit
 from onnxjit.driver import import_model, lower_signature
-from onnxjit.ir import ops_conv_blocks, ops_conv_transposed
 from onnxjit.ir.loops import Matmul, walk
+from onnxjit.ir.ops.conv import blocking, few_positions
 from onnxjit.ir.types import DType
 
 RNG = np.random.default_rng(5)
@@ -113,18 +113,18 @@ def test_position_chunks_are_equal(monkeypatch):
     m = _model((1, 256, 14, 14), 64)
     feeds = _feeds(m, (1, 256, 14, 14), 64, np.float32)
     assert sorted(s.m for s in _products(m, feeds)) == [49]  # equal: no separate last chunk
-    monkeypatch.setattr(ops_conv_blocks, "EQUAL_ROWS", False)
+    monkeypatch.setattr(blocking, "EQUAL_ROWS", False)
     assert sorted(s.m for s in _products(m, feeds)) == [34, 54]
 
 
 def test_channel_chunks_balanced_for_two_threads(monkeypatch):
     # 576 channels (9 panels of 64) at 6x6 were 3 chunks of 3 panels, two of them on one
     # thread; the chunks two threads finish soonest are 2, 2, 2, 2, 1 panels
-    from onnxjit.ir.ops_conv_transposed import panel_chunk
+    from onnxjit.ir.ops.conv.few_positions import panel_chunk
 
     assert [panel_chunk(p, 4, 1) for p in (4, 5, 6, 9, 15, 16, 32)] == [1, 1, 1, 2, 4, 4, 8]
     assert panel_chunk(9, 2, 2) == 5  # two images: (5 + 4) panels each
-    nr = ops_conv_transposed.packed_width(DType.FLOAT, 36, 576, 96)
+    nr = few_positions.packed_width(DType.FLOAT, 36, 576, 96)
     m = _model((1, 96, 6, 6), 9 * nr, residual=True)
     feeds = _feeds(m, (1, 96, 6, 6), 9 * nr, np.float32)
     assert sorted({s.n for s in _products(m, feeds)}) == [nr, 2 * nr]
@@ -133,14 +133,14 @@ def test_channel_chunks_balanced_for_two_threads(monkeypatch):
     for threads in (1, 2):
         (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(*feeds)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(ops_conv_transposed, "EVEN_CHUNKS", False)
+    monkeypatch.setattr(few_positions, "EVEN_CHUNKS", False)
     assert sorted({s.n for s in _products(m, feeds)}) == [3 * nr]
 
 
 def test_odd_panels_split_their_positions_too(monkeypatch):
     # 5 panels of channels at 7x7 leave two threads 3 + 2 panels; each panel's chunk is cut
     # into two halves of the 49 positions (25 + 24), ten chunks two threads share equally
-    nr = ops_conv_transposed.packed_width(DType.FLOAT, 49, 320, 64)
+    nr = few_positions.packed_width(DType.FLOAT, 49, 320, 64)
     m = _model((1, 64, 7, 7), 5 * nr, residual=True)
     feeds = _feeds(m, (1, 64, 7, 7), 5 * nr, np.float32)
     assert {(s.m, s.n) for s in _products(m, feeds)} == {(25, nr), (24, nr)}
@@ -150,7 +150,7 @@ def test_odd_panels_split_their_positions_too(monkeypatch):
     for threads in (1, 2):
         (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(*feeds)
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(ops_conv_transposed, "SPAN_SLACK", 100.0)
+    monkeypatch.setattr(few_positions, "SPAN_SLACK", 100.0)
     assert {(s.m, s.n) for s in _products(m, feeds)} == {(49, nr)}
 
 
@@ -172,7 +172,7 @@ def test_other_pointwise_convs_keep_the_usual_form(xs, cout, group, why):
 def test_switch_off_restores_the_usual_form(monkeypatch):
     m = _model((1, 64, 7, 7), 128)
     feeds = _feeds(m, (1, 64, 7, 7), 128, np.float32)
-    monkeypatch.setattr(ops_conv_transposed, "TRANSPOSED", False)
+    monkeypatch.setattr(few_positions, "TRANSPOSED", False)
     assert "conv_gemm_t" not in _kernels(m, feeds)
 
 

@@ -4,7 +4,7 @@ case compiles with the fusion on and off (`llvmgen.FUSE_EPILOGUES`): the results
 same bits (NaN and infinities in the inputs included), close to onnxruntime, on one and two
 threads, and the separate pass (the nest's column loop, `ec`) must be gone from the LLVM IR
 exactly where the fusion applies. Depthwise convs apply theirs in the fused rows
-(`ops_conv_direct.INLINE_EPILOGUE`), checked the same way."""
+(`depthwise_direct.INLINE_EPILOGUE`), checked the same way."""
 
 from __future__ import annotations
 
@@ -122,16 +122,16 @@ def test_epilogue_in_stores_is_bit_identical(case: tuple, fused: bool, threads: 
 def test_depthwise_epilogue_in_rows_is_bit_identical(case: tuple, threads: int,
                                                      monkeypatch) -> None:
     """Depthwise convs apply the epilogue in their fused rows' interior loop
-    (`ops_conv_direct.INLINE_EPILOGUE`) and as a pass over the other columns and rows: the
+    (`depthwise_direct.INLINE_EPILOGUE`) and as a pass over the other columns and rows: the
     same bits as the pass over each plane, and onnxruntime's values."""
-    from onnxjit.ir import ops_conv_direct
+    from onnxjit.ir.ops.conv import depthwise_direct
 
     model, feeds = _conv(*case)
     x = feeds["x"].reshape(-1)
     x[RNG.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, np.nan, 1e30, -1e30]
     got = []
     for on in (False, True):
-        monkeypatch.setattr(ops_conv_direct, "INLINE_EPILOGUE", on)
+        monkeypatch.setattr(depthwise_direct, "INLINE_EPILOGUE", on)
         runtime._MEMORY.clear()
         got.append(onnxjit.compile(model, num_threads=threads, cache_dir=False)(**feeds)[0])
     np.testing.assert_array_equal(got[1], got[0])
@@ -172,16 +172,16 @@ def test_match_needs_the_products_own_window() -> None:
 def test_folded_rows_are_one_product_split_by_codegen(threads: int, monkeypatch) -> None:
     """A FusedMatMul over 128 rows of 1536 columns is one Matmul and its epilogue nest (code
     generation splits it in two blocks of 64 rows), not 3 blocks of 40 rows and 8 rows after
-    them (`ops_fused_linear.ONE_PRODUCT`); it matches onnxruntime."""
+    them (`fused_linear.ONE_PRODUCT`); it matches onnxruntime."""
     from onnxjit.driver import import_model, lower_signature
-    from onnxjit.ir import ops_fused_linear
+    from onnxjit.ir.ops.fused import linear as fused_linear
     from onnxjit.options import CompileOptions
 
     model, feeds = _mlp(128, 96, 1536)
     opts = CompileOptions(verify=False)
 
     def top_level(on: bool) -> list:
-        monkeypatch.setattr(ops_fused_linear, "ONE_PRODUCT", on)
+        monkeypatch.setattr(fused_linear, "ONE_PRODUCT", on)
         gm = import_model(model.SerializeToString(), opts)
         _, prog = lower_signature(gm, ((DType.FLOAT, (128, 96)),), opts)
         (kernel,) = [k for k in prog.kernels if "matmul" in k.name]
@@ -191,7 +191,7 @@ def test_folded_rows_are_one_product_split_by_codegen(threads: int, monkeypatch)
     assert isinstance(body[0], Matmul) and body[0].m == 128 and isinstance(body[1], Loop)
     old = top_level(False)
     assert isinstance(old[0], Loop) and old[0].parallel and int(old[0].stop.value) == 3
-    monkeypatch.setattr(ops_fused_linear, "ONE_PRODUCT", True)
+    monkeypatch.setattr(fused_linear, "ONE_PRODUCT", True)
     runtime._MEMORY.clear()
     got = onnxjit.compile(model, num_threads=threads, cache_dir=False)(**feeds)[0]
     want = ort.InferenceSession(model.SerializeToString(),

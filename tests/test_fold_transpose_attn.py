@@ -1,9 +1,9 @@
 """fold-transpose's MatMul views: attention's head transposes read/written in place.
 
-The four transposes of multi-head attention (Q, K^T, V heads split from [B, S, H*D], and the
-context merged back) become `a_perm`/`b_perm`/`y_perm` views of FusedMatMul nodes
-(`ir/matmul_views.py`): no Transpose node is left and no transpose kernel is emitted. Results
-are compared with onnxruntime, through the native code and the loop-IR interpreter, and with
+The four transposes of multi-head attention (Q, K^T, V heads split from [B, S, H*D], and the context
+merged back) become `a_perm`/`b_perm`/`y_perm` views of FusedMatMul nodes
+(`ir/ops/linalg/strided_views.py`): no Transpose node is left and no transpose kernel is emitted.
+Results are compared with onnxruntime, through the native code and the loop-IR interpreter, and with
 the unfolded compile (switch off): bit for bit unless a view reads B transposed, which small
 products compute in the dot form with reassociated sums, as the older trans_b fold does.
 """

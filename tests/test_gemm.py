@@ -16,7 +16,7 @@ import pytest
 
 from onnxjit.artifact import Artifact
 from onnxjit.codegen import compile_program, load_object
-from onnxjit.codegen.matmul import PACK_MIN_M, TILE_WORK
+from onnxjit.codegen.kernel_shapes import PACK_MIN_M, TILE_WORK
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, i64, walk
 from onnxjit.ir.types import DType
@@ -269,7 +269,7 @@ def test_prepack_reads_one_panel_windows_in_place(m: int) -> None:
     """A batched product over constant windows that are already one panel (k rows of n
     contiguous columns, n the host's panel width: an RNN's recurrent weights, grouped per block
     of hidden units) is read in place as packed: no copy, no packing per call, the same sums."""
-    from onnxjit.codegen.matmul_kernel import panel_width
+    from onnxjit.codegen.kernel_shapes import panel_width
     from onnxjit.ir.loop_eval import run_program
     from onnxjit.passes import PassContext, get_pass
     from onnxjit.passes.plan_memory import run as plan

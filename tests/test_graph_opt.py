@@ -237,7 +237,7 @@ def test_matmul_bias_gelu_residual_fuses():
 
 def test_matmul_row_blocks_parallel():
     # one product over the 4096 rows and its epilogue nest: code generation splits it into
-    # blocks of rows over the threads, the epilogue in each block (ops_fused_linear.ONE_PRODUCT)
+    # blocks of rows over the threads, the epilogue in each block (fused.linear.ONE_PRODUCT)
     g = G()
     y = g.node("MatMul", ["x", g.init(_rand(16, 64, scale=0.2))])
     g.node("Relu", [g.node("Add", [y, g.init(_rand(64))])], "y")

@@ -1,4 +1,4 @@
-"""Products by a constant B as one Strassen level (`ir/matmul_strassen.py`): MatMul, MatMul +
+"""Products by a constant B as one Strassen level (`ir/ops/linalg/strassen.py`): MatMul, MatMul +
 bias + Relu, Gemm with transB, alpha and C, a residual epilogue, A with batch dims (size 1
 too), odd row counts, blocks of rows and chunks of columns, f64; each in the loop-IR
 interpreter (bounds-checked) and natively on one and two threads against a float64 product,
@@ -16,8 +16,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
 from onnxjit.driver import import_model, lower_signature
-from onnxjit.ir import matmul_strassen as strassen
 from onnxjit.ir.loops import unpack_panels
+from onnxjit.ir.ops.linalg import strassen as strassen
 from onnxjit.ir.types import DType
 
 RNG = np.random.default_rng(5)

@@ -3,7 +3,7 @@
 The ONNX backend suite's expected outputs for narrow floats are onnx.reference's bit for bit,
 and a result rounded in another order misses its tolerance by a hair; so the compiled code
 (native, and the loop-IR interpreter) and the constant-folding evaluator must reproduce the
-reference's rounding order (`ops_attention_narrow`): every output here is within 1 ulp of it
+reference's rounding order (`attention.narrow_floats`): every output here is within 1 ulp of it
 (exact in practice, the exp polynomial and the f32 sum order aside), across masks, causal,
 GQA, a KV cache, nonpad_kv_seqlen, softcap, softmax_precision and fully masked rows.
 (Softcap follows the function body, see `reference`.)

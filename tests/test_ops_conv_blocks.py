@@ -1,4 +1,4 @@
-"""The blocked im2col + Matmul convolution (ops_conv_packed, ops_conv_blocks, ops_conv_phases):
+"""The blocked im2col + Matmul convolution (conv.packed_panels, blocking, input_phases):
 panels written in the packed-B layout, blocks and channel chunks split over threads, strided
 inputs split into phases, checked against onnx's reference and onnxruntime, bit for bit
 against the paths they replace where the sums are the same."""
@@ -18,7 +18,7 @@ from onnxjit.ir.loops import Matmul, walk
 
 PACKED_CASES = [
     # (x shape, w shape, attributes, dtype): products large enough for the tiled kernel, so
-    # the im2col panel is written in its packed-B layout (ops_conv_packed)
+    # the im2col panel is written in its packed-B layout (conv.packed_panels)
     ((1, 16, 13, 29), (20, 16, 3, 3), dict(pads=[1] * 4), np.float32),  # 377 columns
     ((2, 8, 31, 27), (16, 8, 3, 3), dict(strides=[2, 2], pads=[1, 0, 0, 1]), np.float32),
     ((1, 8, 20, 33), (16, 8, 3, 3), dict(dilations=[2, 3], pads=[2, 3, 1, 2]), np.float32),
@@ -39,11 +39,11 @@ def _packed_matmuls(m, x: np.ndarray) -> list:
 @pytest.mark.parametrize("block_bytes", [None, 32 << 10])
 @pytest.mark.parametrize("xs,ws,attrs,dt", PACKED_CASES)
 def test_conv_packed_panels(xs, ws, attrs, dt, block_bytes, monkeypatch):
-    from onnxjit.ir import ops_conv, ops_conv_blocks
+    from onnxjit.ir.ops.conv import blocking, conv
 
     if block_bytes is not None:  # many blocks of output rows, most spanning two panels
-        monkeypatch.setattr(ops_conv_blocks, "BLOCK_BYTES", block_bytes)
-        monkeypatch.setattr(ops_conv_blocks, "MIN_BLOCK_COLS", 1)
+        monkeypatch.setattr(blocking, "BLOCK_BYTES", block_bytes)
+        monkeypatch.setattr(blocking, "MIN_BLOCK_COLS", 1)
     m = model("Conv", xs, [rand(*ws, dtype=dt), rand(ws[0], dtype=dt)], attrs, dtype=dt)
     x = rand(*xs, dtype=dt)
     mms = _packed_matmuls(m, x)
@@ -54,7 +54,7 @@ def test_conv_packed_panels(xs, ws, attrs, dt, block_bytes, monkeypatch):
     (y,) = onnxjit.compile(m, cache_dir=False)(x)
     np.testing.assert_allclose(y, want if dt == np.float64 else ort_run(m, x), rtol=tol, atol=tol)
     # the switch restores row-major panels, with the same results
-    monkeypatch.setattr(ops_conv, "PACKED_PANELS", False)
+    monkeypatch.setattr(conv, "PACKED_PANELS", False)
     assert not _packed_matmuls(m, x)
     (y2,) = onnxjit.compile(m, cache_dir=False)(x)
     np.testing.assert_allclose(y2, y, rtol=tol, atol=tol)
@@ -114,15 +114,15 @@ SPLIT_CASES = [
 @pytest.mark.parametrize("xs,ws,attrs,dt,residual", SPLIT_CASES)
 def test_conv_split_over_output_channels(xs, ws, attrs, dt, residual, monkeypatch):
     # few blocks: panels built in parallel over input channels, then one product per chunk
-    # of output channels (ops_conv_blocks.m_split), with the epilogue on the chunk's rows
-    from onnxjit.ir import ops_conv_blocks, ops_conv_transposed
+    # of output channels (blocking.m_split), with the epilogue on the chunk's rows
+    from onnxjit.ir.ops.conv import blocking, few_positions
 
-    monkeypatch.setattr(ops_conv_blocks, "SPLIT_WORK", 0)
-    monkeypatch.setattr(ops_conv_blocks, "MIN_TASKS", 64)
-    monkeypatch.setattr(ops_conv_blocks, "MIN_SPLIT_ROWS", 8)
+    monkeypatch.setattr(blocking, "SPLIT_WORK", 0)
+    monkeypatch.setattr(blocking, "MIN_TASKS", 64)
+    monkeypatch.setattr(blocking, "MIN_SPLIT_ROWS", 8)
     # the usual form's split (7x7 outputs would take the transposed form, whose rows are
     # positions: tests/test_conv_transposed.py)
-    monkeypatch.setattr(ops_conv_transposed, "TRANSPOSED", False)
+    monkeypatch.setattr(few_positions, "TRANSPOSED", False)
     m = _fused_model(xs, ws, attrs, dt, residual)
     x = rand(*xs, dtype=dt)
     gemms = [s for k in program(m, x).kernels for s in walk(k.body) if isinstance(s, Matmul)]
@@ -131,7 +131,7 @@ def test_conv_split_over_output_channels(xs, ws, attrs, dt, residual, monkeypatc
     for threads in (1, 2):
         (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(x)
         np.testing.assert_allclose(y, reference(m, x), rtol=tol, atol=tol)
-    monkeypatch.setattr(ops_conv_blocks, "SPLIT_M", False)
+    monkeypatch.setattr(blocking, "SPLIT_M", False)
     assert all(s.m == ws[0] // attrs.get("group", 1) for k in program(m, x).kernels
                for s in walk(k.body) if isinstance(s, Matmul))
     (y2,) = onnxjit.compile(m, cache_dir=False)(x)
@@ -145,22 +145,22 @@ def test_conv_split_over_output_channels(xs, ws, attrs, dt, residual, monkeypatc
 ])
 def test_pointwise_conv_split_over_positions(xs, ws, attrs, residual, monkeypatch):
     # a pointwise conv with fewer blocks than MIN_TASKS and too few channels to split cuts its
-    # positions into equal blocks (ops_conv_blocks.pointwise_blocks)
-    from onnxjit.ir import ops_conv_blocks
+    # positions into equal blocks (blocking.pointwise_blocks)
+    from onnxjit.ir.ops.conv import blocking
 
-    monkeypatch.setattr(ops_conv_blocks, "SPLIT_WORK", 0)
+    monkeypatch.setattr(blocking, "SPLIT_WORK", 0)
     m = _fused_model(xs, ws, attrs, np.float32, residual)
     x = rand(*xs, dtype=np.float32)
     p = xs[2] * xs[3]
     outer = xs[0] * attrs.get("group", 1)
     gemms = [s for k in program(m, x).kernels for s in walk(k.body) if isinstance(s, Matmul)]
     cols = {s.n for s in gemms}
-    assert len(cols) == 1 and outer * p // cols.pop() >= ops_conv_blocks.MIN_TASKS, gemms
+    assert len(cols) == 1 and outer * p // cols.pop() >= blocking.MIN_TASKS, gemms
     assert all(s.m == ws[0] // attrs.get("group", 1) for s in gemms)
     for threads in (1, 2):
         (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(x)
         np.testing.assert_allclose(y, reference(m, x), rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(ops_conv_blocks, "SPLIT_P", False)
+    monkeypatch.setattr(blocking, "SPLIT_P", False)
     assert all(s.n == p for k in program(m, x).kernels for s in walk(k.body)
                if isinstance(s, Matmul))
 
@@ -168,12 +168,12 @@ def test_pointwise_conv_split_over_positions(xs, ws, attrs, residual, monkeypatc
 def test_mid_sized_pointwise_conv_is_split():
     # 32->16 at 48x48 (1.2M multiply-adds, a MobileNetV2 at 96x96): under SPLIT_WORK of 2M
     # it was one block on one thread; now MIN_TASKS blocks of positions
-    from onnxjit.ir import ops_conv_blocks
+    from onnxjit.ir.ops.conv import blocking
 
     m = _fused_model((1, 32, 48, 48), (16, 32, 1, 1), {}, np.float32, False)
     x = rand(1, 32, 48, 48, dtype=np.float32)
     cols = {s.n for k in program(m, x).kernels for s in walk(k.body) if isinstance(s, Matmul)}
-    assert len(cols) == 1 and 48 * 48 // cols.pop() >= ops_conv_blocks.MIN_TASKS
+    assert len(cols) == 1 and 48 * 48 // cols.pop() >= blocking.MIN_TASKS
     want = reference(m, x)
     for threads in (1, 2):
         (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(x)
@@ -183,9 +183,9 @@ def test_mid_sized_pointwise_conv_is_split():
 def test_block_choice_for_deep_layers():
     # a 7x7 image takes one block of all 49 positions (not 7 one-row blocks), and its output
     # channels are split so that two threads have work; a 56x56 layer has blocks enough
-    from onnxjit.ir.ops_conv import Geometry
-    from onnxjit.ir.ops_conv_blocks import MIN_TASKS, block_rows, m_split
-    from onnxjit.ir.ops_conv_utils import ConvAttrs
+    from onnxjit.ir.ops.conv.attrs import ConvAttrs
+    from onnxjit.ir.ops.conv.blocking import MIN_TASKS, block_rows, m_split
+    from onnxjit.ir.ops.conv.geometry import Geometry
 
     def geometry(c: int, hw: int) -> Geometry:
         a = ConvAttrs(kernel=(3, 3), strides=(1, 1), dilations=(1, 1), pads=(1, 1, 1, 1),
@@ -204,7 +204,7 @@ def test_block_choice_for_deep_layers():
     assert m_split(wide, 56 // rows, 64 * 56 * 56 * 576, 4) == (1, 64)
     # pointwise: few channels split the positions (into blocks of whole vectors' worth),
     # many channels are left to m_split
-    from onnxjit.ir.ops_conv_blocks import pointwise_blocks
+    from onnxjit.ir.ops.conv.blocking import pointwise_blocks
 
     def pointwise(c: int, m: int, hw: int) -> Geometry:
         a = ConvAttrs(kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
@@ -219,9 +219,9 @@ def test_block_choice_for_deep_layers():
 def test_odd_block_count_made_even(monkeypatch):
     # 24->144 at 56x56: 7 cache-sized blocks of 448 positions ran as 4 + 3 on two threads;
     # EVEN_BLOCKS takes 8 of 392 (one block or an even count is left alone)
-    from onnxjit.ir import ops_conv_blocks
-    from onnxjit.ir.ops_conv import Geometry
-    from onnxjit.ir.ops_conv_utils import ConvAttrs
+    from onnxjit.ir.ops.conv import blocking
+    from onnxjit.ir.ops.conv.attrs import ConvAttrs
+    from onnxjit.ir.ops.conv.geometry import Geometry
 
     def pointwise(c: int, m: int, hw: int) -> Geometry:
         a = ConvAttrs(kernel=(1, 1), strides=(1, 1), dilations=(1, 1), pads=(0, 0, 0, 0),
@@ -229,11 +229,11 @@ def test_odd_block_count_made_even(monkeypatch):
         return Geometry(a, (1, c, hw, hw), (m, c, 1, 1), (1, m, hw, hw))
 
     work = 1 << 30
-    assert ops_conv_blocks.pointwise_blocks(pointwise(24, 144, 56), 4, work) == 392
-    assert ops_conv_blocks.pointwise_blocks(pointwise(16, 96, 112), 4, work) == 448  # 28
-    assert ops_conv_blocks.pointwise_blocks(pointwise(64, 384, 14), 4, work) == 196  # 1
-    monkeypatch.setattr(ops_conv_blocks, "EVEN_BLOCKS", False)
-    assert ops_conv_blocks.pointwise_blocks(pointwise(24, 144, 56), 4, work) == 448
+    assert blocking.pointwise_blocks(pointwise(24, 144, 56), 4, work) == 392
+    assert blocking.pointwise_blocks(pointwise(16, 96, 112), 4, work) == 448  # 28
+    assert blocking.pointwise_blocks(pointwise(64, 384, 14), 4, work) == 196  # 1
+    monkeypatch.setattr(blocking, "EVEN_BLOCKS", False)
+    assert blocking.pointwise_blocks(pointwise(24, 144, 56), 4, work) == 448
     monkeypatch.undo()
     m = _fused_model((1, 24, 56, 56), (144, 24, 1, 1), {}, np.float32, False)
     x = rand(1, 24, 56, 56, dtype=np.float32)
@@ -247,7 +247,7 @@ def test_odd_block_count_made_even(monkeypatch):
 
 PHASE_CASES = [
     # (x shape, w shape, attributes, dtype): strided convs whose kernel is wider than the
-    # stride read X split into phase rows (ops_conv_phases)
+    # stride read X split into phase rows (input_phases)
     ((1, 3, 23, 25), (8, 3, 7, 7), dict(strides=[2, 2], pads=[3] * 4), np.float32),  # stem
     ((2, 4, 9, 14), (6, 2, 3, 3), dict(group=2, strides=[2, 2], pads=[1, 0, 0, 1]), np.float32),
     ((1, 5, 8, 17), (4, 5, 2, 5), dict(strides=[1, 3], dilations=[1, 2], pads=[0, 4, 1, 2]),
@@ -260,12 +260,12 @@ PHASE_CASES = [
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("xs,ws,attrs,dt", PHASE_CASES)
 def test_conv_strided_phases(xs, ws, attrs, dt, split, monkeypatch):
-    from onnxjit.ir import ops_conv_blocks, ops_conv_phases
+    from onnxjit.ir.ops.conv import blocking, input_phases
 
     if split:  # also through the split path (panels built per chunk of input channels)
-        monkeypatch.setattr(ops_conv_blocks, "SPLIT_WORK", 0)
-        monkeypatch.setattr(ops_conv_blocks, "MIN_TASKS", 64)
-        monkeypatch.setattr(ops_conv_blocks, "MIN_SPLIT_ROWS", 1)
+        monkeypatch.setattr(blocking, "SPLIT_WORK", 0)
+        monkeypatch.setattr(blocking, "MIN_TASKS", 64)
+        monkeypatch.setattr(blocking, "MIN_SPLIT_ROWS", 1)
     m = model("Conv", xs, [rand(*ws, dtype=dt), rand(ws[0], dtype=dt)], attrs, dtype=dt)
     x = rand(*xs, dtype=dt)
     names = [k.name for k in program(m, x).kernels]
@@ -275,7 +275,7 @@ def test_conv_strided_phases(xs, ws, attrs, dt, split, monkeypatch):
     np.testing.assert_allclose(y, reference(m, x), rtol=tol, atol=tol)
     np.testing.assert_allclose(run_via_loop_ir(m, [x])[0], y, rtol=tol, atol=tol)
     # the switch restores strided reads of X: the same values copied, the same sums
-    monkeypatch.setattr(ops_conv_phases, "DEINTERLEAVE", False)
+    monkeypatch.setattr(input_phases, "DEINTERLEAVE", False)
     assert "conv_phases" not in [k.name for k in program(m, x).kernels]
     (y2,) = onnxjit.compile(m, cache_dir=False)(x)
     np.testing.assert_array_equal(y2, y)

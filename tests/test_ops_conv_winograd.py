@@ -1,4 +1,4 @@
-"""Conv 3x3 stride 1 through Winograd F(2x2, 3x3) (ir/ops_conv_winograd.py): padding of every
+"""Conv 3x3 stride 1 through Winograd F(2x2, 3x3) (ir/winograd.py): padding of every
 side, odd output sizes (a last tile row/column of one output), a last block of fewer tile
 rows, batches, float64, bias (Y filled first, the transform adding onto it), the fused
 epilogue (bias, Relu, residual Add) and 1 or 2 threads, against onnx's reference; the shapes
@@ -13,8 +13,8 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import onnxjit
-from onnxjit.ir import ops_conv_winograd
 from onnxjit.ir.loops import Matmul, walk
+from onnxjit.ir.ops.conv import winograd
 
 CASES = [
     # (x shape, M, attributes, dtype)
@@ -96,8 +96,8 @@ def test_winograd_splits_few_blocks_over_channels():
 def test_winograd_splits_few_channels_in_two(m, monkeypatch):
     # 32 (or 26) output channels of one block: fewer than MIN_SPLIT_ROWS, still two chunks of
     # whole tiles (18 + 14, 18 + 8) so both threads work (DenseNet's 3x3 128->32 layers)
-    from onnxjit.ir import ops_conv_blocks
     from onnxjit.ir.loops import Loop
+    from onnxjit.ir.ops.conv import blocking
 
     xs = (1, 64, 14, 14)
     mo = _model(xs, m, dict(pads=[1] * 4), np.float32, bias=True, fused=True)
@@ -109,14 +109,14 @@ def test_winograd_splits_few_channels_in_two(m, monkeypatch):
     ref = ReferenceEvaluator(mo).run(None, {"x": x, "s": s})[0]
     (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=2)(x, s)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(ops_conv_blocks, "PAIR_SPLIT", False)
+    monkeypatch.setattr(blocking, "PAIR_SPLIT", False)
     kernels = {k.name: k for k in program(mo, x, s).kernels if "winograd" in k.name}
     assert list(kernels) == ["conv_winograd"]  # one serial iteration
 
 
 def test_winograd_batch_in_passes(monkeypatch):
     # a batch whose transforms exceed PANEL_BYTES runs in passes of fewer images (one here)
-    monkeypatch.setattr(ops_conv_winograd, "PANEL_BYTES", 1)
+    monkeypatch.setattr(winograd, "PANEL_BYTES", 1)
     xs = (3, 16, 20, 18)
     mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True, fused=False)
     x = rand(*xs)
@@ -133,7 +133,7 @@ def test_winograd_without_bias_and_switched_off(monkeypatch):
     assert _winograd_kernels(mo, x)
     (y,) = onnxjit.compile(mo, cache_dir=False)(x)
     np.testing.assert_allclose(y, reference(mo, x), rtol=1e-4, atol=1e-4)
-    monkeypatch.setattr(ops_conv_winograd, "WINOGRAD", False)
+    monkeypatch.setattr(winograd, "WINOGRAD", False)
     assert not _winograd_kernels(mo, x)
     (y2,) = onnxjit.compile(mo, cache_dir=False)(x)
     np.testing.assert_allclose(y2, y, rtol=1e-4, atol=1e-4)
@@ -166,7 +166,7 @@ def test_weight_transform_is_the_convolution_it_stands_for():
     rng = np.random.default_rng(3)
     w = rng.standard_normal((5, 4, 3, 3))
     d = rng.standard_normal((4, 4, 4))  # (channel, 4x4 patch)
-    u = ops_conv_winograd.weight_transform(w)  # (16, M, C)
+    u = winograd.weight_transform(w)  # (16, M, C)
     bt = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], float)
     at = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], float)
     v = np.einsum("ia,cab,jb->ijc", bt, d, bt).reshape(16, 4)  # (16, C)
@@ -183,9 +183,9 @@ def test_block_heights_give_an_even_number_of_blocks(monkeypatch):
     class Out:
         out = [28, 28]
 
-    assert ops_conv_winograd.block_tile_rows(Out(), 64) == 1
-    monkeypatch.setattr(ops_conv_winograd, "EVEN_TILE_ROWS", False)
-    assert ops_conv_winograd.block_tile_rows(Out(), 64) == 2
+    assert winograd.block_tile_rows(Out(), 64) == 1
+    monkeypatch.setattr(winograd, "EVEN_TILE_ROWS", False)
+    assert winograd.block_tile_rows(Out(), 64) == 2
     Out.out = [56, 56]  # 28 tile rows: 14 blocks of two already
-    monkeypatch.setattr(ops_conv_winograd, "EVEN_TILE_ROWS", True)
-    assert ops_conv_winograd.block_tile_rows(Out(), 64) == 2
+    monkeypatch.setattr(winograd, "EVEN_TILE_ROWS", True)
+    assert winograd.block_tile_rows(Out(), 64) == 2

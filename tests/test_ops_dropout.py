@@ -1,5 +1,5 @@
-"""Dropout (`ir.ops_dropout`): inference forwards; training mode draws its mask on the host at
-every call, reproducibly with a `seed` (numpy RandomState(seed), as the ONNX reference), with
+"""Dropout (`ir.ops.random.dropout`): inference forwards; training mode draws its mask on the host
+at every call, reproducibly with a `seed` (numpy RandomState(seed), as the ONNX reference), with
 `training_mode` as a constant or as a graph input bound per call."""
 
 from __future__ import annotations

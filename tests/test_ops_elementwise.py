@@ -1,6 +1,7 @@
-"""Focused tests of the elementwise, logic and cast op tables (ops_elementwise, ops_math,
-ops_activation, ops_logic, ops_cast): edge semantics the backend suite does not pin down,
-per-version behaviour, dtype/attribute errors, symbolic shape inference and constant folding.
+"""Focused tests of the elementwise, logic and cast op tables (elementwise.arithmetic,
+elementwise.unary_math, elementwise.activation, elementwise.logic, elementwise.cast): edge semantics
+the backend suite does not pin down, per-version behaviour, dtype/attribute errors, symbolic shape
+inference and constant folding.
 
 Models run down to the loop IR and through the reference interpreter
 (`loop_harness.run_via_loop_ir`), so no native code is needed.
@@ -16,15 +17,14 @@ import pytest
 from loop_harness import run_via_loop_ir
 from onnx import helper, numpy_helper
 
+# importing registers the op tables under test
+import onnxjit.ir.ops.elementwise.activation  # noqa: F401
+import onnxjit.ir.ops.elementwise.arithmetic  # noqa: F401
+import onnxjit.ir.ops.elementwise.cast  # noqa: F401
+import onnxjit.ir.ops.elementwise.logic  # noqa: F401
+import onnxjit.ir.ops.elementwise.trig  # noqa: F401
+import onnxjit.ir.ops.elementwise.unary_math  # noqa: F401
 from onnxjit.errors import ModelError, UnsupportedError
-from onnxjit.ir import (  # noqa: F401  (importing registers the op tables under test)
-    ops_activation,
-    ops_cast,
-    ops_elementwise,
-    ops_logic,
-    ops_math,
-    ops_trig,
-)
 from onnxjit.ir.graph import Node, Value
 from onnxjit.ir.opdef import resolve
 from onnxjit.ir.types import DType, Sym, TensorType

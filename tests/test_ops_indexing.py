@@ -1,5 +1,6 @@
 """Focused tests of the padding, resizing, scatter/gather-ND, one-hot, cumulative and
-rearrangement op tables (ops_pad, ops_resize, ops_scatter, ops_cumulative, ops_rearrange).
+rearrangement op tables (tensor.pad, vision.resize, tensor.gather_scatter, reductions.cumulative,
+tensor.rearrange).
 
 Cases go beyond the ONNX backend suite: every mode with constant shape inputs, negative axes,
 empty tensors, integer dtypes, run-time index checks, symbolic shape inference and error

@@ -9,12 +9,14 @@ import pytest
 from loop_harness import run_via_loop_ir
 from onnx import TensorProto, helper, numpy_helper
 
+import onnxjit.ir.ops.linalg.matmul  # noqa: F401  (registers the ops)
+import onnxjit.ir.ops.reductions.along_axis  # noqa: F401
 from onnxjit.errors import InputError, ModelError, UnsupportedError
-from onnxjit.ir import ops_linalg, ops_reduce, ops_softmax  # noqa: F401  (register the ops)
 from onnxjit.ir.graph import Node, Value
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Matmul, Program, walk
 from onnxjit.ir.opdef import resolve
+from onnxjit.ir.ops.reductions import semantics as reductions
 from onnxjit.ir.types import DType, Sym, TensorType
 
 NP_TO_ONNX = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
@@ -309,7 +311,7 @@ def test_reduce_layouts(name, shape, axes):
         np.testing.assert_allclose(got, ref, rtol=2e-5)
         assert got.shape == ref.shape
         # Constant folding evaluates the same semantics.
-        ev = ops_reduce.evaluate_reduce(name, x, tuple(sorted(a % x.ndim for a in axes)),
+        ev = reductions.evaluate_reduce(name, x, tuple(sorted(a % x.ndim for a in axes)),
                                         bool(keep))
         np.testing.assert_allclose(ev, ref, rtol=2e-5)
 
@@ -409,7 +411,7 @@ def test_reduce_loop_strategies():
     x = Buffer("x", DType.FLOAT, (8, 16, 32), "input", slot=0)
     y = Buffer("y", DType.FLOAT, (8, 1, 32), "output", slot=1)
     b = Builder()
-    ops_reduce.emit_reduce(b, "ReduceSum", x, y, (1,))
+    reductions.emit_reduce(b, "ReduceSum", x, y, (1,))
     loops = [s for s in walk(b.body) if isinstance(s, Loop)]
     assert loops[0].parallel and loops[0].stop.value == 8
     assert not any(lp.parallel for lp in loops[1:])

@@ -1,5 +1,5 @@
-"""Pool rows that fold a column's taps at once (`ir/ops_pool_fused.py`) and small pools run as
-one flat loop per plane (`ir/ops_pool_flat.py`): each compared bit for bit with the general row
+"""Pool rows that fold a column's taps at once (`ir/fused_rows.py`) and small pools run as
+one flat loop per plane (`ir/flat.py`): each compared bit for bit with the general row
 loops they replace (NaNs, infinities and signed zeros included), with onnxruntime, and checked
 to apply exactly to the geometries meant. Model helpers come from `test_ops_pool_norm`."""
 
@@ -28,13 +28,13 @@ from onnxjit.ir.types import DType
 def test_averagepool_fused_rows(fused: bool, shape: tuple, attrs: dict, include: int,
                                 monkeypatch) -> None:
     """2-D average pools whose window rows are inside fold each column in one pass
-    (`ops_pool_fused.FUSED_ROWS`): compiled, the same bits as the general rows and close to
+    (`fused_rows.FUSED_ROWS`): compiled, the same bits as the general rows and close to
     onnxruntime; narrow rows with border columns and kernels of more than FUSED_TAPS taps keep
     the general rows (the same loop IR either way)."""
     from onnxjit import runtime
     from onnxjit.driver import import_model, lower_signature
-    from onnxjit.ir import ops_pool_fused
     from onnxjit.ir.loop_printer import print_program
+    from onnxjit.ir.ops.pooling import fused_rows
     from onnxjit.options import CompileOptions
 
     a = x(*shape)
@@ -44,7 +44,7 @@ def test_averagepool_fused_rows(fused: bool, shape: tuple, attrs: dict, include:
     opts = CompileOptions.from_user({"cache_dir": False})
     got, texts = [], []
     for on in (False, True):
-        monkeypatch.setattr(ops_pool_fused, "FUSED_ROWS", on)
+        monkeypatch.setattr(fused_rows, "FUSED_ROWS", on)
         runtime._MEMORY.clear()  # the process-wide artifact cache does not key on the switch
         got.append(onnxjit.compile(m, cache_dir=False)(a)[0])
         gm = import_model(m.SerializeToString(), opts)
@@ -62,11 +62,11 @@ def test_averagepool_fused_rows(fused: bool, shape: tuple, attrs: dict, include:
 ])
 def test_maxpool_fused_rows_keep_nan_and_signed_zeros(shape: tuple, attrs: dict,
                                                       monkeypatch) -> None:
-    """MaxPool's fused rows (`ops_pool_fused.max_fold`: a plain max and a sticky NaN test)
+    """MaxPool's fused rows (`fused_rows.max_fold`: a plain max and a sticky NaN test)
     give the general rows' results: NaN wherever a window holds one, the same signed zero on
     ties of -0 and +0, infinities; and onnxruntime's on NaN-free data."""
     from onnxjit import runtime
-    from onnxjit.ir import ops_pool_fused
+    from onnxjit.ir.ops.pooling import fused_rows
 
     a = x(*shape)
     flat = a.reshape(-1)
@@ -81,7 +81,7 @@ def test_maxpool_fused_rows_keep_nan_and_signed_zeros(shape: tuple, attrs: dict,
     m = model("MaxPool", [a], 12, **attrs)
     got = []
     for on in (False, True):
-        monkeypatch.setattr(ops_pool_fused, "FUSED_ROWS", on)
+        monkeypatch.setattr(fused_rows, "FUSED_ROWS", on)
         runtime._MEMORY.clear()  # the process-wide artifact cache does not key on the switch
         got.append(onnxjit.compile(m, cache_dir=False)(a)[0])
     np.testing.assert_array_equal(got[1], got[0])  # NaNs in the same places
@@ -108,11 +108,11 @@ def test_maxpool_fused_rows_keep_nan_and_signed_zeros(shape: tuple, attrs: dict,
 ])
 def test_pool_flat_planes(op: str, shape: tuple, attrs: dict, flat: bool, monkeypatch) -> None:
     """Short rows of pools whose windows all lie inside run as one flat loop per plane
-    (`ops_pool_flat`): the same bits as the row loops (NaNs, infinities and signed zeros
+    (`pooling.flat`): the same bits as the row loops (NaNs, infinities and signed zeros
     included) and onnxruntime's results; padded, ceil-mode and 2-wide pools keep the rows."""
     from onnxjit import runtime
     from onnxjit.driver import import_model, lower_signature
-    from onnxjit.ir import ops_pool_flat
+    from onnxjit.ir.ops.pooling import flat as pool_flat
     from onnxjit.options import CompileOptions
 
     a = x(*shape)
@@ -123,7 +123,7 @@ def test_pool_flat_planes(op: str, shape: tuple, attrs: dict, flat: bool, monkey
     opts = CompileOptions.from_user({"cache_dir": False})
     got = []
     for on in (False, True):
-        monkeypatch.setattr(ops_pool_flat, "FLAT", on)
+        monkeypatch.setattr(pool_flat, "FLAT", on)
         runtime._MEMORY.clear()  # the process-wide artifact cache does not key on the switch
         got.append(onnxjit.compile(m, cache_dir=False)(a)[0])
         prog = lower_signature(import_model(m.SerializeToString(), opts),

@@ -138,8 +138,9 @@ def test_depthwise_conv_f16_accumulates_in_f32():
 
 
 # --------------------------------------------------------------------------- QuantizeLinear of
-# f16/bf16 x (ops_quant docstring): divided in f32 at opsets 19/21, in the scale's type (or
-# `precision`) from opset 23, both operands rounded to it first, as onnxruntime does.
+# f16/bf16 x (quantization.quantize_linear docstring): divided in f32 at opsets 19/21, in the
+# scale's type (or `precision`) from opset 23, both operands rounded to it first, as onnxruntime
+# does.
 
 F8 = (TP.FLOAT8E4M3FN, TP.FLOAT8E5M2)
 _LAYOUTS = {"tensor": ([], {}), "axis": ([6], {"axis": 1}),

@@ -337,7 +337,7 @@ def test_blocked_steps_loop_ir_panels():
 
 
 def test_block_width():
-    from onnxjit.ir.ops_rnn_loops import block_width
+    from onnxjit.ir.ops.recurrent.lowering import block_width
 
     # (hidden, gates, batch, itemsize, threads): equal blocks, a multiple of the threads,
     # within BLOCK_COLS gate columns and REC_BYTES of result; the widest with two a thread
@@ -355,7 +355,7 @@ def test_block_width():
 
 def test_pack_r_panels():
     from onnxjit.ir.loops import unpack_panels
-    from onnxjit.ir.ops_rnn_loops import pack_r
+    from onnxjit.ir.ops.recurrent.lowering import pack_r
 
     r = np.random.default_rng(0).standard_normal((1, 4 * 40, 40)).astype(np.float32)
     rows = pack_r(r, ((0, 1, 2, 3),), 32)
@@ -369,7 +369,7 @@ def test_pack_r_panels():
 
 
 def test_pack_r_layout():
-    from onnxjit.ir.ops_rnn_loops import pack_r
+    from onnxjit.ir.ops.recurrent.lowering import pack_r
 
     r = np.arange(2 * 3 * 5 * 5, dtype=np.float32).reshape(2, 15, 5)  # D=2, G=3, H=5
     packed = pack_r(r, ((0, 1), (2,)), 2)  # blocks of 2 units: widths 2, 2, 1
@@ -384,7 +384,7 @@ def test_pack_r_layout():
 
 
 def test_constant_bias_halves_summed_once():
-    # A constant B's halves are added at compile time (`ops_rnn_loops.BIAS_SUM`): the program
+    # A constant B's halves are added at compile time (`recurrent.lowering.BIAS_SUM`): the program
     # holds Wb + Rb per direction; a bias given at run time keeps both halves.
     from loop_harness import OPTIONS, import_model, lower_signature
 

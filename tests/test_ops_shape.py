@@ -1,6 +1,6 @@
-"""Focused tests of the shape and data-movement op tables (ops_shape, ops_movement, ops_slice,
-ops_generate): symbolic shape inference through Shape-driven subgraphs, per-version attribute vs
-input forms, zero-size and 0-d tensors, runtime index checks, and error messages.
+"""Focused tests of the shape and data-movement op tables (tensor.shape, tensor.movement,
+tensor.slice, tensor.generate): symbolic shape inference through Shape-driven subgraphs, per-version
+attribute vs input forms, zero-size and 0-d tensors, runtime index checks, and error messages.
 
 Models run down to the loop IR and through the reference interpreter
 (`loop_harness.run_via_loop_ir`), so no native code is needed.
@@ -14,14 +14,14 @@ from loop_harness import run_via_loop_ir
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
+
+# importing registers the op tables under test
+import onnxjit.ir.ops.tensor.generate  # noqa: F401
+import onnxjit.ir.ops.tensor.movement  # noqa: F401
+import onnxjit.ir.ops.tensor.shape  # noqa: F401
+import onnxjit.ir.ops.tensor.slice  # noqa: F401
 from onnxjit.driver import import_model, lower_signature
 from onnxjit.errors import InputError, ModelError, UnsupportedError
-from onnxjit.ir import (  # noqa: F401  (importing registers the op tables under test)
-    ops_generate,
-    ops_movement,
-    ops_shape,
-    ops_slice,
-)
 from onnxjit.ir.types import DType, Sym
 from onnxjit.options import CompileOptions
 

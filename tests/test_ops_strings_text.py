@@ -14,7 +14,7 @@ from onnx import helper as h
 from test_ops_strings import S, build, one, run, same
 
 from onnxjit.errors import InputError, ModelError, UnsupportedError
-from onnxjit.ir.re2_compat import translate
+from onnxjit.ir.ops.strings.re2 import translate
 
 
 def obj(*items) -> np.ndarray:

@@ -27,7 +27,7 @@ from models import one_node
 
 import onnxjit
 from onnxjit import cache as cache_mod
-from onnxjit import hostinfo
+from onnxjit import hostinfo, version
 
 KEY = "ab" * 32
 
@@ -245,7 +245,7 @@ def test_every_input_of_the_code_is_in_the_key(monkeypatch):
     for what, fake in [("version", None), ("compiler", "compiler_id"), ("host", "host_id")]:
         with monkeypatch.context() as mp:
             if fake is None:
-                mp.setattr(onnxjit, "__version__", onnxjit.__version__ + ".post1")
+                mp.setattr(version, "__version__", version.__version__ + ".post1")
             else:
                 mp.setattr(hostinfo, fake, lambda: "something-else")
             keys[what] = _key(base, sig)

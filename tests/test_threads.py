@@ -173,7 +173,7 @@ def test_parallel_loop_inside_serial_loop_dispatches_per_step() -> None:
 def test_recurrent_op_steps_run_on_the_pool(seq: int, batch: int, inp: int, hid: int) -> None:
     """An LSTM big enough: its step loop's blocks of hidden units are a nested dispatch, in
     chunks small enough for two threads (hidden 64: 4 blocks of 91K ops a step)."""
-    from onnxjit.bench_models import GraphBuilder
+    from onnxjit.bench.builder import GraphBuilder
     from onnxjit.codegen.parallel import grain_of, trip_count
     from onnxjit.driver import import_model, lower_signature
     from onnxjit.options import CompileOptions

@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from onnxjit import bench, bench_models, bench_peak, bench_report, cli
+from onnxjit import cli
+from onnxjit.bench import models as bench_models
+from onnxjit.bench import peak as bench_peak
+from onnxjit.bench import report as bench_report
+from onnxjit.bench import runner as bench
+from onnxjit.bench.builder import BenchModel
 
 NAMES = list(bench_models.registry())
 BASELINE = Path(__file__).parent / "baseline.json"
@@ -83,7 +88,7 @@ def test_unsupported_op_is_reported_not_raised(monkeypatch):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                             helper.make_opsetid("bench.test", 1)])
     m.ir_version = 10
-    bm = bench_models.BenchModel("nope", m, {"x": np.ones(2, np.float32)}, "unsupported op")
+    bm = BenchModel("nope", m, {"x": np.ones(2, np.float32)}, "unsupported op")
     monkeypatch.setattr(bench, "build", lambda name, tiny=False: bm)
     for sub in (False, True):
         row = bench.run_one("nope", seconds=0.0, subprocesses=sub)

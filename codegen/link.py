@@ -1,0 +1,27 @@
+"""Linking object code into the process, without importing LLVM.
+
+`load_object(obj)` links a `CompiledObject`: first with the project's own ELF loader
+(`elf_loader.load_elf`: mmap, relocate, resolve libc/libm/pthread symbols with dlsym — about
+0.3 ms, and no llvmlite import, which alone costs ~20 ms), and if that loader refuses the object
+(an unknown relocation, an unresolvable symbol, a non-ELF host) through LLVM's MCJIT
+(`jit.load_object_mcjit`). Either way the result offers `entry_addr`, `entry_py_addr`,
+`address(name)` and keeps the code alive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from onnxjit.codegen.objects import CompiledObject
+
+
+def load_object(obj: CompiledObject) -> Any:
+    """Link object code into this process (no recompilation); see the module docstring."""
+    from onnxjit.codegen.elf_loader import ElfLoadError, load_elf
+
+    try:
+        return load_elf(obj.object_code, obj.entry, obj.entry_py, obj=obj)
+    except ElfLoadError:
+        from onnxjit.codegen.jit import load_object_mcjit
+
+        return load_object_mcjit(obj)

@@ -1,0 +1,8 @@
+"""Linear algebra: products lowered to the loop IR's `Matmul` (the tiled microkernel).
+
+    matmul         MatMul, Gemm, MatMulInteger (numpy.matmul broadcasting over batch dims)
+    strassen       one Strassen level for large products by a constant B
+    strided_views  FusedMatMul operands read through batch-dim transposes in place
+    einsum         Einsum, lowered to Matmul or a loop nest
+    det            Det (LU with partial pivoting)
+"""

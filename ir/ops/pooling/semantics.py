@@ -1,0 +1,327 @@
+"""Pooling ops: MaxPool, AveragePool, LpPool and their Global forms (shape rules and numpy).
+
+Geometry (`geometry`), per spatial dim of an (N, C, D1..Dk) input: kernel K, stride s, dilation
+d (window extent E = (K - 1) * d + 1) and pads (begin pb, end pe). Output window o covers input
+positions o * s - pb + t * d for taps t < K; positions outside [0, D) are padding. Output size:
+- explicit pads (auto_pad NOTSET): floor((D + pb + pe - E) / s) + 1, or ceil(...) + 1 with
+  ceil_mode, dropping a last window that would start inside the end padding (onnxruntime's and
+  the reference's rule);
+- VALID: no pads, floor((D - E) / s) + 1;
+- SAME_UPPER / SAME_LOWER: ceil(D / s), total pad max(0, (out - 1) * s + E - D) split evenly,
+  the odd one at the end (UPPER) or the beginning (LOWER).
+Padding never contributes a value: MaxPool ignores it, AveragePool divides by the number of
+real taps, or with count_include_pad by the taps inside [-pb, D + pe), LpPool adds zeros.
+MaxPool's Indices output is the flat index of the maximum in the input (first maximum in
+window order), row-major or, with storage_order=1, column-major over the spatial dims.
+
+`evaluate` (constant folding) pads the input to cover every window, takes strided sliding
+windows, and reduces each under a mask of real (or counted) positions. Lowerings live in
+`pooling.lowering`; the Global forms lower to the reduction nests of `reductions.lowering`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxjit.errors import ModelError
+from onnxjit.ir.graph import Node
+from onnxjit.ir.ops.elementwise.arithmetic import (
+    BF16,
+    FLOATS,
+    Types,
+    accept,
+    arity,
+    float_attr,
+    int_attr,
+)
+from onnxjit.ir.ops.elementwise.inference import tensor
+from onnxjit.ir.ops.shape_utils import tensor_input
+from onnxjit.ir.types import Dim, DType, TensorType
+
+D = DType
+_FLOAT_TYPES: Types = ((1, FLOATS), (22, FLOATS | BF16))
+_MAX_TYPES: Types = ((1, FLOATS), (12, FLOATS | {D.INT8, D.UINT8}),
+                     (22, FLOATS | BF16 | {D.INT8, D.UINT8}))
+_AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Window parameters per spatial dim; `pb`/`pe` are None where a SAME pad depends on a
+    symbolic input dim; `out` are the output spatial dims."""
+
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pb: tuple[int | None, ...]
+    pe: tuple[int | None, ...]
+    out: tuple[Dim, ...]
+
+    def extent(self, i: int) -> int:
+        return (self.kernel[i] - 1) * self.dilations[i] + 1
+
+
+def ints(node: Node, name: str, n: int, default: int | None, minimum: int) -> tuple[int, ...]:
+    """An ints attribute of length n (default: n copies of `default`), each >= minimum."""
+    v = node.attr(name)
+    if v is None:
+        if default is None:
+            raise ModelError(f"missing required attribute '{name}'", where=node)
+        return (default,) * n
+    vals = tuple(int(x) for x in (v if isinstance(v, (tuple, list, np.ndarray)) else (v,)))
+    if len(vals) != n:
+        raise ModelError(f"attribute '{name}' has {len(vals)} values, expected {n} "
+                         f"(one per spatial dim{', twice' if name == 'pads' else ''})",
+                         where=node)
+    if any(x < minimum for x in vals):
+        raise ModelError(f"attribute '{name}' must hold values >= {minimum}, got "
+                         f"{list(vals)}", where=node)
+    return vals
+
+
+def geometry(node: Node, spatial: tuple[Dim, ...]) -> Geometry:
+    """The pooling geometry of a node for input spatial dims `spatial` (see docstring)."""
+    k = len(spatial)
+    kernel = ints(node, "kernel_shape", k, None, 1)
+    strides = ints(node, "strides", k, 1, 1)
+    dil = ints(node, "dilations", k, 1, 1)
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto not in _AUTO_PADS:
+        raise ModelError(f"attribute 'auto_pad' must be one of {list(_AUTO_PADS)}, got "
+                         f"{auto!r}", where=node)
+    pads = ints(node, "pads", 2 * k, 0, 0)
+    ceil = int_attr(node, "ceil_mode", 0, (0, 1)) == 1
+    pb: list[int | None] = []
+    pe: list[int | None] = []
+    out: list[Dim] = []
+    for i, d in enumerate(spatial):
+        e, s = (kernel[i] - 1) * dil[i] + 1, strides[i]
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            o = None if d is None else (d + s - 1) // s
+            if isinstance(d, int) and isinstance(o, int):
+                total = max(0, (o - 1) * s + e - d)
+                small = total // 2
+                pb.append(small if auto == "SAME_UPPER" else total - small)
+                pe.append(total - pb[-1])
+            else:
+                pb.append(None)
+                pe.append(None)
+        else:
+            a, z = (0, 0) if auto == "VALID" else (pads[i], pads[k + i])
+            pb.append(a)
+            pe.append(z)
+            span = None if d is None else d + a + z - e
+            if span is None:
+                o = None
+            elif not ceil:
+                o = span // s + 1
+            elif isinstance(span, int):
+                o = -(-span // s) + 1
+                if (o - 1) * s >= d + a:  # the last window would start in the end padding
+                    o -= 1
+            else:
+                o = None  # the drop-the-last-window rule needs the concrete size
+        if isinstance(o, int) and o < 1:
+            raise ModelError(f"pooling window (extent {e}) does not fit spatial dim {i} of "
+                             f"size {d} with pads ({pb[-1]}, {pe[-1]})", where=node)
+        out.append(o)
+    return Geometry(kernel, strides, dil, tuple(pb), tuple(pe), tuple(out))
+
+
+def _spatial_input(node: Node) -> TensorType:
+    t = tensor_input(node, 0)
+    if t.shape is not None and len(t.shape) < 3:
+        raise ModelError(f"{node.op} needs an input of rank >= 3 (N, C, spatial...), got rank "
+                         f"{len(t.shape)}", where=node)
+    return t
+
+
+def pool_infer(node: Node) -> list:
+    arity(node, 1)
+    dt = accept(node, 0, _MAX_TYPES if node.op == "MaxPool" else _FLOAT_TYPES)
+    t = _spatial_input(node)
+    _lp_p(node)
+    if node.op == "AveragePool":
+        int_attr(node, "count_include_pad", 0, (0, 1))
+    if node.op == "MaxPool":
+        int_attr(node, "storage_order", 0, (0, 1))
+    if t.shape is None:
+        ks = node.attr("kernel_shape")
+        if ks is None:
+            raise ModelError("missing required attribute 'kernel_shape'", where=node)
+        shape = None
+    else:
+        g = geometry(node, t.shape[2:])
+        shape = t.shape[:2] + g.out
+    outs = tensor(dt, shape)
+    if node.op == "MaxPool" and len(node.outputs) > 1:
+        if node.version < 8:
+            raise ModelError("MaxPool has an Indices output from opset 8 on", where=node)
+        outs += tensor(D.INT64, shape)
+    return outs
+
+
+def _lp_p(node: Node) -> float:
+    if node.op not in ("LpPool", "GlobalLpPool"):
+        return 1.0
+    # Opset 1 declares p a float, later opsets an int; both read as a number.
+    p = float_attr(node, "p", 2.0)
+    if p <= 0:
+        raise ModelError(f"attribute 'p' must be positive, got {p}", where=node)
+    return p
+
+
+def global_infer(node: Node) -> list:
+    arity(node, 1)
+    dt = accept(node, 0, _FLOAT_TYPES)
+    t = _spatial_input(node)
+    _lp_p(node)
+    shape = None if t.shape is None else t.shape[:2] + (1,) * (len(t.shape) - 2)
+    return tensor(dt, shape)
+
+
+# --------------------------------------------------------------------------- numpy semantics
+
+
+def pool_numpy(node: Node, x: np.ndarray) -> list[np.ndarray]:
+    """MaxPool/AveragePool/LpPool of a concrete array (see module docstring)."""
+    g = geometry(node, x.shape[2:])
+    k = x.ndim - 2
+    spatial = x.shape[2:]
+    lengths = [(int(g.out[i]) - 1) * g.strides[i] + g.extent(i) for i in range(k)]
+    widths = [(0, 0), (0, 0)] + [(g.pb[i], max(0, lengths[i] - g.pb[i] - spatial[i]))
+                                  for i in range(k)]
+    crop = (slice(None), slice(None)) + tuple(slice(0, n) for n in lengths)
+    # Positions per dim (input coordinates) of the padded, cropped frame.
+    pos = [np.arange(lengths[i]) - g.pb[i] for i in range(k)]
+    real = np.ones((1, 1) + tuple(lengths), dtype=bool)
+    counted = np.ones_like(real)
+    for i in range(k):
+        view = (1,) * (2 + i) + (lengths[i],) + (1,) * (k - i - 1)
+        real = real & ((pos[i] >= 0) & (pos[i] < spatial[i])).reshape(view)
+        counted = counted & (pos[i] < spatial[i] + g.pe[i]).reshape(view)
+    xp = np.pad(x, widths)[crop]
+
+    def windows(a: np.ndarray) -> np.ndarray:
+        axes = tuple(range(2, 2 + k))
+        w = np.lib.stride_tricks.sliding_window_view(a, [g.extent(i) for i in range(k)], axes)
+        sel = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in g.strides)
+        sel += tuple(slice(None, None, d) for d in g.dilations)
+        w = w[sel]
+        return w.reshape(w.shape[:2 + k] + (-1,))
+
+    w, m = windows(xp), windows(np.broadcast_to(real, xp.shape))
+    if node.op == "MaxPool":
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        masked = np.where(m, w, np.asarray(low, dtype=x.dtype))
+        y = masked.max(axis=-1)
+        if len(node.outputs) < 2:
+            return [y]
+        t = np.unravel_index(np.argmax(masked, axis=-1), g.kernel)
+        grid = np.meshgrid(*[np.arange(int(o)) for o in g.out], indexing="ij")
+        coords = [grid[i] * g.strides[i] - g.pb[i] + t[i] * g.dilations[i] for i in range(k)]
+        order = range(k) if int_attr(node, "storage_order", 0) == 0 else range(k - 1, -1, -1)
+        flat = np.zeros_like(coords[0], dtype=np.int64)
+        for i in order:
+            flat = flat * spatial[i] + coords[i]
+        plane = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[:2] + (1,) * k)
+        return [y, (flat + plane * math.prod(spatial)).astype(np.int64)]
+    with np.errstate(all="ignore"):
+        if node.op == "AveragePool":
+            cnt_mask = m
+            if int_attr(node, "count_include_pad", 0) == 1:
+                cnt_mask = windows(np.broadcast_to(counted, xp.shape))
+            y = np.where(m, w, 0).sum(axis=-1) / cnt_mask.sum(axis=-1)
+        else:
+            p = _lp_p(node)
+            y = (np.abs(np.where(m, w, 0)) ** p).sum(axis=-1) ** (1.0 / p)
+    return [np.asarray(y, dtype=x.dtype)]
+
+
+def pool_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
+    return pool_numpy(node, inputs[0])
+
+
+def global_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
+    x = inputs[0]
+    axes = tuple(range(2, x.ndim))
+    if node.op == "GlobalAveragePool":
+        y = x.mean(axis=axes, keepdims=True)
+    elif node.op == "GlobalMaxPool":
+        y = x.max(axis=axes, keepdims=True)
+    else:
+        p = _lp_p(node)
+        y = (np.abs(x) ** p).sum(axis=axes, keepdims=True) ** (1.0 / p)
+    return [np.asarray(y, dtype=x.dtype)]
+
+
+# --------------------------------------------------------------------------- MaxUnpool
+
+
+def unpool_shape(node: Node, inferred: bool = False) -> tuple[Dim, ...] | None:
+    """MaxUnpool's output shape: the `output_shape` input's value when given, else per spatial
+    dim (D - 1) * s - (pb + pe) + K (the shape MaxPool's input had without ceil/auto pads).
+    The indices address the latter (`inferred=True`); a larger output_shape holds it in its
+    leading corner (the reference's rule)."""
+    shape = tensor_input(node, 0).shape
+    if node.input(2) is not None and not inferred:
+        c = node.input(2).const
+        dims = node.input(2).sym_value
+        if c is not None:
+            dims = tuple(int(v) for v in np.asarray(c).reshape(-1))
+        if dims is None:
+            return None
+        if shape is not None and len(dims) != len(shape):
+            raise ModelError(f"output_shape has {len(dims)} values for an input of rank "
+                             f"{len(shape)}", where=node)
+        return tuple(dims)
+    if shape is None:
+        return None
+    k = len(shape) - 2
+    kernel = ints(node, "kernel_shape", k, None, 1)
+    strides = ints(node, "strides", k, 1, 1)
+    pads = ints(node, "pads", 2 * k, 0, 0)
+    out: list[Dim] = list(shape[:2])
+    for i, d in enumerate(shape[2:]):
+        out.append(None if d is None else (d - 1) * strides[i] - pads[i] - pads[k + i]
+                   + kernel[i])
+    return tuple(out)
+
+
+def unpool_infer(node: Node) -> list:
+    arity(node, 2, 3)
+    dt = accept(node, 0, _FLOAT_TYPES)
+    _spatial_input(node)
+    for i, what in ((1, "I"), (2, "output_shape")):
+        if node.input(i) is not None and tensor_input(node, i).dtype != D.INT64:
+            raise ModelError(f"input {i} ({what}) must be int64, got "
+                             f"{tensor_input(node, i).dtype.short}", where=node)
+    xs, ish = tensor_input(node, 0).shape, tensor_input(node, 1).shape
+    if xs is not None and ish is not None and len(xs) == len(ish) and any(
+            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(xs, ish)):
+        raise ModelError(f"indices shape {list(ish)} differs from X's {list(xs)}", where=node)
+    out, base = unpool_shape(node), unpool_shape(node, inferred=True)
+    if out is not None and base is not None and any(
+            isinstance(a, int) and isinstance(b, int) and a < b for a, b in zip(out, base)):
+        raise ModelError(f"output_shape {list(out)} is smaller than the unpooled shape "
+                         f"{list(base)}", where=node)
+    return tensor(dt, out)
+
+
+def unpool_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
+    x, ind = inputs[0], inputs[1]
+    base = tuple(int(d) for d in unpool_shape(node, inferred=True))  # type: ignore[union-attr]
+    shape = base if len(inputs) < 3 or inputs[2] is None else tuple(
+        int(v) for v in inputs[2])
+    y = np.zeros(math.prod(base), dtype=x.dtype)
+    flat = ind.reshape(-1)
+    if flat.size and (flat.min() < 0 or flat.max() >= y.size):
+        raise ModelError(f"an index in I is outside the output of {y.size} elements",
+                         where=node)
+    y[flat] = x.reshape(-1)
+    out = np.zeros(shape, dtype=x.dtype)
+    out[tuple(slice(0, d) for d in base)] = y.reshape(base)
+    return [out]

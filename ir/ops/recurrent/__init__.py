@@ -1,0 +1,8 @@
+"""Recurrent ops: RNN, GRU, LSTM.
+
+    cells      attributes, shape inference, activations and the cell math, written once over
+               an arithmetic interface that numpy and the loop builder both implement
+    reference  numpy evaluation (constant folding; the tests' second reference)
+    lowering   the loop-IR lowering (input projection, then the step loop), and registration
+    steps      the serial step loop, split over threads by blocks of hidden units
+"""

@@ -1,0 +1,226 @@
+"""Helpers shared by the shape and data-movement ops (tensor.shape, tensor.movement).
+
+Three groups:
+
+- reading integer operands: `int_values` gives the contents of an int tensor when it is known
+  at compile time (a constant of any size, or a fully concrete `sym_value`); `axes_list`
+  normalises a list of axes and rejects duplicates;
+- symbolic dim arithmetic: `prod_dims` multiplies dims, `div_dims` divides one product by
+  another after cancelling equal factors (so `(batch*784) / batch` is `784`, not an opaque
+  floor-division), `slice_dim` is the length of a slice of a dim;
+- loop nests: `strided_copy` is the one nest behind Transpose, Concat, Slice, Split and Tile.
+  Algorithm: every such op copies a box of `shape` from `src` to `dst` where each side's flat
+  index is `offset + sum(idx[k] * strides[k])`; adjacent dims that both sides walk contiguously
+  are merged (`loop_builder.coalesce`), so a copy of contiguous rows becomes one flat loop, and
+  a box with a zero-size dim emits nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from onnxjit.errors import ModelError, UnsupportedError
+from onnxjit.ir.graph import Node, Value
+from onnxjit.ir.loop_builder import Builder, coalesce
+from onnxjit.ir.loops import Buffer, Operand, i64
+from onnxjit.ir.types import Dim, DType, Sym, TensorType, sym_floordiv
+
+#: Kernels copying at least this many elements mark their outer loop parallel.
+PARALLEL_MIN = 1 << 14
+
+#: A slice end at or beyond this means "to the end" whatever the (symbolic) dim is.
+BIG = (1 << 31) - 1
+
+
+# --------------------------------------------------------------------------- int operands
+
+
+def int_values(v: Value | None) -> tuple[int, ...] | None:
+    """The integers an int tensor holds when known at compile time (flattened), else None."""
+    if v is None:
+        return None
+    c = v.const
+    if isinstance(c, np.ndarray) and c.dtype.kind in "iu":
+        return tuple(int(x) for x in c.reshape(-1))
+    if v.sym_value is not None and all(isinstance(d, int) for d in v.sym_value):
+        return tuple(v.sym_value)
+    return None
+
+
+def check_int_input(node: Node, i: int, what: str, int32: bool = False) -> TensorType:
+    """Input i must be an int64 (or int32 if allowed) tensor of rank <= 1."""
+    v = node.input(i)
+    t = v.type if v is not None else None
+    if not isinstance(t, TensorType):
+        raise ModelError(f"input {i} ({what}) must be a tensor", where=node)
+    ok = (DType.INT64, DType.INT32) if int32 else (DType.INT64,)
+    if t.dtype not in ok:
+        want = " or ".join(d.short for d in ok)
+        raise ModelError(f"input {i} ({what}) must be {want}, got {t.dtype.short}", where=node)
+    if t.shape is not None and len(t.shape) > 1:
+        raise ModelError(f"input {i} ({what}) must be 1-D, got shape {t}", where=node)
+    return t
+
+
+def input_length(v: Value | None) -> int | None:
+    """The static number of elements of a 1-D (or 0-D) value, if known."""
+    if v is None or not isinstance(v.type, TensorType) or v.type.shape is None:
+        return None
+    shape = v.type.shape
+    if len(shape) == 0:
+        return 1
+    return shape[0] if len(shape) == 1 and isinstance(shape[0], int) else None
+
+
+def axes_list(axes: Sequence[int], rank: int, node: Node, what: str = "axes") -> list[int]:
+    """Axes normalised into [0, rank); ModelError on out-of-range or repeated axes."""
+    out = []
+    for a in axes:
+        if not -rank <= a < rank:
+            raise ModelError(f"{what} value {a} is out of range for rank {rank}", where=node)
+        a = a + rank if a < 0 else a
+        if a in out:
+            raise ModelError(f"{what} {list(axes)} repeats axis {a}", where=node)
+        out.append(a)
+    return out
+
+
+# --------------------------------------------------------------------------- symbolic dims
+
+
+def prod_dims(dims: Sequence[Dim]) -> Dim:
+    """Product of dims; None when any is unknown."""
+    p: Dim = 1
+    for d in dims:
+        if d is None:
+            return None
+        p = p * d  # type: ignore[operator]
+    return p
+
+
+def _factors(dims: Sequence[Dim]) -> list:
+    out: list = []
+    for d in dims:
+        if isinstance(d, Sym) and d.op == "mul":
+            out.extend(d.args)
+        else:
+            out.append(d)
+    return out
+
+
+def div_dims(num: Sequence[Dim], den: Sequence[Dim]) -> Dim:
+    """prod(num) / prod(den) for an exact division; None when unknown (or den is 0)."""
+    if any(d is None for d in num) or any(d is None for d in den):
+        return None
+    n, m = _factors(num), _factors(den)
+    for f in list(m):
+        if not isinstance(f, int) and f in n:
+            n.remove(f)
+            m.remove(f)
+    p, q = prod_dims(n), prod_dims(m)
+    if q == 0:
+        return None
+    if isinstance(p, int) and isinstance(q, int):
+        return p // q
+    return sym_floordiv(p, q)  # type: ignore[arg-type]
+
+
+def slice_params(start: int, end: int, step: int, dim: int) -> tuple[int, int]:
+    """(first index, count) of the ONNX slice start:end:step of a dim of size `dim`.
+
+    ONNX clamps like Python: negative start/end count from the end, then start is clamped to
+    [0, dim] ([0, dim-1] for negative steps) and end to [0, dim] ([-1, dim-1]).
+    """
+    first, stop, st = slice(start, end, step).indices(dim)
+    return first, len(range(first, stop, st))
+
+
+def slice_dim(d: Dim, start: int, end: int, step: int) -> Dim:
+    """Length of a slice of a dim; a symbolic dim is only known for the full range."""
+    if isinstance(d, int):
+        return slice_params(start, end, step, d)[1]
+    if d is not None and step == 1 and (start == 0 or start <= -BIG) and end >= BIG:
+        return d
+    if d is not None and step == -1 and start >= BIG and end <= -BIG:
+        return d
+    return None
+
+
+# --------------------------------------------------------------------------- loop nests
+
+
+def static_lower(fn: Callable[[Any, Node], None]) -> Callable[[Any, Node], None]:
+    """Wrap a `lower` rule: an output shape still unknown once the inputs are bound depends on
+    input values, which shape specialisation cannot compile (UnsupportedError, not a crash)."""
+
+    def lower(ctx: Any, node: Node) -> None:
+        for v in node.outputs:
+            t = v.type
+            if isinstance(t, TensorType) and not t.is_static and (v.name or v is node.outputs[0]):
+                raise UnsupportedError(
+                    f"the shape of {v.describe()} ({t}) depends on input values; data-dependent "
+                    "output shapes are not supported yet (onnxjit specialises on input shapes)",
+                    where=node)
+        fn(ctx, node)
+
+    lower.__name__ = fn.__name__
+    lower.__doc__ = fn.__doc__
+    return lower
+
+
+
+def row_strides(shape: Sequence[int]) -> list[int]:
+    strides = [1] * len(shape)
+    for k in range(len(shape) - 2, -1, -1):
+        strides[k] = strides[k + 1] * shape[k + 1]
+    return strides
+
+
+def strided_copy(b: Builder, shape: Sequence[int], dst: Buffer, dst_off: Operand | int,
+                 dst_strides: Sequence[int], src: Buffer, src_off: Operand | int,
+                 src_strides: Sequence[int], parallel: bool | None = None) -> None:
+    """dst[dst_off + idx . dst_strides] = src[src_off + idx . src_strides] over `shape`."""
+    n = prod_dims(shape)
+    if n == 0:
+        return
+    if parallel is None:
+        parallel = n >= PARALLEL_MIN  # type: ignore[operator]
+    d_off = i64(dst_off) if isinstance(dst_off, int) else dst_off
+    s_off = i64(src_off) if isinstance(src_off, int) else src_off
+    cshape, (d_st, s_st) = coalesce(shape, [list(dst_strides), list(src_strides)])
+    with b.nest(cshape, parallel_outer=parallel) as idx:
+        v = b.load(src, b.iadd(s_off, b.linear(idx, s_st)))
+        b.store(dst, b.iadd(d_off, b.linear(idx, d_st)), v)
+
+
+@contextlib.contextmanager
+def loop_or_zero(b: Builder, n: int, parallel: bool = False, hint: str = "i"
+                 ) -> Iterator[Operand]:
+    """A loop over range(n), or just the constant 0 when n == 1 (keeps nests short)."""
+    if n == 1:
+        yield i64(0)
+        return
+    with b.loop(0, n, parallel=parallel, hint=hint) as i:
+        yield i
+
+
+def fill(b: Builder, dst: Buffer, value: Operand) -> None:
+    """Store `value` into every element of `dst`."""
+    if dst.numel == 0:
+        return
+    with b.loop(0, dst.numel, parallel=dst.numel >= PARALLEL_MIN) as i:
+        b.store(dst, i, value)
+
+
+def wrap_index(b: Builder, k: Operand, dim: int, message: str) -> Operand:
+    """An index loaded from data as i64, negative values wrapped (+dim), range-checked."""
+    k = b.cast(k, DType.INT64)
+    neg = b.op("lt", k, i64(0))
+    k = b.op("select", neg, b.iadd(k, i64(dim)), k)
+    ok = b.op("and", b.op("ge", k, i64(0)), b.op("lt", k, i64(dim)))
+    b.check(ok, message)
+    return k

@@ -1,0 +1,138 @@
+"""Benchmark reports: the markdown table, the JSON document, and the baseline comparison.
+
+The JSON document is `{"note", "machine", "fma_peak", "settings", "results": [row, ...]}`, one
+row per benchmark (the fields of `bench.run_one`'s dict). The comparison against a baseline
+looks only at ratios (`ort_median / onnxjit_median`, measured interleaved in one process, so
+the machine's speed cancels out much more than in absolute times): a benchmark regressed when
+its ratio fell below `baseline_ratio * (1 - tolerance)`, or when it had a ratio in the baseline
+and now fails (error or numeric mismatch). Benchmarks missing on either side, or unsupported in
+both, are not compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from typing import Any
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                       cpu)
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = -1.0
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "load_avg_1min": round(load, 2), "versions": versions()}
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the packages the ratios depend on (onnxruntime above all: a new
+    release moves every ratio), "-" for one that is not installed."""
+    from importlib import metadata
+
+    out = {}
+    for name in ("onnxjit", "onnxruntime", "onnx", "numpy", "llvmlite"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "-"
+    return out
+
+
+def _f(x: float | None, fmt: str = ".1f", unit: str = "") -> str:
+    return "-" if x is None else f"{x:{fmt}}{unit}"
+
+
+def _us(x: float | None, like: float | None = None) -> str:
+    """Microseconds as text, in ms from 10 ms up; `like`: use the unit that value gets."""
+    if x is None:
+        return "-"
+    return f"{x / 1000:.2f} ms" if (x if like is None else like) >= 10000 else f"{x:.1f} us"
+
+
+_SCHEDULE = {
+    "blocks": "timed in alternating blocks of calls after pauses that outlast onnxruntime's idle"
+              " spin; \"alternating calls\": the ratio with single calls alternated instead, each"
+              " onnxjit call then sharing a core with onnxruntime's spinning worker"
+              " (`onnxjit/bench/timing.py`).",
+    "calls": "timed in single calls alternated.",
+}
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The results as a markdown table, preceded by the FMA peak and machine lines."""
+    peak = doc.get("fma_peak") or {}
+    m = doc.get("machine") or {}
+    interleave = (doc.get("settings") or {}).get("interleave", "calls")
+    ort = (m.get("versions") or {}).get("onnxruntime", "?")
+    lines = [f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, 1-min load average "
+             f"{m.get('load_avg_1min', '?')} at the start; onnxruntime {ort}. Measured "
+             "single-thread FMA peak: "
+             f"{_f(peak.get('gflops'))} GFLOP/s. Speed-up = onnxruntime median / onnxjit median"
+             " (> 1: onnxjit faster), onnxruntime with 2 intra-op threads unless noted;"
+             f" {_SCHEDULE.get(interleave, interleave)}", "",
+             "| benchmark | onnxjit (IQR) | onnxruntime (IQR) | speed-up | alternating calls "
+             "| GFLOP/s | cold compile | warm start | peak MB onnxjit / ort | note |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in doc["results"]:
+        if r["status"] != "ok":
+            lines.append(f"| {r['name']} | {r['status']} | | | | | | | | "
+                         f"{r['message'][:80].replace('|', '/')} |")
+            continue
+        gf = _f(r.get("gflops"))
+        if r.get("peak_pct") is not None:
+            gf += f" (best {r['gflops_best']:.1f} = {r['peak_pct']:.0f}% of peak)"
+        mem = f"{_f(r.get('mem_onnxjit_mb'), '.0f')} / {_f(r.get('mem_ort_mb'), '.0f')}"
+        note = r["note"]
+        if r.get("speedup_threads") is not None:
+            note += f"; onnxjit {r['threads_default']} vs 1 thread: {r['speedup_threads']:.2f}x"
+        lines.append(
+            f"| {r['name']} | {_us(r['onnxjit_us'])} "
+            f"({_us(r['onnxjit_iqr_us'], r['onnxjit_us'])}) | "
+            f"{_us(r.get('ort_us'))} ({_us(r.get('ort_iqr_us'), r.get('ort_us'))}) | "
+            f"{_f(r.get('ratio'), '.2f', 'x')} | {_f(r.get('ratio_calls'), '.2f', 'x')} | {gf} | "
+            f"{_f(r.get('compile_cold_ms'), '.0f', ' ms')} | "
+            f"{_f(r.get('compile_warm_ms'), '.0f', ' ms')} | {mem} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_json(doc: dict[str, Any], path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def load_results(path: str) -> dict[str, dict[str, Any]]:
+    """Rows of a JSON report (or of a bare list of rows) by benchmark name."""
+    with open(path) as f:
+        doc = json.load(f)
+    rows = doc["results"] if isinstance(doc, dict) else doc
+    return {r["name"]: r for r in rows}
+
+
+def regressions(results: list[dict[str, Any]], baseline: dict[str, dict[str, Any]],
+                tolerance: float) -> list[str]:
+    """One message per benchmark that regressed against `baseline` (see the module docstring)."""
+    out = []
+    for r in results:
+        b = baseline.get(r["name"])
+        if b is None or not b.get("ratio"):
+            continue
+        if r["status"] != "ok" and r["status"] != "unsupported":
+            out.append(f"{r['name']}: {r['status']} ({r['message'][:100]}); baseline ratio "
+                       f"{b['ratio']:.2f}x")
+        elif r["status"] == "unsupported":
+            out.append(f"{r['name']}: now unsupported; baseline ratio {b['ratio']:.2f}x")
+        elif r.get("ratio") is not None and r["ratio"] < b["ratio"] * (1 - tolerance):
+            out.append(f"{r['name']}: ratio {r['ratio']:.2f}x < baseline {b['ratio']:.2f}x "
+                       f"- {tolerance:.0%}")
+    return out
