@@ -11,6 +11,11 @@ constants folds immediately, so indexes stay short in the printed IR.
 3) open one loop per remaining dim, compute each operand's flat index as sum(idx*stride),
    load (or use the scalar constant of a one-element const buffer), call `fn` for the result,
    and store it.
+
+Sizes may be symbolic (`Sym`, in a program compiled for every size of some dims): loop bounds,
+strides and offsets then become `SymVal` operands, and index arithmetic on them folds into one
+symbolic expression (`SymVal(S*384)`, not a run-time multiply). Broadcasting a symbolic dim
+against another size records the assumption that they are equal (`ir.symbolic`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
-from onnxjit.ir.loops import Buffer, Check, Const, Load, Loop, Op, Operand, Stmt, Store, Var, i64
+from onnxjit.ir.loops import (
+    Buffer,
+    Check,
+    Const,
+    Load,
+    Loop,
+    Op,
+    Operand,
+    Size,
+    Stmt,
+    Store,
+    SymVal,
+    Var,
+    i64,
+    size_operand,
+)
 from onnxjit.ir.loops import result_dtype as _result_dtype
-from onnxjit.ir.types import DType
+from onnxjit.ir.symbolic import assume_equal
+from onnxjit.ir.types import DType, Sym
 
 
 class Builder:
@@ -70,11 +91,11 @@ class Builder:
         return self.op("cast", x, dtype=dtype)
 
     @contextlib.contextmanager
-    def loop(self, start: Operand | int, stop: Operand | int, step: int = 1,
+    def loop(self, start: Operand | Size, stop: Operand | Size, step: int = 1,
              parallel: bool = False, hint: str = "i") -> Iterator[Var]:
         var = Var(DType.INT64, hint)
-        start = i64(start) if isinstance(start, int) else start
-        stop = i64(stop) if isinstance(stop, int) else stop
+        start = size_operand(start) if isinstance(start, (int, Sym)) else start
+        stop = size_operand(stop) if isinstance(stop, (int, Sym)) else stop
         loop = Loop(var, start, stop, step, [], parallel)
         self.emit(loop)
         self._stack.append(loop.body)
@@ -84,7 +105,7 @@ class Builder:
             self._stack.pop()
 
     @contextlib.contextmanager
-    def nest(self, shape: Sequence[int], parallel_outer: bool = False) -> Iterator[list[Var]]:
+    def nest(self, shape: Sequence[Size], parallel_outer: bool = False) -> Iterator[list[Var]]:
         """Loops over every dim of `shape` (outermost first); yields the index variables."""
         with contextlib.ExitStack() as stack:
             idx = [stack.enter_context(self.loop(0, n, parallel=parallel_outer and k == 0,
@@ -100,18 +121,26 @@ class Builder:
             return b
         if isinstance(b, Const) and b.value == 0:
             return a
+        if _sized(a) and _sized(b):  # both fixed for the call: one symbolic expression
+            return size_operand(_size(a) + _size(b))
         return self.op("add", a, b)
 
-    def imul(self, a: Operand, c: int) -> Operand:
+    def imul(self, a: Operand, c: Size) -> Operand:
+        if isinstance(c, Sym):
+            if _sized(a):
+                return size_operand(_size(a) * c)
+            return self.op("mul", a, SymVal(c))
         if isinstance(a, Const):
             return i64(a.value * c)
         if c == 0:
             return i64(0)
         if c == 1:
             return a
+        if isinstance(a, SymVal):
+            return size_operand(a.expr * c)
         return self.op("mul", a, i64(c))
 
-    def linear(self, idx: Sequence[Operand], strides: Sequence[int]) -> Operand:
+    def linear(self, idx: Sequence[Operand], strides: Sequence[Size]) -> Operand:
         """sum(idx[k] * strides[k]) with constant folding."""
         out: Operand = i64(0)
         for i, s in zip(idx, strides):
@@ -128,28 +157,45 @@ def const(value: int | float | bool, dtype: DType) -> Const:
     return Const(int(value), dtype)
 
 
-def row_major_strides(shape: Sequence[int]) -> list[int]:
-    strides = [1] * len(shape)
+def _sized(x: Operand) -> bool:
+    return isinstance(x, SymVal) or isinstance(x, Const) and x.dtype == DType.INT64
+
+
+def _size(x: Operand) -> Size:
+    return x.expr if isinstance(x, SymVal) else int(x.value)  # type: ignore[union-attr]
+
+
+def row_major_strides(shape: Sequence[Size]) -> list[Size]:
+    strides: list[Size] = [1] * len(shape)
     for k in range(len(shape) - 2, -1, -1):
         strides[k] = strides[k + 1] * shape[k + 1]
     return strides
 
 
-def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> list[int]:
-    """Strides of an input read at the output's indexes under numpy broadcasting."""
+def broadcast_strides(in_shape: Sequence[Size], out_shape: Sequence[Size]) -> list[Size]:
+    """Strides of an input read at the output's indexes under numpy broadcasting. A symbolic
+    dim read against another size is assumed equal to it (checked when a shape is bound)."""
     pad = len(out_shape) - len(in_shape)
     assert pad >= 0, (in_shape, out_shape)
     full = [1] * pad + list(in_shape)
     strides = row_major_strides(full)
-    return [0 if full[k] == 1 and out_shape[k] != 1 else strides[k] for k in range(len(full))]
+    out: list[Size] = []
+    for k in range(len(full)):
+        if full[k] == 1 and out_shape[k] != 1:
+            out.append(0)
+            continue
+        if full[k] != out_shape[k]:
+            assume_equal(full[k], out_shape[k], "a broadcast operand's dim")
+        out.append(strides[k])
+    return out
 
 
-def coalesce(shape: Sequence[int], strides: Sequence[Sequence[int]]
-             ) -> tuple[list[int], list[list[int]]]:
+def coalesce(shape: Sequence[Size], strides: Sequence[Sequence[Size]]
+             ) -> tuple[list[Size], list[list[Size]]]:
     """Merge adjacent dims that every operand walks contiguously (see module docstring)."""
     dims = [k for k, n in enumerate(shape) if n != 1] or []
-    out_shape: list[int] = []
-    out_strides: list[list[int]] = [[] for _ in strides]
+    out_shape: list[Size] = []
+    out_strides: list[list[Size]] = [[] for _ in strides]
     for k in dims:
         if out_shape and all(st[k] * shape[k] == os_[-1] for st, os_ in zip(strides, out_strides)):
             out_shape[-1] *= shape[k]

@@ -32,6 +32,9 @@ def kernel_args(kernel: Kernel) -> tuple[list[tuple[Buffer, int]], dict[int, int
         by_root.setdefault(id(b.root()), []).append(b)
     split: dict[int, bool] = {}
     for rid, group in by_root.items():
+        if not all(x.is_static for x in group):  # symbolic sizes: one argument at the root
+            split[rid] = False
+            continue
         spans = sorted({(x.root_offset(), x.nbytes) for x in group})
         split[rid] = all(x.base is not None for x in group) and all(
             a[0] + a[1] <= c[0] for a, c in zip(spans, spans[1:]))

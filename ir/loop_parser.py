@@ -29,11 +29,13 @@ from onnxjit.ir.loops import (
     Program,
     Stmt,
     Store,
+    SymVal,
+    TempPlan,
     Var,
 )
 from onnxjit.ir.text_consts import BlobRefs, is_float_text, parse_array, parse_float
 from onnxjit.ir.text_lexer import Cursor, Token, unquote
-from onnxjit.ir.text_types import parse_dtype, parse_shape
+from onnxjit.ir.text_types import parse_dim, parse_dtype, parse_expr, parse_shape
 from onnxjit.ir.types import DType
 
 
@@ -64,6 +66,28 @@ class _Parser:
             if base is None:
                 raise cur.error(f"a declared buffer as the base of {b.name or 'a view'}", tok)
             b.base = base
+        assumptions, temps, dims = [], [], []
+        while cur.accept("assume"):
+            a = self.size_expr()
+            cur.expect("=")
+            b2 = self.size_expr()
+            cur.expect(",")
+            assumptions.append((a, b2, str(unquote(cur.expect_kind("string", "a reason")))))
+        while cur.accept("temp"):
+            buf = self.buf()
+            cur.expect("size")
+            cur.expect("=")
+            size = self.size_expr()
+            cur.expect("live")
+            cur.expect("=")
+            first = cur.integer("a kernel index")
+            cur.expect("to")
+            temps.append(TempPlan(buf, size, first, cur.integer("a kernel index")))
+        if cur.accept("dims"):
+            cur.expect("[")
+            while not cur.accept("]"):
+                dims.append(self.size_expr())
+                cur.accept(",")
         kernels: list[Kernel] = []
         while cur.accept("kernel"):
             _, kname = cur.ref("@", "a kernel name (@name)")
@@ -72,7 +96,7 @@ class _Parser:
             kernels.append(Kernel(kname, self.block(), contract))
         cur.expect("}")
         cur.finish()
-        return Program(buffers, kernels, name)
+        return Program(buffers, kernels, name, dims, temps, assumptions)  # type: ignore[arg-type]
 
     def buffer(self, bases: list[tuple[Buffer, Token]]) -> Buffer:
         cur = self.cur
@@ -84,8 +108,8 @@ class _Parser:
         dtype = parse_dtype(cur)
         shape_tok = cur.tok
         shape = parse_shape(cur)
-        if shape is None or not all(isinstance(d, int) for d in shape):
-            raise cur.error("a concrete buffer shape", shape_tok)
+        if shape is None or any(d is None for d in shape):
+            raise cur.error("a buffer shape of sizes (no '?')", shape_tok)
         kind = cur.name("a buffer kind (input, output, const, temp, view)")
         b = self.buffers[key] = Buffer(hint, dtype, tuple(shape), kind)  # type: ignore[arg-type]
         while True:
@@ -179,7 +203,7 @@ class _Parser:
         t = self.cur.tok
         if t.kind == "ref":
             return t.text.startswith("%")
-        return t.kind == "number" or t.text in ("true", "false") and t.kind == "ident"
+        return t.kind == "number" or t.text in ("true", "false", "size") and t.kind == "ident"
 
     def matmul(self) -> Matmul:
         cur = self.cur
@@ -199,7 +223,7 @@ class _Parser:
         for key in ("m", "n", "k"):
             cur.expect(key)
             cur.expect("=")
-            sizes.append(cur.integer(f"the size {key}"))
+            sizes.append(self.size())
             cur.expect(",")
         cur.expect("alpha")
         cur.expect("=")
@@ -220,7 +244,7 @@ class _Parser:
         cur.expect(",")
         cur.expect("ld")
         cur.expect("=")
-        ld = cur.integer("a leading dimension")
+        ld = self.size()
         cur.expect("]")
         mark = ""
         if cur.accept("^"):
@@ -254,11 +278,29 @@ class _Parser:
                              "it is declared (expected `name: dtype` at its first use)")
         return v
 
+    def size_expr(self):  # -> int | Sym
+        """A size in the dim syntax of types (`3`, `S`, `(S*384)`, `"@t"`: a temp's offset)."""
+        tok = self.cur.tok
+        d = parse_dim(self.cur)
+        if d is None:
+            raise self.cur.error("a size, not '?'", tok)
+        return d
+
+    def size(self):  # -> int | Sym | Var
+        """A Matmul size or leading dim: a size, or a variable once materialized."""
+        return self.var() if self.cur.tok.kind == "ref" else self.size_expr()
+
     def operand(self) -> Operand:
         cur = self.cur
         tok = cur.tok
         if tok.kind == "ref":
             return self.var()
+        if tok.kind == "ident" and tok.text == "size" and cur.peek().text == "(":
+            cur.next()
+            cur.expect("(")
+            expr = parse_expr(cur)
+            cur.expect(")")
+            return SymVal(expr)  # type: ignore[arg-type]
         if tok.kind == "ident" and tok.text in ("true", "false"):
             cur.next()
             value: bool | int | float = tok.text == "true"

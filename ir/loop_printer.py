@@ -28,6 +28,12 @@ bare when i64 ints or bools, else `value:dtype` with the value written exactly (
 blob in the trailing resources section. A Matmul's B window ends in `^P` when B is stored in
 packed panels (`Matmul.b_packed`; ld is then the panel width). A kernel whose float products
 fuse with the sums right after them (`Kernel.contract`) prints as `kernel @name contract {`.
+
+Symbolic programs: sizes print as dims do in types (`text_types.dim_text`: `S`, `(S*384)`), in
+buffer shapes, Matmul sizes and leading dims; a `SymVal` operand prints as `size(S*384)`. Their
+program-level facts come before the kernels, one line each: `assume S = 128, "why"`, then
+`temp %t size=(S*1536) live=2 to 5` (`Program.temps`) and `dims [S, (S*384), "@t"]`
+(`Program.dims`, once `materialize-dims` has run; `"@t"` is temp %t's arena offset).
 """
 
 from __future__ import annotations
@@ -48,11 +54,13 @@ from onnxjit.ir.loops import (
     Program,
     Stmt,
     Store,
+    SymVal,
     Var,
 )
 from onnxjit.ir.printer import const_text
 from onnxjit.ir.text_consts import Blobs, format_float
 from onnxjit.ir.text_lexer import Namer, name_text, quote
+from onnxjit.ir.text_types import dim_text, expr_text
 from onnxjit.ir.types import DType, TensorType
 
 #: Words that follow `=` or start a statement; op names spelled like them are quoted.
@@ -88,13 +96,20 @@ class _Printer:
         for b in p.buffers:
             self.buffers(b, b.name)
         lines += ["  " + self.buffer(b) for b in p.buffers]
+        for a, b, why in p.assumptions:
+            lines.append(f"  assume {dim_text(a)} = {dim_text(b)}, {quote(why)}")
+        for t in p.temps:
+            lines.append(f"  temp {self.buf(t.buffer)} size={dim_text(t.nbytes)} "
+                         f"live={t.first} to {t.last}")
+        if p.dims:
+            lines.append(f"  dims [{', '.join(dim_text(d) for d in p.dims)}]")
         for k in p.kernels:
             lines += self.kernel(k)
         lines.append("}")
         return "\n".join(lines) + "\n" + self.blobs.section()
 
     def buffer(self, b: Buffer) -> str:
-        shape = "[" + ",".join(str(d) for d in b.shape) + "]"
+        shape = "[" + ",".join(dim_text(d) for d in b.shape) + "]"
         text = f"buffer {self.buffers(b, b.name)}: {b.dtype.short}{shape} {name_text(b.kind)}"
         if b.slot != -1:
             text += f" slot={b.slot}"
@@ -151,12 +166,16 @@ class _Printer:
             b = self.window(s.b, s.b_off, s.ldb, s.b_trans) + ("^P" if s.b_packed else "")
             alpha = format_float(s.alpha) if isinstance(s.alpha, float) else str(s.alpha)
             eq = "+=" if s.accumulate else "="
-            return f"matmul {c} {eq} {a} * {b} {{m = {s.m}, n = {s.n}, k = {s.k}, " \
-                   f"alpha = {alpha}}}"
+            m, n, k = (self.size(x) for x in (s.m, s.n, s.k))
+            return f"matmul {c} {eq} {a} * {b} {{m = {m}, n = {n}, k = {k}, alpha = {alpha}}}"
         raise ValueError(f"cannot print loop-IR statement {s!r}")
 
-    def window(self, buf: Buffer, off: Operand, ld: int, trans: bool) -> str:
-        return f"{self.buf(buf)}[{self.operand(off)}, ld={ld}]" + ("^T" if trans else "")
+    def window(self, buf: Buffer, off: Operand, ld: object, trans: bool) -> str:
+        return f"{self.buf(buf)}[{self.operand(off)}, ld={self.size(ld)}]" + ("^T" if trans else "")
+
+    def size(self, x: object) -> str:
+        """A Matmul size or leading dim: an int, a Sym, or (materialized) a variable."""
+        return self.var(x) if isinstance(x, Var) else dim_text(x)  # type: ignore[arg-type]
 
     def buf(self, b: Buffer) -> str:
         return self.buffers(b, b.name)
@@ -173,4 +192,6 @@ class _Printer:
             return self.var(o)
         if isinstance(o, Const):
             return const_operand(o)
+        if isinstance(o, SymVal):
+            return f"size({expr_text(o.expr)})"
         raise ValueError(f"cannot print operand {o!r}")

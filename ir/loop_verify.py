@@ -4,7 +4,8 @@
 after every loop-level pass (the driver's hook), so it is one linear walk.
 
 Algorithm:
-1) buffers: unique names, a known kind, concrete non-negative shapes; inputs and outputs have
+1) buffers: unique names, a known kind, shapes of sizes (ints >= 0, or `Sym`s in a symbolic
+   program, whose view sizes cannot be compared here); inputs and outputs have
    dense, distinct slots (inputs 0..n-1, outputs n..n+m-1); consts carry an array of their dtype
    and size; views have a base, fit inside it at their byte offset and are not bases of a
    cycle; temps have an aligned offset once plan-memory has run (-1 before);
@@ -39,12 +40,13 @@ from onnxjit.ir.loops import (
     Program,
     Stmt,
     Store,
+    SymVal,
     Var,
     result_dtype,
 )
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import DType, Sym
 
-KINDS = ("input", "output", "const", "temp", "view")
+KINDS = ("input", "output", "const", "temp", "view", "dims")
 
 
 def verify_program(program: Program) -> None:
@@ -68,8 +70,11 @@ def _check_buffers(buffers: Sequence[Buffer]) -> set[int]:
         names.add(b.name)
         if b.kind not in KINDS:
             raise CompileError(f"buffer %{b.name} has unknown kind '{b.kind}'")
-        if not all(isinstance(d, int) and d >= 0 for d in b.shape):
-            raise CompileError(f"buffer %{b.name} has a non-concrete shape {b.shape}")
+        if not all(isinstance(d, Sym) or isinstance(d, int) and d >= 0 for d in b.shape):
+            raise CompileError(f"buffer %{b.name} has a malformed shape {b.shape}")
+        if not b.is_static and b.kind in ("const", "view") and b.offset not in (-1, 0) \
+                and not isinstance(b.offset, int):
+            raise CompileError(f"buffer %{b.name}: a symbolic view needs a constant offset")
         if b.kind == "const":
             if b.data is None or b.data.size != b.numel or b.data.dtype != b.dtype.numpy:
                 raise CompileError(f"const buffer %{b.name} must hold a {b.dtype.short} array "
@@ -90,6 +95,10 @@ def _check_buffers(buffers: Sequence[Buffer]) -> set[int]:
                 raise CompileError(f"view %{b.name} has a base outside the program or a cycle")
             seen.add(id(r))
         off = max(b.offset, 0)
+        if not (b.is_static and b.base.is_static and r.is_static):
+            if off % b.dtype.itemsize:
+                raise CompileError(f"view %{b.name} at byte {off} is misaligned")
+            continue  # symbolic sizes do not compare; the fit follows from the shape rules
         if off % b.dtype.itemsize or off + b.nbytes > b.base.nbytes:
             raise CompileError(f"view %{b.name} ({b.nbytes} bytes at byte {off}) does not fit "
                                f"its base %{b.base.name} ({b.base.nbytes} bytes)")
@@ -119,10 +128,10 @@ class _KernelChecker:
         return CompileError(f"kernel @{self.kernel.name}: {type(stmt).__name__}: {message}")
 
     def operand(self, stmt: Stmt, x: Operand) -> DType:
-        if isinstance(x, Const):
+        if isinstance(x, (Const, SymVal)):
             return x.dtype
         if not isinstance(x, Var):
-            raise self.fail(stmt, f"operand {x!r} is neither a Var nor a Const")
+            raise self.fail(stmt, f"operand {x!r} is neither a Var, a Const nor a SymVal")
         if x not in self.defined:
             raise self.fail(stmt, f"variable {x!r} is read before it is assigned")
         return x.dtype
@@ -132,7 +141,7 @@ class _KernelChecker:
             raise self.fail(stmt, f"buffer %{buf.name} is not in the program")
         if self.operand(stmt, idx) != DType.INT64:
             raise self.fail(stmt, f"index into %{buf.name} must be i64")
-        if isinstance(idx, Const) and not 0 <= int(idx.value) < buf.numel:
+        if isinstance(idx, Const) and buf.is_static and not 0 <= int(idx.value) < buf.numel:
             raise self.fail(stmt, f"constant index {idx.value} is out of range for "
                                   f"%{buf.name} ({buf.numel} elements)")
 
@@ -201,11 +210,16 @@ class _KernelChecker:
                 raise self.fail(s, f"buffer %{buf.name} is not in the program")
             if self.operand(s, off) != DType.INT64:
                 raise self.fail(s, f"offset into %{buf.name} must be i64")
+        for size in (s.m, s.n, s.k, s.lda, s.ldb, s.ldc):
+            if isinstance(size, Var) and self.operand(s, size) != DType.INT64:
+                raise self.fail(s, "a run-time size must be an i64 variable")
         if not (s.a.dtype == s.b.dtype == s.c.dtype):
             raise self.fail(s, f"operands differ in dtype: {s.a.dtype.short}, "
                                f"{s.b.dtype.short}, {s.c.dtype.short}")
         if s.c.root().kind in ("input", "const"):
             raise self.fail(s, f"writes read-only buffer %{s.c.name}")
+        if not all(isinstance(x, int) for x in (s.m, s.n, s.k, s.lda, s.ldb, s.ldc)):
+            return  # symbolic sizes: the window checks below need numbers
         a_rows, a_cols = (s.k, s.m) if s.a_trans else (s.m, s.k)
         b_rows, b_cols = (s.n, s.k) if s.b_trans else (s.k, s.n)
         b_window = (s.b, s.b_off, s.ldb, b_rows, b_cols)
@@ -218,7 +232,7 @@ class _KernelChecker:
             if min(rows, cols) < 0 or (rows and cols and ld < cols):
                 raise self.fail(s, f"window {rows}x{cols} with leading dim {ld} in "
                                    f"%{buf.name} is malformed")
-            if isinstance(off, Const) and rows and cols:
+            if isinstance(off, Const) and rows and cols and buf.is_static:
                 last = int(off.value) + (rows - 1) * ld + cols - 1
                 if int(off.value) < 0 or last >= buf.numel:
                     raise self.fail(s, f"window [{off.value}, {last}] is out of range for "

@@ -17,9 +17,18 @@ and a list of `Kernel`s run in order. A kernel body is a list of statements:
 Variables (`Var`) are typed scalar registers, identified by object identity; unlike SSA values a
 variable may be assigned more than once (a reduction's accumulator is assigned in the loop body),
 so code generation gives each one a stack slot and lets LLVM's mem2reg promote it. Operands are a
-`Var` or a typed `Const`. All buffers are dense, row-major and contiguous, so a flat index is
-enough; a view (`base` set) shares the storage of its base buffer, starting `offset` bytes
-into it (0 when unset: a reshape's whole base; a slice of a Concat's output written in place).
+`Var`, a typed `Const`, or a `SymVal`: the i64 value of a symbolic size (`types.Sym`, e.g.
+`S*384`) that is fixed for a call and known at its entry.
+
+Symbolic programs (compiled once for every size of some dims, `ir.symbolic`): buffer shapes,
+loop bounds, index strides and Matmul sizes may be `Sym` expressions of the input dims. The
+`materialize-dims` pass then turns every symbolic size into a load from the program's `dims`
+buffer (an i64 table the runtime fills for each concrete shape: `Program.dims`), and gives temps
+run-time arena offsets (`Program.temps`: each one's size and live range, placed per shape).
+
+All buffers are dense, row-major and contiguous, so a flat index is enough; a view (`base` set)
+shares the storage of its base buffer, starting `offset` bytes into it (0 when unset: a reshape's
+whole base; a slice of a Concat's output written in place).
 
 Storage: `input` and `output` buffers are the caller's arrays (slot = position in the entry's
 argument list), `const` buffers hold arrays passed by pointer (slot = position in the static
@@ -35,7 +44,7 @@ from typing import Union
 
 import numpy as np
 
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import DType, Sym, sym_mul
 
 #: Scalar operations: name -> (arity, result rule). Result rule "same" = dtype of the first
 #: non-condition argument; "bool" = a comparison; "cast" = dst's declared dtype.
@@ -79,34 +88,61 @@ class Const:
         return f"Const({self.value!r}, {self.dtype.short})"
 
 
-Operand = Union[Var, Const]
+@dataclass(frozen=True)
+class SymVal:
+    """The run-time value of a symbolic size: an i64 operand fixed for the whole call."""
+
+    expr: Sym
+
+    @property
+    def dtype(self) -> DType:
+        return DType.INT64
+
+    def __repr__(self) -> str:
+        return f"SymVal({self.expr})"
+
+
+Operand = Union[Var, Const, SymVal]
+#: A size: a compile-time int, or a symbolic expression of the input dims.
+Size = Union[int, Sym]
 
 
 def i64(v: int) -> Const:
     return Const(int(v), DType.INT64)
 
 
+def size_operand(v: Size) -> Operand:
+    """An i64 operand holding the size `v` (a `Const` when it is a plain int)."""
+    return i64(v) if isinstance(v, int) else SymVal(v)
+
+
 @dataclass(eq=False)
 class Buffer:
     name: str
     dtype: DType
-    shape: tuple[int, ...]
-    kind: str  # "input" | "output" | "const" | "temp" | "view"
+    shape: tuple[Size, ...]
+    kind: str  # "input" | "output" | "const" | "temp" | "view" | "dims"
     slot: int = -1
     offset: int = -1
     base: Buffer | None = None
     data: np.ndarray | None = field(default=None, repr=False)
 
     @property
-    def numel(self) -> int:
-        n = 1
+    def numel(self) -> Size:
+        n: Size = 1
         for d in self.shape:
-            n *= d
+            n = n * d if isinstance(n, int) and isinstance(d, int) else sym_mul(n, d)
         return n
 
     @property
-    def nbytes(self) -> int:
-        return self.numel * self.dtype.itemsize
+    def nbytes(self) -> Size:
+        n = self.numel
+        return n * self.dtype.itemsize if isinstance(n, int) else sym_mul(n, self.dtype.itemsize)
+
+    @property
+    def is_static(self) -> bool:
+        """Every dim is a compile-time int."""
+        return all(isinstance(d, int) for d in self.shape)
 
     def root(self) -> Buffer:
         """The buffer that owns the storage (follows views)."""
@@ -179,8 +215,9 @@ class Matmul:
     Each operand is a 2-D row-major window of a buffer: element (r, c) of the window is
     `buf[off + r * ld + c]`. `a_trans` means the window holds A transposed (a k x m window, so
     A'[i, k] = window[k, i]); `b_trans` likewise (an n x k window). Offsets are operands so a
-    batched matmul is a loop around this statement; sizes and leading dims are compile-time
-    ints. With `accumulate` the product is added to C's old contents, else it overwrites them.
+    batched matmul is a loop around this statement; sizes and leading dims are sizes (ints, or
+    in a symbolic program `Sym`s; `materialize-dims` makes those run-time `Var`s for codegen).
+    With `accumulate` the product is added to C's old contents, else it overwrites them.
     Element types: all three buffers share one float dtype, or A and B are one int dtype and C
     has it too (wrap-around arithmetic).
 
@@ -192,16 +229,16 @@ class Matmul:
 
     c: Buffer
     c_off: Operand
-    ldc: int
+    ldc: Size | Var
     a: Buffer
     a_off: Operand
-    lda: int
+    lda: Size | Var
     b: Buffer
     b_off: Operand
-    ldb: int
-    m: int
-    n: int
-    k: int
+    ldb: Size | Var
+    m: Size | Var
+    n: Size | Var
+    k: Size | Var
     a_trans: bool = False
     b_trans: bool = False
     alpha: float = 1.0
@@ -241,6 +278,9 @@ class Kernel:
     name: str
     body: list[Stmt]
     contract: bool = False
+    #: Symbolic programs: a size hint (`ir.symbolic.hint`) for each variable `materialize-dims`
+    #: loaded a symbolic size into, for code generation's cost estimates (not printed).
+    size_hints: dict[Var, int] = field(default_factory=dict)
 
     def buffers(self) -> list[Buffer]:
         """Buffers this kernel touches, in order of first use."""
@@ -255,10 +295,29 @@ class Kernel:
 
 
 @dataclass(eq=False)
+class TempPlan:
+    """A temp of a symbolic program: its size in bytes and the kernels it is live across
+    (first and last index); the runtime places it in the arena for each concrete shape."""
+
+    buffer: Buffer
+    nbytes: Size
+    first: int
+    last: int
+
+
+@dataclass(eq=False)
 class Program:
     buffers: list[Buffer]
     kernels: list[Kernel]
     name: str = "main"
+    #: Symbolic programs: the value of each slot of the `dims` buffer (a Sym of the input dims,
+    #: or `Sym.var("@<temp>")`, a temp's arena offset), filled by `materialize-dims`.
+    dims: list[Sym] = field(default_factory=list)
+    #: Symbolic programs: every temp's size and live range (plan-memory), placed per shape.
+    temps: list[TempPlan] = field(default_factory=list)
+    #: Relations between sizes the code assumes, each (a, b, why): a == b for every call
+    #: (checked when a concrete shape is bound; a violation compiles that shape on its own).
+    assumptions: list[tuple[Size, Size, str]] = field(default_factory=list)
 
     def messages(self) -> list[str]:
         """Messages of every Check, in order; a failing Check makes the entry return
@@ -282,7 +341,15 @@ class Program:
 
     @property
     def arena_size(self) -> int:
+        """Bytes of the temps' arena (a static program; a symbolic one's depends on the call)."""
+        if self.temps:
+            return 0
         return max((b.offset + b.nbytes for b in self.buffers if b.kind == "temp"), default=0)
+
+    @property
+    def symbolic(self) -> bool:
+        """Some size is only known when the program is called (see `dims`)."""
+        return any(not b.is_static for b in self.buffers)
 
 
 def walk(body: list[Stmt]) -> Iterator[Stmt]:

@@ -11,7 +11,7 @@ a printed canonical expression parses back to an equal canonical `Sym`. Grammar:
     dim    := '?' | expr
     expr   := term ('+' term)*
     term   := factor (('*' | '//') factor)*
-    factor := INT | NAME | 'max' '(' expr ',' expr ')' | '(' expr ')'
+    factor := INT | NAME | ('max' | 'min') '(' expr ',' expr ')' | '(' expr ')'
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from onnxjit.ir.types import (
     sym_add,
     sym_floordiv,
     sym_max,
+    sym_min,
     sym_mul,
 )
 
@@ -42,13 +43,23 @@ def dim_text(d: Dim) -> str:
     return _sym_text(d)
 
 
+def expr_text(d: int | Sym) -> str:
+    """A size expression without the outer parentheses `dim_text` puts on compound ones."""
+    return _sym_text(d)
+
+
+def parse_expr(cur: Cursor) -> int | Sym:
+    """A size expression (`expr` of the grammar above)."""
+    return _expr(cur)
+
+
 def _sym_text(d: int | Sym) -> str:
     if isinstance(d, int):
         return str(d)
     if d.op == "var":
         return name_text(d.args[0])
-    if d.op == "max":
-        return f"max({', '.join(_sym_text(a) for a in d.args)})"
+    if d.op in ("max", "min"):
+        return f"{d.op}({', '.join(_sym_text(a) for a in d.args)})"
     if d.op == "floordiv":
         a, b = d.args
         return f"{_operand(a)} // {_operand(b, divisor=True)}"
@@ -154,14 +165,14 @@ def _factor(cur: Cursor) -> int | Sym:
         out = _expr(cur)
         cur.expect(")")
         return out
-    if tok.kind == "ident" and tok.text == "max" and cur.peek().text == "(":
+    if tok.kind == "ident" and tok.text in ("max", "min") and cur.peek().text == "(":
         cur.next()
         cur.expect("(")
         a = _expr(cur)
         cur.expect(",")
         b = _expr(cur)
         cur.expect(")")
-        return sym_max(a, b)
+        return (sym_max if tok.text == "max" else sym_min)(a, b)
     if tok.kind in ("ident", "string"):
         return Sym.var(cur.name())
     raise cur.error("a dim (an integer, a symbol, '?' or an expression)")

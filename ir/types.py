@@ -1,6 +1,6 @@
 """Types of the IR: element types, symbolic dims and value types.
 
-A dim is an `int`, a `Sym` (a named symbol or an expression over symbols: `+ * // max`), or
+A dim is an `int`, a `Sym` (a named symbol or an expression over symbols: `+ * // max min`), or
 `None` (unknown). Symbols are global to a model, as the ONNX IR spec says of `dim_param`: two
 inputs that share `"N"` have the same size at run time. Expressions are kept canonical (constants
 folded, sums and products flattened and sorted) so that structural equality is a useful
@@ -187,7 +187,7 @@ def supported_dtypes_text(dtypes: frozenset | None = None) -> str:
 
 
 class Sym(Record):
-    """A symbolic size: `op` is "var" (args = (name,)), "add", "mul", "floordiv" or "max".
+    """A symbolic size: `op` is "var" (args = (name,)), "add", "mul", "floordiv", "max" or "min".
 
     Build with `Sym.var("N")` and Python operators; results are canonical and fold to `int`
     when no symbol is left.
@@ -257,6 +257,8 @@ class Sym(Record):
             return vals[0] // vals[1]
         if self.op == "max":
             return max(vals)
+        if self.op == "min":
+            return min(vals)
         raise ValueError(f"bad Sym op {self.op}")
 
     def __str__(self) -> str:
@@ -272,7 +274,7 @@ class Sym(Record):
             # `N // 2*M` would read back as `(N // 2)*M`: a product divisor needs parentheses.
             div = f"({d})" if isinstance(d, Sym) and d.op == "mul" else parts[1]
             return f"{parts[0]} // {div}"
-        return f"max({', '.join(str(a) for a in self.args)})"
+        return f"{self.op}({', '.join(str(a) for a in self.args)})"
 
     def __repr__(self) -> str:
         return f"Sym({str(self)!r})"
@@ -351,6 +353,14 @@ def sym_max(a: DimLike, b: DimLike) -> Dim:
     if a == b:
         return a
     return Sym("max", tuple(sorted((a, b), key=_key)))
+
+
+def sym_min(a: DimLike, b: DimLike) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    if a == b:
+        return a
+    return Sym("min", tuple(sorted((a, b), key=_key)))
 
 
 def dim_str(d: Dim) -> str:

@@ -46,7 +46,7 @@ from onnxjit.ir.verify_regions import check_regions
 ATTR_REF_KINDS = frozenset({
     "float", "int", "string", "tensor", "graph", "sparse_tensor", "type_proto", "floats", "ints",
     "strings", "tensors", "graphs", "sparse_tensors", "type_protos"})
-_SYM_ARITY = {"add": None, "mul": None, "floordiv": 2, "max": 2}
+_SYM_ARITY = {"add": None, "mul": None, "floordiv": 2, "max": 2, "min": 2}
 
 
 def verify_model(model: Model) -> None:
