@@ -7,11 +7,14 @@ fills an unknown inferred one, and the declared dtype must agree. An output too 
 address space is refused here, naming the node (a later overflow of index arithmetic or of an
 allocation would be a crash or a wrong result). A node naming more outputs than its op has is
 refused too. The infer-shapes pass runs this over a graph; the host interpreter over proxies.
+While a program is compiled for symbolic sizes (`ir.symbolic`), declared dims fill nothing:
+nothing would check them when the program is called.
 """
 
 from __future__ import annotations
 
 from onnxjit.errors import ModelError, SizeLimitError, format_size
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node, Value
 from onnxjit.ir.opdef import resolve
 from onnxjit.ir.types import TensorType, ValueType
@@ -19,6 +22,12 @@ from onnxjit.ir.types import TensorType, ValueType
 
 def merge(inferred: ValueType | None, declared: ValueType | None, node: Node, index: int
           ) -> ValueType | None:
+    if symbolic.active():  # declared sizes are not checked at run time: trust only inference
+        if (isinstance(inferred, TensorType) and isinstance(declared, TensorType)
+                and inferred.dtype != declared.dtype):
+            raise ModelError(f"output {index} is declared {declared.dtype.short} but the op "
+                             f"produces {inferred.dtype.short}", where=node)
+        return inferred
     if inferred is None:
         return declared
     if not isinstance(inferred, TensorType) or not isinstance(declared, TensorType):

@@ -17,6 +17,12 @@ versions differ):
   the run-time shape phase (`onnxjit.staged`), which binds the value it receives.
 - `draws(node) -> bool`: the node draws random numbers (with these attributes and constant
   inputs): it is never folded and runs on the host at every call (training-mode Dropout).
+- `symbolic`: `lower` also takes buffers with symbolic sizes (`ir.symbolic`: loops, strides
+  and Matmul sizes that are `Sym` expressions of the input dims). Ops with a scalar rule go
+  through the shared elementwise nest, which always does.
+- `size_inputs`: indexes of int inputs whose values the lowering takes from the types (their
+  `sym_value`: a Reshape's target, Slice's bounds) once known, never reading their data; a
+  symbolic program computes no kernel for a value only such inputs read.
 
 Lookup is by (domain, op); `resolve` checks the node's version against what the table knows.
 """
@@ -84,6 +90,8 @@ class OpDef:
     doc: str = ""
     value_inputs: tuple[int, ...] = ()
     draws: Callable[[Node], bool] | None = None
+    symbolic: bool = False
+    size_inputs: tuple[int, ...] = ()
 
     @property
     def fusible(self) -> bool:

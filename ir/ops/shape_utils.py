@@ -4,7 +4,9 @@ Broadcasting follows numpy (multidirectional, ONNX "Broadcasting in ONNX"): shap
 on the right; a dim of 1 stretches; two concrete unequal dims (neither 1) are an error; a symbol
 against 1 gives the symbol; two different symbols (or unknowns) give `sym_max` when both are
 known to be >=1 ... we cannot know, so we keep a symbol that is not 1 if one side is concrete,
-and `None` (unknown) otherwise.
+and `None` (unknown) otherwise. While compiling for symbolic sizes (`ir.symbolic`) a
+symbolic dim against another size is assumed equal to it instead: the runtime checks the
+assumption for each call's shapes and compiles the shapes that break it on their own.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from onnxjit.errors import ModelError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node, Value
 from onnxjit.ir.types import Dim, TensorType
 
@@ -25,6 +28,10 @@ def broadcast_dims(a: Dim, b: Dim, node: Node) -> Dim:
         return a
     if isinstance(a, int) and isinstance(b, int):
         raise ModelError(f"shapes cannot broadcast: dims {a} and {b}", where=node)
+    if a is not None and b is not None and symbolic.active():
+        # compiling for symbolic sizes: the two are taken to be equal (checked per call)
+        symbolic.assume_equal(a, b, "broadcast operand dims")
+        return a if isinstance(a, int) else b
     if isinstance(a, int):
         return a
     if isinstance(b, int):

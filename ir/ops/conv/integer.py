@@ -38,7 +38,7 @@ def _zero_point_shape(node: Node, i: int, per_channel: int | None) -> None:
         raise ModelError(f"input {i} (zero point) must have the element type of input {i - 2}",
                          where=node)
     s = tensor_input(node, i).shape
-    if s is None or all(d == 1 for d in s):
+    if s is None or all(d == 1 or not isinstance(d, int) for d in s):
         return
     if per_channel is not None and len(s) == 1 and s[0] in (per_channel, None):
         return
@@ -129,7 +129,7 @@ def _qlc_infer(node: Node) -> list:
                              f"{tensor_input(node, i).dtype.short}", where=node)
     for i in (1, 2, 4, 5, 6, 7):
         s = tensor_input(node, i).shape
-        if s is not None and not all(d == 1 for d in s) and not (
+        if s is not None and not all(d == 1 or not isinstance(d, int) for d in s) and not (
                 i in (4, 5) and len(s) == 1 and s[0] in (m, None)):
             what = "per output channel" if i in (4, 5) else "per tensor"
             raise ModelError(f"input {i} must be a scalar ({what}), got shape {list(s)}",

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from onnxjit.errors import CompileError, ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, broadcast_strides, coalesce, row_major_strides
@@ -38,11 +36,12 @@ from onnxjit.ir.ops.elementwise.inference import tensor
 from onnxjit.ir.ops.fused.epilogue import Epilogue
 from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
 from onnxjit.ir.ops.linalg import strassen as strassen
+from onnxjit.ir.ops.linalg.matmul import batch_shape
 from onnxjit.ir.ops.linalg.strided_views import has_views, lower_view_matmul, view_shape
 from onnxjit.ir.ops.shape_utils import tensor_input
 
 #: A FusedMatMul over folded rows is one Matmul and its epilogue nest, which code generation
-#: splits over the threads (`codegen.parallel.split_matmul`: an even number of blocks, the
+#: splits over the threads (`codegen.split_matmul.split_matmul`: an even number of blocks, the
 #: epilogue in each block's stores); False restores blocks of EPI_BLOCK_BYTES of output here,
 #: whose count could be odd: 128 rows by 1536 as 3 blocks of 40 rows (two on one thread) and
 #: 8 rows on one thread, 1.36x slower than the split product (a BERT's FFN at seq 128).
@@ -132,10 +131,10 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
     m, k, n = a2[-2], a2[-1], b2[-1]
     if y.numel == 0:
         return
-    if k == 0:
+    if k == 0:  # (a symbolic k may be 0 for a call: the Matmul zero-fills, then the epilogue)
         raise CompileError("FusedMatMul with K = 0 (the pass must not build it)", where=node)
     lda, ldb = (m if ta else k), (k if tb else n)
-    batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    batch = batch_shape(a2[:-2], b2[:-2])
     sc = [s * m * n for s in row_major_strides(batch)]
     sa = [s * m * k for s in broadcast_strides(a2[:-2], batch)]
     sb = [s * k * n for s in broadcast_strides(b2[:-2], batch)]
@@ -144,8 +143,8 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
     keep = [i for i, d in enumerate(batch) if d != 1]
     folds = all(sb[i] == 0 for i in keep) and not ta and \
         [sa[i] for i in keep] == [sc[i] // n * k for i in keep]
-    if folds and strassen.lower_if_applies(ctx, b, y, a, bm, tb, math.prod(batch) * m,
-                                           "fused_matmul_strassen", alpha, epi):
+    if folds and y.is_static and a.is_static and strassen.lower_if_applies(
+            ctx, b, y, a, bm, tb, math.prod(batch) * m, "fused_matmul_strassen", alpha, epi):
         return
 
     def mm(c_off: Operand, a_off: Operand, b_off: Operand, rows: int) -> Matmul:
@@ -156,8 +155,11 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
         # Shared B, contiguous A: the batch folds into the rows; blocks of rows run in
         # parallel, each Matmul followed by the epilogue on its still-hot block.
         total = math.prod(batch) * m
-        rows = _row_block(total, n, y.dtype.itemsize)
-        nfull = total // rows
+        if epi is None or ONE_PRODUCT or not isinstance(total, int) or not isinstance(n, int):
+            rows = total
+        else:
+            rows = _row_block(total, n, y.dtype.itemsize)
+        nfull = total // rows if isinstance(rows, int) else 1
         if epi is None or nfull == 1 and total == rows or ONE_PRODUCT:
             b.emit(mm(i64(0), i64(0), i64(0), total))
             if epi is not None:
@@ -183,5 +185,5 @@ def _fused_matmul_lower(ctx: LowerContext, node: Node) -> None:
 
 
 op("FusedMatMul", (1,), domain=FUSED_DOMAIN, infer=_fused_matmul_infer,
-   lower=_fused_matmul_lower,
+   lower=_fused_matmul_lower, symbolic=True,
    doc="MatMul with folded transposes, alpha and an elementwise epilogue on each block")

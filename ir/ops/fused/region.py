@@ -56,4 +56,4 @@ def _lower_fused(ctx: LowerContext, node: Node) -> None:
 
 
 op("Fused", (1,), domain=FUSED_DOMAIN, lower=_lower_fused,
-   doc="elementwise region built by the fuse pass")
+   doc="elementwise region built by the fuse pass", symbolic=True)

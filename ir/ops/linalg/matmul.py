@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from onnxjit.errors import ModelError, UnsupportedError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import (
     Builder,
@@ -64,7 +65,12 @@ def _shape_text(shape: tuple) -> str:
 
 
 def _mismatch(a: Dim, b: Dim) -> bool:
-    return isinstance(a, int) and isinstance(b, int) and a != b
+    """Two sizes that must agree and do not; a symbolic one is assumed to (`ir.symbolic`)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a != b
+    if a is not None and b is not None and symbolic.active():
+        symbolic.assume_equal(a, b, "the inner dims of a matrix product")
+    return False
 
 
 # --------------------------------------------------------------------------- MatMul
@@ -110,13 +116,33 @@ def fill(b: Builder, out: Buffer, value: float | int) -> None:
         b.store(out, i, const(value, out.dtype))
 
 
+def batch_shape(a: tuple, b: tuple) -> tuple:
+    """numpy broadcasting of two batch shapes whose sizes may be symbolic (a symbolic size
+    against another size is assumed equal to it: `ir.symbolic`)."""
+    r = max(len(a), len(b))
+    a, b = (1,) * (r - len(a)) + tuple(a), (1,) * (r - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == 1 or x == y:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        elif isinstance(x, int) and isinstance(y, int):
+            raise ValueError(f"batch dims {x} and {y} do not broadcast")
+        else:
+            symbolic.assume_equal(x, y, "broadcast batch dims of a matrix product")
+            out.append(x if isinstance(x, int) else y)
+    return tuple(out)
+
+
 def batched_matmul(b: Builder, y: Buffer, a: Buffer, bm: Buffer, a_shape: tuple, b_shape: tuple,
                    ) -> None:
-    """Emit Y = A @ B with numpy.matmul semantics (shapes are the operands' static shapes)."""
+    """Emit Y = A @ B with numpy.matmul semantics (shapes are the operands' shapes; symbolic
+    sizes go into the Matmul statements, an empty sum into their run-time zero fill)."""
     a2 = (1, *a_shape) if len(a_shape) == 1 else tuple(a_shape)
     b2 = (*b_shape, 1) if len(b_shape) == 1 else tuple(b_shape)
     m, k, n = a2[-2], a2[-1], b2[-1]
-    batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    batch = batch_shape(a2[:-2], b2[:-2])
     if y.numel == 0:
         return
     if k == 0:
@@ -139,8 +165,9 @@ def batched_matmul(b: Builder, y: Buffer, a: Buffer, bm: Buffer, a_shape: tuple,
 def _matmul_lower(ctx: LowerContext, node: Node) -> None:
     a, bm, y = ctx.buf(node.inputs[0]), ctx.buf(node.inputs[1]), ctx.buf(node.outputs[0])
     b = Builder()
-    if len(a.shape) >= 2 and y.numel and strassen.lower_if_applies(
-            ctx, b, y, a, bm, False, math.prod(a.shape[:-1]), "matmul_strassen"):
+    if len(a.shape) >= 2 and y.is_static and a.is_static and y.numel and \
+            strassen.lower_if_applies(ctx, b, y, a, bm, False, math.prod(a.shape[:-1]),
+                                      "matmul_strassen"):
         return
     batched_matmul(b, y, a, bm, a.shape, bm.shape)
     if b.body:
@@ -148,7 +175,7 @@ def _matmul_lower(ctx: LowerContext, node: Node) -> None:
 
 
 op("MatMul", (1, 9, 13), infer=_matmul_infer, evaluate=_matmul_evaluate, lower=_matmul_lower,
-   doc="numpy.matmul: 1-D operands promoted, batch dims broadcast")
+   doc="numpy.matmul: 1-D operands promoted, batch dims broadcast", symbolic=True)
 
 # --------------------------------------------------------------------------- MatMulInteger
 
@@ -310,7 +337,8 @@ def _gemm_lower(ctx: LowerContext, node: Node) -> None:
     if y.numel == 0:
         return
     use_c = c is not None and at.beta != 0.0
-    post_scale = dt.is_int and at.alpha != 1.0 and k > 0
+    some_k = not isinstance(k, int) or k > 0  # a symbolic k may be 0: Matmul zero-fills then
+    post_scale = dt.is_int and at.alpha != 1.0 and some_k
     if use_c and not post_scale:
         beta = const(at.beta, dt)
 
@@ -320,10 +348,11 @@ def _gemm_lower(ctx: LowerContext, node: Node) -> None:
         elementwise(b, y, [c], scale_c)  # type: ignore[list-item]
     elif k == 0:
         fill(b, y, 0)
-    if k > 0 and not at.trans_a and strassen.lower_if_applies(
-            ctx, b, y, a, bm, at.trans_b, m, "gemm_strassen", at.alpha, accumulate=use_c):
+    if some_k and y.is_static and a.is_static and not at.trans_a and \
+            strassen.lower_if_applies(ctx, b, y, a, bm, at.trans_b, m, "gemm_strassen",
+                                      at.alpha, accumulate=use_c):
         return
-    if k > 0:
+    if some_k:
         b.emit(Matmul(y, i64(0), n, a, i64(0), a.shape[1], bm, i64(0), bm.shape[1], m, n, k,
                       a_trans=at.trans_a, b_trans=at.trans_b,
                       alpha=1.0 if post_scale else at.alpha,
@@ -345,4 +374,4 @@ def _gemm_lower(ctx: LowerContext, node: Node) -> None:
 
 
 op("Gemm", (1, 6, 7, 9, 11, 13), infer=_gemm_infer, evaluate=_gemm_evaluate, lower=_gemm_lower,
-   doc="alpha * A' @ B' + beta * C, C unidirectionally broadcast to (M, N)")
+   doc="alpha * A' @ B' + beta * C, C unidirectionally broadcast to (M, N)", symbolic=True)

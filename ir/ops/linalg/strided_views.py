@@ -29,12 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from onnxjit.errors import CompileError, ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, coalesce, row_major_strides
 from onnxjit.ir.loops import Buffer, Matmul, i64
+from onnxjit.ir.types import sym_max
 
 VIEW_ATTRS = ("a_perm", "b_perm", "y_perm")
 
@@ -70,12 +69,18 @@ def operand_view(shape: Sequence[int], perm: Sequence[int] | None, trans: bool
     return tuple(lshape), strides
 
 
-def window(rows: int, cols: int, rs: int, cs: int) -> tuple[bool, int] | None:
-    """(read transposed, leading dim) of the window with these sizes and strides, or None."""
-    if cols <= 1 or cs == 1:
-        return False, rs if rows > 1 else max(cols, 1)
-    if rows <= 1 or rs == 1:
-        return True, cs if cols > 1 else max(rows, 1)
+def _at_most_one(x: object) -> bool:
+    """A size known to be 0 or 1 (a symbolic one may be anything)."""
+    return isinstance(x, int) and x <= 1
+
+
+def window(rows: object, cols: object, rs: object, cs: object) -> tuple[bool, object] | None:
+    """(read transposed, leading dim) of the window with these sizes and strides, or None.
+    Sizes and strides may be symbolic."""
+    if _at_most_one(cols) or cs == 1:
+        return False, rs if not _at_most_one(rows) else sym_max(cols, 1)  # type: ignore
+    if _at_most_one(rows) or rs == 1:
+        return True, cs if not _at_most_one(cols) else sym_max(rows, 1)  # type: ignore
     return None
 
 
@@ -133,7 +138,9 @@ def lower_view_matmul(b: Builder, node: Node, y: Buffer, a: Buffer, bm: Buffer, 
     m, k, n = la[-2], la[-1], lb[-1]
     if k == 0:
         raise CompileError("FusedMatMul with K = 0 (the pass must not build it)", where=node)
-    batch = tuple(np.broadcast_shapes(la[:-2], lb[:-2]))
+    from onnxjit.ir.ops.linalg.matmul import batch_shape
+
+    batch = batch_shape(la[:-2], lb[:-2])
     prod = (*batch, m, n)
     y_perm = checked_perm(node, "y_perm", len(prod)) or tuple(range(len(prod)))
     if permute(prod, y_perm) != tuple(y.shape):

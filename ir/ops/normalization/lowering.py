@@ -59,7 +59,7 @@ from onnxjit.ir.ops.normalization.semantics import (
     unary_evaluate,
     unary_infer,
 )
-from onnxjit.ir.ops.reductions.lowering import Lanes, emit_reduce
+from onnxjit.ir.ops.reductions.lowering import Lanes, emit_reduce, size_value
 from onnxjit.ir.types import DType
 
 
@@ -96,7 +96,7 @@ def normalize_rows(b: Builder, x: Buffer, y: Buffer, rows: int, dims: Sequence[i
         if not rms:
             s = Lanes(b, const(0, cdt), "add", n, hint="sum")
             s.run(n, xv)
-            mean = b.op("div", s.result(), const(n, cdt))
+            mean = b.op("div", s.result(), size_value(b, n, cdt))
 
         def sq(j: Operand) -> Operand:
             v = xv(j) if mean is None else b.op("sub", xv(j), mean)
@@ -104,7 +104,7 @@ def normalize_rows(b: Builder, x: Buffer, y: Buffer, rows: int, dims: Sequence[i
 
         v = Lanes(b, const(0, cdt), "add", n, hint="var")
         v.run(n, sq)
-        var = b.op("div", v.result(), const(n, cdt))
+        var = b.op("div", v.result(), size_value(b, n, cdt))
         inv = b.op("div", const(1, cdt), b.op("sqrt", b.op("add", var, const(eps, cdt))))
         if mean_out is not None and mean is not None:
             b.store(mean_out, r, b.cast(mean, mean_out.dtype))
@@ -385,9 +385,9 @@ def _lp_rows(b: Builder, x: Buffer, y: Buffer, rows: int, n: int,
 
 
 op("LayerNormalization", (17,), infer=layer_infer, evaluate=layer_evaluate,
-   lower=layer_lower, doc="normalize dims >= axis (optional Mean, InvStdDev)")
+   lower=layer_lower, doc="normalize dims >= axis (optional Mean, InvStdDev)", symbolic=True)
 op("RMSNormalization", (23,), infer=layer_infer, evaluate=layer_evaluate,
-   lower=layer_lower, doc="x / sqrt(mean(x^2) + epsilon) * scale, dims >= axis")
+   lower=layer_lower, doc="x / sqrt(mean(x^2) + epsilon) * scale, dims >= axis", symbolic=True)
 op("InstanceNormalization", (1, 6, 22), infer=instance_infer, evaluate=instance_evaluate,
    lower=instance_lower, doc="normalize each (n, c) plane; per-channel affine")
 op("GroupNormalization", (18, 21), infer=instance_infer, evaluate=instance_evaluate,

@@ -106,7 +106,7 @@ def _qmm_infer(node: Node) -> list:
             raise ModelError("a_scale, b_scale and y_scale must have one element type",
                              where=node)
         s = tensor_input(node, i).shape
-        if s is not None and any(d != 1 for d in s):
+        if s is not None and any(isinstance(d, int) and d != 1 for d in s):
             raise UnsupportedError(f"QLinearMatMul with a non-scalar scale or zero point "
                                    f"(input {i}, shape {list(s)}) is not supported", where=node)
     return tensor(out, matmul_shape(node, tensor_input(node, 0).shape,

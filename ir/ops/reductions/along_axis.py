@@ -180,11 +180,14 @@ def _softmax_lower(ctx: LowerContext, node: Node) -> None:
 
 _VERSIONS = (1, 11, 13)
 op("Softmax", _VERSIONS, infer=_softmax_infer, evaluate=_softmax_evaluate, lower=_softmax_lower,
-   doc="exp(x - max) / sum(exp(x - max)) along axis (2-D coerced before opset 13)")
+   doc="exp(x - max) / sum(exp(x - max)) along axis (2-D coerced before opset 13)",
+   symbolic=True)
 op("LogSoftmax", _VERSIONS, infer=_softmax_infer, evaluate=_softmax_evaluate,
-   lower=_softmax_lower, doc="(x - max) - log(sum(exp(x - max))) along axis")
+   lower=_softmax_lower, doc="(x - max) - log(sum(exp(x - max))) along axis",
+   symbolic=True)
 op("Hardmax", _VERSIONS, infer=_softmax_infer, evaluate=_softmax_evaluate, lower=_softmax_lower,
-   doc="1 at the first maximum along axis, 0 elsewhere")
+   doc="1 at the first maximum along axis, 0 elsewhere",
+   symbolic=True)
 
 # --------------------------------------------------------------------------- ArgMax / ArgMin
 
@@ -231,6 +234,8 @@ def _arg_lower(ctx: LowerContext, node: Node) -> None:
         return
     _, last = _arg_attrs(node)
     outer, n, inner = split(node, x.shape)
+    if not isinstance(n, int):  # an empty axis has no best element: its size must be known
+        raise TypeError("ArgMax/ArgMin along a symbolic axis")
     if n == 0:
         raise InputError(f"{node.op} along an axis of size 0 (input shape {list(x.shape)})",
                          where=node)
@@ -243,6 +248,8 @@ def _arg_lower(ctx: LowerContext, node: Node) -> None:
 
 _ARG_VERSIONS = (1, 11, 12, 13)
 op("ArgMax", _ARG_VERSIONS, infer=_arg_infer, evaluate=_arg_evaluate, lower=_arg_lower,
-   doc="index of the maximum along axis (first, or last with select_last_index)")
+   doc="index of the maximum along axis (first, or last with select_last_index)",
+   symbolic=True)
 op("ArgMin", _ARG_VERSIONS, infer=_arg_infer, evaluate=_arg_evaluate, lower=_arg_lower,
-   doc="index of the minimum along axis (first, or last with select_last_index)")
+   doc="index of the minimum along axis (first, or last with select_last_index)",
+   symbolic=True)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
-from onnxjit.ir.loops import Buffer, Const, Operand, i64
+from onnxjit.ir.loops import Buffer, Const, Operand, Size, i64, size_operand
 from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.types import DType
 
@@ -89,14 +89,15 @@ class Lanes:
     """Partial accumulators of one fold (see module docstring). Create before the loops that
     feed it, call `run` for each contiguous stretch, read `result()` after."""
 
-    def __init__(self, b: Builder, init: Const, combine: str, n: int, hint: str = "acc"):
+    def __init__(self, b: Builder, init: Const, combine: str, n: Size, hint: str = "acc"):
         self.b = b
         self.combine = combine
         width = max(1, min(16, LANE_BYTES // init.dtype.itemsize))
-        self.lanes = width if n >= 2 * width else 1
+        # a symbolic length is taken to be long (the tail loop takes short ones)
+        self.lanes = width if not isinstance(n, int) or n >= 2 * width else 1
         self.accs = [b.var(init, hint=hint) for _ in range(self.lanes)]
 
-    def run(self, n: int, value_at: Callable[[Operand], Operand]) -> None:
+    def run(self, n: Size, value_at: Callable[[Operand], Operand]) -> None:
         """Fold value_at(j) for j in [0, n) (value_at may also emit stores)."""
         b, accs, lanes = self.b, self.accs, self.lanes
         if lanes == 1:
@@ -108,7 +109,7 @@ class Lanes:
             j0 = b.imul(t, lanes)
             for k in range(lanes):
                 b.assign(accs[k], self.combine, accs[k], value_at(b.iadd(j0, i64(k))))
-        if q * lanes < n:
+        if not isinstance(n, int) or q * lanes < n:
             with b.loop(q * lanes, n, hint="j") as j:
                 b.assign(accs[0], self.combine, accs[0], value_at(j))
 
@@ -135,9 +136,14 @@ def _elem(b: Builder, kind: Kind, x: Operand) -> Operand:
     return x
 
 
-def _final(b: Builder, kind: Kind, acc: Operand, count: int) -> Operand:
+def size_value(b: Builder, n: Size, dtype: D) -> Operand:
+    """The size `n` as a value of `dtype` (a constant, or a symbolic size converted)."""
+    return const(n, dtype) if isinstance(n, int) else b.cast(size_operand(n), dtype)
+
+
+def _final(b: Builder, kind: Kind, acc: Operand, count: Size) -> Operand:
     if kind.final == "mean":
-        return b.op("div", acc, const(count, acc.dtype))
+        return b.op("div", acc, size_value(b, count, acc.dtype))
     if kind.final in ("sqrt", "log"):
         if acc.dtype.is_float:
             return b.op(kind.final, acc)
@@ -256,10 +262,11 @@ def _columns(b: Builder, kind: Kind, x: Buffer, y: Buffer, rows: int, cols: int,
     """y[c] = combine over r of x[r, c]: no kept dim is outside the reduced one, so the
     parallel loop runs over chunks of columns (each task owns its slice of y)."""
     init = const(identity(kind.combine, y.dtype), y.dtype)
-    chunk = max(MIN_CHUNK, -(-cols // TASKS))
-    with b.loop(0, -(-cols // chunk), parallel=parallel, hint="c") as c:
+    chunk = max(MIN_CHUNK, -(-cols // TASKS)) if isinstance(cols, int) else MIN_CHUNK
+    nchunks = -(-cols // chunk) if isinstance(cols, int) else (cols + chunk - 1) // chunk
+    with b.loop(0, nchunks, parallel=parallel, hint="c") as c:
         lo = b.imul(c, chunk)
-        hi = b.op("min", b.iadd(lo, i64(chunk)), i64(cols))
+        hi = b.op("min", b.iadd(lo, i64(chunk)), size_operand(cols))
         with b.loop(lo, hi, hint="t") as t:
             b.store(y, t, init)
         with b.loop(0, rows, hint="r") as r:

@@ -149,6 +149,8 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
     axes = raw_axes(node)
     if axes is None:
+        if not (x.is_static and y.is_static):
+            raise TypeError("reduction axes known only at run time, over symbolic sizes")
         from onnxjit.ir.ops.reductions.runtime_axes import lower_runtime_axes
 
         lower_runtime_axes(ctx, node, x, y)
@@ -164,4 +166,4 @@ for _name in KINDS:
         if _name in ("ReduceMax", "ReduceMin") else (1, 11, 13, 18, 28) if "Log" in _name \
         else (1, 11, 13, 18)
     op(_name, _v, infer=_infer, evaluate=_evaluate, lower=_lower,
-       doc=f"{_name[6:].lower()} over axes (keepdims, noop_with_empty_axes)")
+       doc=f"{_name[6:].lower()} over axes (keepdims, noop_with_empty_axes)", symbolic=True)

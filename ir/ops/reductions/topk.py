@@ -51,7 +51,8 @@ def _topk_k(node: Node) -> int | None:
         kt = tensor_input(node, 1)
         if kt.dtype != DType.INT64:
             raise ModelError(f"input K must be int64, got {kt.dtype.short}", where=node)
-        if kt.shape is not None and (len(kt.shape) != 1 or kt.shape[0] not in (1, None)):
+        if kt.shape is not None and (len(kt.shape) != 1 or isinstance(kt.shape[0], int)
+                                     and kt.shape[0] != 1):
             raise ModelError(f"input K must be a 1-D tensor of one element, got shape "
                              f"{list(kt.shape)}", where=node)
         dims = dims_of(node.inputs[1])

@@ -21,9 +21,10 @@ import math
 import numpy as np
 
 from onnxjit.errors import ModelError, UnsupportedError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node, Value
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Operand, i64
+from onnxjit.ir.loops import Operand, i64, size_operand
 from onnxjit.ir.opdef import LowerContext, op, since_version
 from onnxjit.ir.ops.elementwise.inference import check_dtype, dims_of, same_dtypes, tensor
 from onnxjit.ir.ops.shape_utils import normalize_axis, tensor_input
@@ -35,10 +36,18 @@ from onnxjit.ir.ops.tensor.indexing import (
     int_values,
     prod_dims,
     row_strides,
+    size_values,
     static_lower,
     strided_copy,
 )
-from onnxjit.ir.types import COMPUTE_DTYPES, DType, TensorType, ValueType, supported_dtypes_text
+from onnxjit.ir.types import (
+    COMPUTE_DTYPES,
+    DType,
+    TensorType,
+    ValueType,
+    supported_dtypes_text,
+    sym_max,
+)
 
 
 def _out_dtype(node: Node, dtype: object, what: str = "output") -> DType:
@@ -201,6 +210,22 @@ def _range_len(node: Node, start: object, limit: object, delta: object, dt: DTyp
     return max(0, math.ceil(span))
 
 
+def _symbolic_len(node: Node, dt: DType, delta: object) -> object:
+    """While compiling for symbolic sizes: the length of an int64 Range whose start and limit
+    are sizes (`sym_value`s, such as a KV cache's length) and whose delta is a positive
+    constant; None (unknown) otherwise."""
+    if not symbolic.active() or dt != DType.INT64 or delta is None:
+        return None
+    d = int(np.asarray(delta).reshape(-1)[0])
+    ends = [size_values(node.inputs[i]) for i in (0, 1)]
+    if d <= 0 or any(e is None or len(e) != 1 for e in ends):
+        return None
+    start, limit = ends[0][0], ends[1][0]  # type: ignore[index]
+    span = sym_max(limit - start, 0) if not isinstance(limit - start, int) \
+        else max(limit - start, 0)
+    return span if d == 1 else (span + d - 1) // d
+
+
 def _range_infer(node: Node) -> list[ValueType | None]:
     dt = same_dtypes(node, (0, 1, 2), "num")
     for i in range(3):
@@ -209,7 +234,7 @@ def _range_infer(node: Node) -> list[ValueType | None]:
             raise ModelError(f"input {i} must be a scalar, got {t}", where=node)
     vals = [node.inputs[i].const for i in range(3)]  # type: ignore[union-attr]
     if any(v is None for v in vals):
-        return tensor(dt, (None,))  # type: ignore[return-value]
+        return tensor(dt, (_symbolic_len(node, dt, vals[2]),))  # type: ignore[return-value]
     n = _range_len(node, *(np.asarray(v).reshape(-1)[0] for v in vals), dt)
     return tensor(dt, (n,))  # type: ignore[return-value]
 
@@ -240,11 +265,12 @@ def _range_lower(ctx: LowerContext, node: Node) -> None:
             up = b.op("and", b.op("ne", r, zero),
                       b.op("eq", b.op("gt", r, zero), b.op("gt", d, zero)))
             n = b.op("add", b.cast(q, DType.INT64), b.cast(up, DType.INT64))
-        b.check(b.op("eq", b.op("max", n, i64(0)), i64(out.numel)),
+        b.check(b.op("eq", b.op("max", n, i64(0)), size_operand(out.numel)),
                 f"{node.describe()}: Range inputs give a length other than the output's "
                 f"{out.numel}")
     if out.numel:
-        with b.loop(0, out.numel, parallel=out.numel >= PARALLEL_MIN) as i:
+        big = not isinstance(out.numel, int) or out.numel >= PARALLEL_MIN
+        with b.loop(0, out.numel, parallel=big) as i:
             b.store(out, i, b.op("add", s, b.op("mul", b.cast(i, out.dtype), d)))
     ctx.kernel("range", b.body)
 
@@ -352,7 +378,8 @@ op("ConstantOfShape", (9, 20, 21, 23, 24, 25), infer=_cos_infer, evaluate=_cos_e
 op("EyeLike", (9, 22), infer=_eyelike_infer, evaluate=_eyelike_eval,
    lower=static_lower(_eyelike_lower), doc="ones on the k-th diagonal, shape of the input")
 op("Range", (11, 27), infer=_range_infer, evaluate=_range_eval, lower=static_lower(_range_lower),
-   doc="start + i * delta for i < ceil((limit - start) / delta)")
+   doc="start + i * delta for i < ceil((limit - start) / delta)",
+   symbolic=True)
 op("Trilu", (14,), infer=_trilu_infer, evaluate=_trilu_eval, lower=static_lower(_trilu_lower),
    doc="upper (or lower) triangle from the k-th diagonal, the rest zero")
 op("Tile", (1, 6, 13), infer=_tile_infer, evaluate=_tile_eval, lower=static_lower(_tile_lower),

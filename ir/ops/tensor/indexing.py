@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 from onnxjit.errors import ModelError, UnsupportedError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node, Value
 from onnxjit.ir.loop_builder import Builder, coalesce
-from onnxjit.ir.loops import Buffer, Operand, i64
-from onnxjit.ir.types import Dim, DType, Sym, TensorType, sym_floordiv
+from onnxjit.ir.loops import Buffer, Operand, i64, size_operand
+from onnxjit.ir.types import Dim, DType, Sym, TensorType, sym_floordiv, sym_max, sym_min
 
 #: Kernels copying at least this many elements mark their outer loop parallel.
 PARALLEL_MIN = 1 << 14
@@ -139,14 +140,62 @@ def slice_params(start: int, end: int, step: int, dim: int) -> tuple[int, int]:
     return first, len(range(first, stop, st))
 
 
-def slice_dim(d: Dim, start: int, end: int, step: int) -> Dim:
-    """Length of a slice of a dim; a symbolic dim is only known for the full range."""
-    if isinstance(d, int):
+def size_values(v: Value | None) -> tuple | None:
+    """`int_values`, or, while compiling for symbolic sizes, the sizes (ints and `Sym`s) a
+    1-D int tensor of dims holds (its `sym_value`)."""
+    vals = int_values(v)
+    if vals is not None or v is None or not symbolic.active():
+        return vals
+    if v.sym_value is not None and all(d is not None for d in v.sym_value):
+        return tuple(v.sym_value)
+    return None
+
+
+def _nonneg(x: object) -> bool:
+    """A size expression that cannot be negative (symbols are sizes, constants >= 0)."""
+    if isinstance(x, int):
+        return x >= 0
+    if isinstance(x, Sym):
+        return x.op == "var" or all(_nonneg(a) for a in x.args)
+    return False
+
+
+def slice_params_sym(start: Dim, end: Dim, step: int, d: Dim) -> tuple[Dim, Dim] | None:
+    """`slice_params` when a parameter or the dim is symbolic: (first index, count) as
+    sizes, for a positive step and symbolic parameters that cannot be negative (ints may
+    count from the end); None when that cannot be said without the values."""
+    if step <= 0 or d is None or start is None or end is None:
+        return None
+    if any(isinstance(x, Sym) and not _nonneg(x) for x in (start, end)):
+        return None
+
+    def norm(x: Dim) -> Dim:
+        if isinstance(x, int) and x >= BIG:
+            return d
+        if isinstance(x, int) and x < 0:
+            return sym_max(d + x, 0)  # type: ignore[operator]
+        return x
+
+    first = sym_min(norm(start), d)  # type: ignore[arg-type]
+    stop = sym_min(norm(end), d)  # type: ignore[arg-type]
+    span = sym_max(stop - first, 0)  # type: ignore[operator]
+    count = span if step == 1 else sym_floordiv(span + (step - 1), step)  # type: ignore
+    return first, count
+
+
+def slice_dim(d: Dim, start: Dim, end: Dim, step: int) -> Dim:
+    """Length of a slice of a dim; a symbolic dim is only known for the full range (or,
+    while compiling for symbolic sizes, as `slice_params_sym` gives it)."""
+    if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
         return slice_params(start, end, step, d)[1]
-    if d is not None and step == 1 and (start == 0 or start <= -BIG) and end >= BIG:
-        return d
-    if d is not None and step == -1 and start >= BIG and end <= -BIG:
-        return d
+    if isinstance(start, int) and isinstance(end, int) and d is not None:
+        if step == 1 and (start == 0 or start <= -BIG) and end >= BIG:
+            return d
+        if step == -1 and start >= BIG and end <= -BIG:
+            return d
+    if symbolic.active():
+        got = slice_params_sym(start, end, step, d)
+        return None if got is None else got[1]
     return None
 
 
@@ -160,7 +209,8 @@ def static_lower(fn: Callable[[Any, Node], None]) -> Callable[[Any, Node], None]
     def lower(ctx: Any, node: Node) -> None:
         for v in node.outputs:
             t = v.type
-            if isinstance(t, TensorType) and not t.is_static and (v.name or v is node.outputs[0]):
+            if isinstance(t, TensorType) and symbolic.known_shape(t) is None and \
+                    (v.name or v is node.outputs[0]):
                 raise UnsupportedError(
                     f"the shape of {v.describe()} ({t}) depends on input values; data-dependent "
                     "output shapes are not supported yet (onnxjit specialises on input shapes)",
@@ -187,10 +237,10 @@ def strided_copy(b: Builder, shape: Sequence[int], dst: Buffer, dst_off: Operand
     n = prod_dims(shape)
     if n == 0:
         return
-    if parallel is None:
-        parallel = n >= PARALLEL_MIN  # type: ignore[operator]
-    d_off = i64(dst_off) if isinstance(dst_off, int) else dst_off
-    s_off = i64(src_off) if isinstance(src_off, int) else src_off
+    if parallel is None:  # (a symbolic size: the pool decides at run time)
+        parallel = not isinstance(n, int) or n >= PARALLEL_MIN
+    d_off = size_operand(dst_off) if isinstance(dst_off, (int, Sym)) else dst_off
+    s_off = size_operand(src_off) if isinstance(src_off, (int, Sym)) else src_off
     cshape, (d_st, s_st) = coalesce(shape, [list(dst_strides), list(src_strides)])
     with b.nest(cshape, parallel_outer=parallel) as idx:
         v = b.load(src, b.iadd(s_off, b.linear(idx, s_st)))
@@ -198,10 +248,10 @@ def strided_copy(b: Builder, shape: Sequence[int], dst: Buffer, dst_off: Operand
 
 
 @contextlib.contextmanager
-def loop_or_zero(b: Builder, n: int, parallel: bool = False, hint: str = "i"
+def loop_or_zero(b: Builder, n: object, parallel: bool = False, hint: str = "i"
                  ) -> Iterator[Operand]:
     """A loop over range(n), or just the constant 0 when n == 1 (keeps nests short)."""
-    if n == 1:
+    if isinstance(n, int) and n == 1:
         yield i64(0)
         return
     with b.loop(0, n, parallel=parallel, hint=hint) as i:
@@ -216,11 +266,12 @@ def fill(b: Builder, dst: Buffer, value: Operand) -> None:
         b.store(dst, i, value)
 
 
-def wrap_index(b: Builder, k: Operand, dim: int, message: str) -> Operand:
+def wrap_index(b: Builder, k: Operand, dim: object, message: str) -> Operand:
     """An index loaded from data as i64, negative values wrapped (+dim), range-checked."""
     k = b.cast(k, DType.INT64)
     neg = b.op("lt", k, i64(0))
-    k = b.op("select", neg, b.iadd(k, i64(dim)), k)
-    ok = b.op("and", b.op("ge", k, i64(0)), b.op("lt", k, i64(dim)))
+    d = size_operand(dim)  # type: ignore[arg-type]
+    k = b.op("select", neg, b.iadd(k, d), k)
+    ok = b.op("and", b.op("ge", k, i64(0)), b.op("lt", k, d))
     b.check(ok, message)
     return k

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.errors import ModelError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, elementwise
 from onnxjit.ir.opdef import LowerContext, op, since_version
@@ -104,7 +105,12 @@ def _concat_infer(node: Node) -> list[ValueType | None]:
         if len(ints) > 1:
             raise ModelError(f"inputs differ on axis {k} ({sorted(ints)}) which is not the "
                              f"concat axis {axis}", where=node)
-        out.append(ints.pop() if ints else next((d for d in dims if d is not None), None))
+        chosen = ints.pop() if ints else next((d for d in dims if d is not None), None)
+        if symbolic.active():  # symbolic sizes: the inputs' dims are taken to agree
+            for d in dims:
+                if d is not None and chosen is not None:
+                    symbolic.assume_equal(d, chosen, "the non-concat dims of Concat inputs")
+        out.append(chosen)
     if dt == DType.INT64 and rank == 1:
         vals = [dims_of(node.inputs[i]) for i in idx]
         if all(v is not None for v in vals):
@@ -169,10 +175,14 @@ def _split_sizes(node: Node, dim: Dim) -> list[Dim]:
         if isinstance(dim, int) and sum(split) != dim:
             raise ModelError(f"split {list(split)} does not sum to the axis size {dim}",
                              where=node)
+        if dim is not None and not isinstance(dim, int) and symbolic.active():
+            symbolic.assume_equal(dim, sum(split), "the split sizes sum to the axis")
         return list(split)
     if num is not None and int(num) != n_out:
         raise ModelError(f"num_outputs={num} but the node has {n_out} outputs", where=node)
     if not isinstance(dim, int):
+        if dim is not None and symbolic.active():  # equal parts, taken to divide evenly
+            symbolic.assume_equal(dim, (dim // n_out) * n_out, "Split into equal parts")
         return [None if dim is None else dim // n_out] * n_out  # type: ignore[operator]
     if dim % n_out == 0:
         return [dim // n_out] * n_out
@@ -309,12 +319,13 @@ def _gather_lower(ctx: LowerContext, node: Node) -> None:
     axis = normalize_axis(int(node.attr("axis", 0)), len(data.shape), node)
     outer, dim = prod_dims(data.shape[:axis]), data.shape[axis]
     inner, n = prod_dims(data.shape[axis + 1:]), ind.numel
-    big = out.numel >= PARALLEL_MIN
+    big = not isinstance(out.numel, int) or out.numel >= PARALLEL_MIN
     msg = (f"{node.describe()}: Gather index out of range: indices must be in "
            f"[-{dim}, {dim}) (axis {axis} of size {dim})")
     b = Builder()
-    with loop_or_zero(b, outer, parallel=big and outer > 1, hint="o") as o:  # type: ignore
-        with loop_or_zero(b, n, parallel=big and outer == 1, hint="j") as j:
+    many = outer != 1  # (a symbolic outer size may be 1: the loop is then short)
+    with loop_or_zero(b, outer, parallel=big and many, hint="o") as o:  # type: ignore
+        with loop_or_zero(b, n, parallel=big and not many, hint="j") as j:
             k = wrap_index(b, b.load(ind, j), dim, msg)
             src = b.imul(b.iadd(b.imul(o, dim), k), inner)  # type: ignore[arg-type]
             dst = b.imul(b.iadd(b.imul(o, n), j), inner)  # type: ignore[arg-type]
@@ -377,16 +388,21 @@ def _concat_eval(node: Node, inputs: list) -> list[np.ndarray]:
 
 
 op("Transpose", (1, 13, 21, 23, 24, 25), infer=_transpose_infer, evaluate=_transpose_eval,
-   lower=static_lower(_transpose_lower), doc="permute axes (default: reverse)")
+   lower=static_lower(_transpose_lower), doc="permute axes (default: reverse)",
+   symbolic=True)
 op("Concat", (1, 4, 11, 13), infer=_concat_infer, evaluate=_concat_eval,
-   lower=static_lower(_concat_lower), doc="join along an axis")
+   lower=static_lower(_concat_lower), doc="join along an axis",
+   symbolic=True)
 op("Split", (1, 2, 11, 13, 18), infer=_split_infer, evaluate=_split_eval,
    lower=static_lower(_split_lower),
-   doc="cut along an axis (sizes, equal parts, or num_outputs chunks)")
+   doc="cut along an axis (sizes, equal parts, or num_outputs chunks)",
+   symbolic=True)
 op("Gather", (1, 11, 13), infer=_gather_infer, evaluate=_gather_eval,
-   lower=static_lower(_gather_lower), doc="take slices along an axis at indices (negative wrap)")
+   lower=static_lower(_gather_lower), doc="take slices along an axis at indices (negative wrap)",
+   symbolic=True)
 op("GatherElements", (11, 13), infer=_gather_elements_infer, evaluate=_gather_elements_eval,
    lower=static_lower(_gather_elements_lower),
    doc="take elements along an axis at per-element indices")
 op("Expand", (8, 13), infer=_expand_infer, evaluate=_expand_eval, lower=static_lower(_expand_lower),
-   doc="bidirectional broadcast to a shape")
+   doc="bidirectional broadcast to a shape",
+   size_inputs=(1,), symbolic=True)

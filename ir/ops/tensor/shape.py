@@ -17,9 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.errors import ModelError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder
-from onnxjit.ir.loops import i64
+from onnxjit.ir.loops import i64, size_operand
 from onnxjit.ir.opdef import LowerContext, op, since_version
 from onnxjit.ir.ops.elementwise.inference import check_dtype, dims_of, tensor
 from onnxjit.ir.ops.shape_utils import require_attr, tensor_input
@@ -87,11 +88,11 @@ def _shape_eval(node: Node, inputs: list) -> list[np.ndarray]:
     return [np.array(shape[_shape_range(node, len(shape))], dtype=np.int64)]
 
 
-def _store_ints(ctx: LowerContext, node: Node, values: list[int]) -> None:
+def _store_ints(ctx: LowerContext, node: Node, values: list) -> None:
     out = ctx.buf(node.outputs[0])
     b = Builder()
     for k, v in enumerate(values):
-        b.store(out, i64(k), i64(v))
+        b.store(out, i64(k), size_operand(v))
     ctx.kernel(node.op.lower(), b.body)
 
 
@@ -241,6 +242,8 @@ def squeeze_shape(node: Node, src: tuple | None, axes: tuple[int, ...] | None
         if isinstance(src[a], int) and src[a] != 1:
             raise ModelError(f"cannot squeeze axis {a} of size {src[a]} (shape "
                              f"{list(src)})", where=node)
+        if src[a] is not None and symbolic.active():
+            symbolic.assume_equal(src[a], 1, "a squeezed dim")
     return tuple(d for k, d in enumerate(src) if k not in drop)
 
 
@@ -301,19 +304,24 @@ def _view_eval(node: Node, inputs: list) -> list[np.ndarray]:
 
 
 op("Identity", (1, 13, 14, 16, 19, 21, 23, 24, 25), infer=_identity_infer, evaluate=_view_eval,
-   lower=static_lower(_lower_view), doc="output = input (storage shared)")
+   lower=static_lower(_lower_view), doc="output = input (storage shared)", symbolic=True)
 op("Shape", (1, 13, 15, 19, 21, 23, 24, 25), infer=_shape_infer, evaluate=_shape_eval,
-   lower=static_lower(_shape_lower), doc="dims of the input (start/end from 15) as i64")
+   lower=static_lower(_shape_lower), doc="dims of the input (start/end from 15) as i64",
+   symbolic=True)
 op("Size", (1, 13, 19, 21, 23, 24, 25), infer=_size_infer, evaluate=_size_eval,
-   lower=static_lower(_size_lower), doc="number of elements as an i64 scalar")
+   lower=static_lower(_size_lower), doc="number of elements as an i64 scalar", symbolic=True)
 op("Reshape", (1, 5, 13, 14, 19, 21, 23, 24, 25), infer=_reshape_infer, evaluate=_reshape_eval,
    lower=static_lower(_lower_view),
-   doc="new shape (0 copies a dim unless allowzero, -1 is inferred)")
+   doc="new shape (0 copies a dim unless allowzero, -1 is inferred)",
+   size_inputs=(1,), symbolic=True)
 op("Flatten", (1, 9, 11, 13, 21, 23, 24, 25), infer=_flatten_infer, evaluate=_flatten_eval,
-   lower=static_lower(_lower_view), doc="2-D view: dims before axis x dims from axis")
+   lower=static_lower(_lower_view), doc="2-D view: dims before axis x dims from axis",
+   symbolic=True)
 op("Squeeze", (1, 11, 13, 21, 23, 24, 25), infer=_squeeze_infer, evaluate=_squeeze_eval,
    lower=static_lower(_lower_view),
-   doc="drop size-1 dims (axes attribute before 13, input from 13)")
+   doc="drop size-1 dims (axes attribute before 13, input from 13)",
+   size_inputs=(1,), symbolic=True)
 op("Unsqueeze", (1, 11, 13, 21, 23, 24, 25), infer=_unsqueeze_infer, evaluate=_unsqueeze_eval,
    lower=static_lower(_lower_view),
-   doc="insert size-1 dims (axes attribute before 13, input from 13)")
+   doc="insert size-1 dims (axes attribute before 13, input from 13)",
+   size_inputs=(1,), symbolic=True)

@@ -31,8 +31,10 @@ from onnxjit.ir.ops.tensor.indexing import (
     input_length,
     int_values,
     row_strides,
+    size_values,
     slice_dim,
     slice_params,
+    slice_params_sym,
     static_lower,
     strided_copy,
 )
@@ -50,7 +52,7 @@ def _slice_spec(node: Node, rank: int) -> tuple[list[int] | None, tuple | None]:
         for i, what in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")):
             if i < 3 or node.input(i) is not None:
                 check_int_input(node, i, what, int32=True)
-        starts, ends = int_values(node.input(1)), int_values(node.input(2))
+        starts, ends = size_values(node.input(1)), size_values(node.input(2))
         axes = int_values(node.input(3)) if node.input(3) is not None else None
         if node.input(3) is not None and axes is None:
             return None, None
@@ -89,18 +91,25 @@ def _slice_infer(node: Node) -> list[ValueType | None]:
     for a, s, e, st in zip(axes, *params):  # type: ignore[arg-type]
         out[a] = slice_dim(src[a], s, e, st)
     vals = dims_of(x)
-    if vals is not None and len(src) == 1 and src[0] == len(vals):
+    if vals is not None and len(src) == 1 and src[0] == len(vals) and \
+            all(isinstance(p[0], int) for p in params):
         first, count = slice_params(params[0][0], params[1][0], params[2][0], len(vals))
         x_out.sym_value = tuple(vals[first + i * params[2][0]] for i in range(count))
     return tensor(dt, tuple(out))  # type: ignore[return-value]
 
 
-def _slice_boxes(node: Node, shape: tuple[int, ...]) -> tuple[list[int], list[int], list[int]]:
-    """(first index, count, step) per dim of a concrete input shape."""
+def _slice_boxes(node: Node, shape: tuple) -> tuple[list, list, list[int]]:
+    """(first index, count, step) per dim of the input shape (sizes: ints, or symbolic)."""
     axes, params = _slice_spec(node, len(shape))
     first, count, step = [0] * len(shape), list(shape), [1] * len(shape)
     for a, s, e, st in zip(axes, *params):  # type: ignore[arg-type, misc]
-        first[a], count[a] = slice_params(s, e, st, shape[a])
+        if all(isinstance(x, int) for x in (s, e, shape[a])):
+            first[a], count[a] = slice_params(s, e, st, shape[a])
+        else:
+            got = slice_params_sym(s, e, st, shape[a])
+            if got is None:
+                raise TypeError(f"slice {s}:{e}:{st} of a dim of size {shape[a]}")
+            first[a], count[a] = got
         step[a] = st
     return first, count, step
 
@@ -203,4 +212,5 @@ def _slice_lower_dynamic(ctx: LowerContext, node: Node, x: Buffer, out: Buffer) 
 
 
 op("Slice", (1, 10, 11, 13), infer=_slice_infer, evaluate=_slice_eval,
-   lower=static_lower(_slice_lower), doc="strided box (attributes in opset 1, inputs from 10)")
+   lower=static_lower(_slice_lower), doc="strided box (attributes in opset 1, inputs from 10)",
+   size_inputs=(1, 2, 3, 4), symbolic=True)
