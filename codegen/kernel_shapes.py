@@ -12,7 +12,7 @@ the one module of `codegen/` that `ir/` and `passes/` import; it loads no llvmli
 from __future__ import annotations
 
 from onnxjit.ir.loops import Matmul
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import DType, Sym
 
 #: float products from this many multiply-adds use the register-tiled kernel (matmul_kernel);
 #: below PACK_MIN_M rows B is read in place (packing would cost as much as the product), and a
@@ -45,12 +45,29 @@ def panel_width(itemsize: int) -> int:
     return vl * nrv
 
 
+def _num(x: object) -> int | None:
+    """A Matmul size as a number: an int, a symbolic size's hint, None for a variable."""
+    if isinstance(x, int):
+        return x
+    if isinstance(x, Sym):
+        from onnxjit.ir.symbolic import hint
+
+        return hint(x)
+    return None
+
+
 def packs_b(s: Matmul) -> bool:
     """Whether a constant B of `s` is worth packing once at compile time (in
-    `panel_width` panels, then read by the tiled kernel whatever m is)."""
+    `panel_width` panels, then read by the tiled kernel whatever m is; a symbolic m by its
+    usual size)."""
     dt = s.c.dtype
+    m, n, k = (_num(x) for x in (s.m, s.n, s.k))
+    if m is None or n is None or k is None:
+        return False
+    if not isinstance(s.m, int):  # a run-time m is taken to be large (the tiled kernel runs
+        m = max(m, PACK_MIN_M)    # it whatever it is, and a packed B costs it nothing)
     return (dt in (DType.FLOAT, DType.DOUBLE) and s.a.dtype == dt and s.b.dtype == dt
-            and s.k > 0 and s.n > 0 and s.m >= PREPACK_MIN_M and s.m * s.n * s.k >= TILE_WORK)
+            and k > 0 and n > 0 and m >= PREPACK_MIN_M and m * n * k >= TILE_WORK)
 
 
 def uses_tiles(s: Matmul) -> bool:
@@ -59,6 +76,8 @@ def uses_tiles(s: Matmul) -> bool:
     multiply-adds from PACK_MIN_M rows (PACK_MIN_M_T with B transposed), or of 2+ rows with B
     read in place."""
     dt = s.c.dtype
+    if not all(isinstance(x, int) for x in (s.m, s.n, s.k)):  # run-time sizes: floats tile
+        return dt in (DType.FLOAT, DType.DOUBLE) and s.a.dtype == dt and s.b.dtype == dt
     if s.k <= 0 or s.m == 0 or s.n == 0 or not dt.is_float or s.a.dtype != dt \
             or s.b.dtype != dt:
         return False

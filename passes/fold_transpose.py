@@ -28,6 +28,7 @@ import numpy as np
 from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
 from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
 from onnxjit.ir.ops.linalg.strided_views import foldable, output_foldable
+from onnxjit.ir.symbolic import known_shape
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
 
@@ -65,7 +66,7 @@ def _swaps_last_two(node: Node) -> bool:
 
 def _static(v: Value) -> tuple | None:
     t = v.tensor_type
-    return t.shape if t is not None and t.is_static else None
+    return known_shape(t)
 
 
 def _fold_transpose_pair(node: Node) -> bool:
@@ -83,7 +84,8 @@ def _fold_transpose_pair(node: Node) -> bool:
 def _fold_reshape(graph: Graph, node: Node) -> bool:
     src = node.inputs[0].producer
     out = _static(node.outputs[0])
-    if not _is(src, *_RESHAPES) or out is None or 0 in out or src.inputs[0] is None:
+    if not _is(src, *_RESHAPES) or out is None or 0 in out or src.inputs[0] is None or \
+            not all(isinstance(d, int) for d in out):
         return False
     arr = np.array(out, dtype=np.int64)
     shape = Value(TensorType(DType.INT64, (len(out),)), "shape", const=arr)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
 from onnxjit.ir.opdef import lookup
 from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
+from onnxjit.ir.symbolic import known_shape
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
 
@@ -35,7 +36,7 @@ def _candidate(node: Node) -> tuple | None:
     if d is None or d.scalar is None or len(node.outputs) != 1:
         return None
     t = node.outputs[0].type
-    if not isinstance(t, TensorType) or not t.is_static:
+    if not isinstance(t, TensorType) or known_shape(t) is None:
         return None
     if any(isinstance(v.type, TensorType) and v.type.dtype == DType.STRING
            for v in node.inputs + node.outputs if v is not None):

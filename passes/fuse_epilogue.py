@@ -28,6 +28,7 @@ from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
 from onnxjit.ir.opdef import lookup
 from onnxjit.ir.ops.fused.epilogue import extra_kind
 from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
+from onnxjit.ir.symbolic import known_shape
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
 
@@ -40,7 +41,13 @@ _FLOATS = (DType.FLOAT, DType.DOUBLE)
 
 def _static(v: Value | None) -> tuple | None:
     t = v.tensor_type if v is not None else None
-    return t.shape if t is not None and t.is_static else None
+    return known_shape(t)
+
+
+def _positive(d: object) -> bool:
+    """A size known to be > 0: an int, or a symbolic one (an empty sum for a call that makes
+    it 0 zero-fills the product, then the epilogue runs on it)."""
+    return not isinstance(d, int) or d > 0
 
 
 def producer_kind(node: Node) -> str | None:
@@ -54,12 +61,12 @@ def producer_kind(node: Node) -> str | None:
     if node.domain not in ("", "ai.onnx"):
         return None
     if node.op == "Conv" and len(node.inputs[1].shape) >= 3 and \
-            all(d > 0 for d in node.inputs[1].shape[1:]):
+            all(_positive(d) for d in node.inputs[1].shape[1:]):
         return "conv"
     if node.op == "MatMul" and all(len(v.shape) >= 2 for v in node.inputs) and \
-            node.inputs[0].shape[-1] > 0:
+            _positive(node.inputs[0].shape[-1]):
         return "matmul"
-    if node.op == "Gemm" and node.inputs[0].shape[0 if node.attr("transA", 0) else 1] > 0:
+    if node.op == "Gemm" and _positive(node.inputs[0].shape[0 if node.attr("transA", 0) else 1]):
         c = node.input(2)
         beta = float(node.attr("beta", 1.0))
         if c is None or beta == 0.0 or beta == 1.0 or c.const is not None:

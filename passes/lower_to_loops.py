@@ -14,25 +14,40 @@ Algorithm:
    through the same nest helper as a Fused region); reshape-like ops alias storage with `view`;
 3) an output that is not written by any node (it is an input, a constant, a view, or a second
    slot holding the same value) gets a copy kernel, so outputs never alias anything.
+
+Symbolic programs (`ir.symbolic`): shapes may hold `Sym` sizes. A node whose buffers are all
+static lowers as ever; one with a symbolic size needs an op whose lowering takes symbolic sizes
+(`OpDef.symbolic`, or a scalar rule: the shared elementwise nest), else `NotSymbolic` names it
+and the caller compiles that part for concrete shapes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from onnxjit.errors import UnsupportedError
+from onnxjit.errors import CompileError, UnsupportedError
 from onnxjit.ir.graph import Model, Node, Value
 from onnxjit.ir.loop_builder import Builder
-from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, Stmt, Store, walk
+from onnxjit.ir.loops import Buffer, Kernel, Matmul, Program, Size, Stmt, Store, walk
 from onnxjit.ir.opdef import resolve
 from onnxjit.ir.ops.fused.region import lower_elementwise_nodes
-from onnxjit.ir.types import STORAGE_DTYPES, DType, TensorType, supported_dtypes_text
+from onnxjit.ir.symbolic import active as symbolic_active
+from onnxjit.ir.types import STORAGE_DTYPES, DType, Sym, TensorType, supported_dtypes_text
 from onnxjit.options import available_cores
 from onnxjit.passes import PassContext, PassResult
 from onnxjit.passes.concat_in_place import place_concat_inputs
 
 name = "lower-to-loops"
 level = "graph->loops"
+
+
+class NotSymbolic(CompileError):
+    """A node with symbolic sizes whose lowering needs concrete ones (`node`)."""
+
+    def __init__(self, node: Node, why: str):
+        super().__init__(f"op '{node.op}' cannot be compiled for symbolic sizes yet ({why})",
+                         where=node)
+        self.node = node
 
 
 class Lowering:
@@ -84,13 +99,14 @@ class Lowering:
         b.offset = offset
         return b
 
-    def scratch(self, hint: str, dtype: DType, shape: tuple[int, ...]) -> Buffer:
+    def scratch(self, hint: str, dtype: DType, shape: tuple[Size, ...]) -> Buffer:
         """A temporary buffer no graph value owns (an im2col panel, a partial sum...).
 
         It lives in the arena like any temp; plan-memory reuses its bytes once the last
         kernel that touches it has run.
         """
-        return self._new(hint, dtype, tuple(int(d) for d in shape), "temp")
+        return self._new(hint, dtype, tuple(d if isinstance(d, Sym) else int(d)
+                                            for d in shape), "temp")
 
     def workspace(self, hint: str, dtype: DType, numel: int) -> Buffer:
         """The one temp buffer named `hint` of `dtype` that every kernel asking for it shares,
@@ -153,11 +169,23 @@ class Lowering:
                 self.of[v] = b
             out_bufs.append((v, b))
         place_concat_inputs(self)
+        symbolic = symbolic_active()
+        skip = _size_only(g) if symbolic else set()
         for node in g.nodes:
+            if node in skip:
+                continue
             self._current = node
             opdef = resolve(node)
+            if symbolic and not (opdef.symbolic or opdef.lower is None) and \
+                    not _all_static(node):
+                raise NotSymbolic(node, "its lowering takes concrete sizes only")
             if opdef.lower is not None:
-                opdef.lower(self, node)
+                try:
+                    opdef.lower(self, node)
+                except TypeError as e:  # a size compared as a number: not symbolic yet
+                    if symbolic and not _all_static(node):
+                        raise NotSymbolic(node, str(e)) from e
+                    raise
             elif opdef.scalar is not None:
                 lower_elementwise_nodes(self, [node], [v for v in node.inputs if v is not None],
                                         [v for v in node.inputs if v is not None],
@@ -173,12 +201,42 @@ class Lowering:
         return Program(self.buffers, self.kernels, name="main")
 
 
-def _static(v: Value, node: Node | None) -> tuple[DType, tuple[int, ...]]:
+def _size_only(g: object) -> set[Node]:
+    """Nodes of a symbolic program whose results nothing reads as data: only as sizes (the
+    known `sym_value` of a value or size input, such as a Reshape's target computed by
+    Shape -> Gather -> Concat), which the lowerings take from the types. They need no kernel."""
+    needed: set[int] = {id(v) for v in g.outputs}  # type: ignore[attr-defined]
+    skip: set[Node] = set()
+    for node in reversed(g.nodes):  # type: ignore[attr-defined]
+        if not any(id(v) in needed for v in node.outputs if v is not None):
+            skip.add(node)
+            continue
+        d = resolve(node)
+        sized = set(d.value_inputs) | set(d.size_inputs) if d.symbolic else set()
+        for k, v in enumerate(node.inputs):
+            if v is None or (k in sized and v.sym_value is not None
+                             and all(x is not None for x in v.sym_value)):
+                continue
+            needed.add(id(v))
+        for region in node.regions():
+            for inner in region.walk():
+                needed.update(id(v) for v in inner.inputs if v is not None)
+    return skip
+
+
+def _all_static(node: Node) -> bool:
+    return all(isinstance(v.type, TensorType) and v.type.is_static
+               for v in list(node.inputs) + list(node.outputs) if v is not None)
+
+
+def _static(v: Value, node: Node | None) -> tuple[DType, tuple[Size, ...]]:
     t = v.type
     if not isinstance(t, TensorType):
         raise UnsupportedError(f"{v.describe()} has type {t}; only tensors are compiled "
                                "today", where=node)
-    if not t.is_static:
+    if t.shape is not None and symbolic_active() and all(d is not None for d in t.shape):
+        pass  # sizes: ints or Sym expressions of the input dims
+    elif not t.is_static:
         # Shapes that depend on run-time data (not yet computed in a shape phase) end here.
         raise UnsupportedError(f"{v.describe()} has shape {t}, which depends on data known "
                                "only at run time; data-dependent shapes are not supported yet",

@@ -64,7 +64,8 @@ def _eligible(s: Matmul) -> bool:
 
     root = s.b.root()
     return (not s.b_packed and root.kind == "const" and root.data is not None
-            and isinstance(s.b_off, Const) and packs_b(s))
+            and isinstance(s.b_off, Const) and isinstance(s.k, int) and isinstance(s.n, int)
+            and isinstance(s.ldb, int) and packs_b(s))
 
 
 def _one_panel(s: Matmul) -> bool:
@@ -73,6 +74,8 @@ def _one_panel(s: Matmul) -> bool:
     from onnxjit.codegen.kernel_shapes import PACK_MIN_M, packs_b, panel_width, tile_shape
 
     isz = s.b.dtype.itemsize
+    if not all(isinstance(x, int) for x in (s.m, s.n, s.k, s.ldb)):
+        return False
     return (not s.b_packed and not s.b_trans and s.b.root().kind == "const" and s.ldb == s.n
             and s.n % tile_shape(isz)[0] == 0 and s.n <= panel_width(isz)
             and s.m >= PACK_MIN_M and packs_b(s))
