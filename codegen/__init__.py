@@ -19,7 +19,7 @@ from typing import Any
 _WHERE = {
     "CompiledObject": "objects", "load_object": "link", "pool_slots": "pool",
     "NativeLibrary": "jit", "compile_program": "jit",
-    "DATA_OFFSET": "llvmgen", "FLAGS_OFFSET": "llvmgen", "target_id": "target",
+    "DATA_OFFSET": "entry", "FLAGS_OFFSET": "entry", "target_id": "target",
 }
 
 __all__ = sorted(_WHERE)

@@ -22,7 +22,7 @@ fifth of a small-depth pointwise conv's time, measured). Algorithm:
    `ScalarEmitter` rules, so results are bit-identical).
 Anything else keeps the separate pass (`llvmgen` translates the nest as usual): the
 small-product and narrow-float kernels. A top-level product split over threads takes its nest
-into its blocks (`parallel.split_matmul`: `er = row + r`); `outer_forms` expands the block's
+into its blocks (`split_matmul.split_matmul`: `er = row + r`); `outer_forms` expands the block's
 offsets so the block's window and nest still match here.
 Measured, one thread, against the separate pass: pointwise conv + Clip 16->96 at 112x112
 1.13x, 24->144 at 56x56 1.09x; 96->24 at 56x56 (bias only) 1.05x; MobileNetV2-like 1.044x
@@ -115,9 +115,10 @@ def match(mm: Matmul, nest: Stmt, outer: dict[int, Affine] | None = None,
     apply in its stores (see the module docstring), else None. `outer`: affine forms of
     variables defined before the nest (`outer_forms`), which are atoms otherwise. With
     `vector` False, any scalar op may compute the value (the nest then only has the form: row
-    r of the nest touches row r of the product alone; `parallel.split_matmul` relies on it)."""
+    r of the nest touches row r of the product alone; `split_matmul.split_matmul` relies on it)."""
     if not (isinstance(nest, Loop) and not nest.parallel and nest.step == 1
-            and _const(nest.start) == 0 and _const(nest.stop) == mm.m and nest.body
+            and _const(nest.start) == 0 and _same(nest.stop, mm.m) and nest.body
+            and isinstance(mm.n, int) and isinstance(mm.ldc, int)
             and mm.c.dtype.is_float and mm.c.dtype.itemsize in (4, 8)):
         return None
     *prelude, inner = nest.body
@@ -189,6 +190,12 @@ def match(mm: Matmul, nest: Stmt, outer: dict[int, Affine] | None = None,
 
 def _const(x: Operand) -> int | None:
     return int(x.value) if isinstance(x, Const) else None
+
+
+def _same(x: Operand, size: object) -> bool:
+    """The loop bound `x` is the Matmul size `size`: equal constants, or one run-time variable
+    (a symbolic program's m, which `materialize-dims` loads once per kernel)."""
+    return _const(x) == size if isinstance(size, int) else x is size
 
 
 def _affine(x: Operand, forms: dict[int, Affine]) -> Affine | None:

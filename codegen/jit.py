@@ -29,8 +29,9 @@ from collections.abc import Callable
 import llvmlite.binding as llvm
 
 from onnxjit.codegen import pyentry, target
+from onnxjit.codegen.entry import n_io
 from onnxjit.codegen.irutil import LOOP_SELF
-from onnxjit.codegen.llvmgen import build_module, n_io, uses_pool
+from onnxjit.codegen.llvmgen import build_module, uses_pool
 from onnxjit.codegen.objects import CompiledObject
 from onnxjit.codegen.pool_ir import PTHREAD_SYMBOLS
 from onnxjit.digest import hexdigest

@@ -19,14 +19,8 @@ Algorithm:
    rows) is outlined into a task run by the process's worker pool (`parallel.py`, `pool.py`); the
    kernel then takes two more arguments, the pool's `parallel_for` and the thread count.
    Other parallel loops run serially.
-3) `<prefix>_entry(io, consts, arena)` computes every root buffer's pointer (io[slot] for inputs
-   and outputs, consts[slot], arena + offset for temps) and calls the kernels in order,
-   returning the first nonzero status. The runtime appends two slots to the consts table,
-   `parallel_for`'s address and the thread count (`pool.pool_slots`): object code cached on disk
-   holds no address, and `Program.consts` slots keep their numbers.
-   `<prefix>_entry_py(a0, ..., consts, arena)` reads each numpy array's data pointer and flags
-   straight from the PyObject, returns -1 unless every array is C-contiguous and aligned
-   (outputs also writeable), and calls the entry.
+3) `entry.entry` builds the entry point that computes the root buffers' pointers and calls the
+   kernels in order (and `entry.entry_py`, its CPython-facing twin).
 """
 
 from __future__ import annotations
@@ -35,11 +29,11 @@ import math
 
 from llvmlite import ir
 
+from onnxjit.codegen.entry import entry, entry_py, load_elem_ptr
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.epilogue_fuse import outer_forms
 from onnxjit.codegen.irutil import (
     for_range,
-    i64c,
     interleave_md,
     load_elem,
     no_unroll_md,
@@ -51,7 +45,6 @@ from onnxjit.codegen.narrow_matmul import emit_narrow_matmul
 from onnxjit.codegen.parallel import ABSORBED, emit_parallel, plan_kernel
 from onnxjit.codegen.scalar import (
     I1,
-    I8,
     I32,
     ScalarEmitter,
     compute_type,
@@ -85,11 +78,6 @@ from onnxjit.ir.types import NARROW_FLOATS, DType
 PTR = ir.PointerType()
 I64 = ir.IntType(64)
 
-#: Byte offsets of `data` and `flags` in numpy's PyArrayObject_fields on 64-bit CPython:
-#: ob_refcnt@0, ob_type@8, data@16, nd@24, dimensions@32, strides@40, base@48, descr@56, flags@64.
-DATA_OFFSET = 16
-FLAGS_OFFSET = 64
-NPY_C_CONTIGUOUS, NPY_ALIGNED, NPY_WRITEABLE = 0x1, 0x100, 0x400
 
 
 #: float types whose multiply-adds a `contract` kernel fuses (`KernelTranslator._fused_add`)
@@ -233,7 +221,8 @@ class KernelTranslator:
             if planned is None:
                 self.stmt(s)
             else:
-                loop, captured, after = planned
+                loop, captured, after, before = planned
+                self.stmts(before)
                 emit_parallel(self, loop, captured, self.n_outlined)
                 self.n_outlined += 1
                 self.stmts(after)
@@ -325,13 +314,18 @@ class KernelTranslator:
         tiled kernel takes it. Returns whether it did."""
         ptrs = (self.pointer(s.c), self.pointer(s.a), self.pointer(s.b))
         offs = tuple(self.index(o) for o in (s.c_off, s.a_off, s.b_off))
+        sizes = {f: self.operand(x) for f in _SIZES if isinstance(x := getattr(s, f), Var)}
         if s.c.dtype in NARROW_FLOATS:  # the microkernel computes in its storage type
             if s.a.dtype != s.c.dtype or s.b.dtype != s.c.dtype:
                 raise UnsupportedError(f"matrix product of {s.a.dtype.short} and "
                                        f"{s.b.dtype.short} into {s.c.dtype.short}",
                                        where=f"kernel {self.kernel.name}")
-            emit_narrow_matmul(self.b, self.scalar, s, ptrs, offs)  # type: ignore[arg-type]
+            emit_narrow_matmul(self.b, self.scalar, s, ptrs, offs, sizes)  # type: ignore
             return False
+        if sizes:  # run-time sizes (a symbolic program)
+            m_hint = self.kernel.size_hints.get(s.m, 64) if isinstance(s.m, Var) else s.m
+            return emit_matmul(self.b, s, ptrs, offs, where=f"kernel {self.kernel.name}",
+                               epilogue=epilogue, sizes=sizes, m_hint=int(m_hint))
         if epilogue is None and OUTLINE_PRODUCTS and self.math_heavy and uses_tiles(s):
             emit_outlined(self.b, s, ptrs, offs, f"{self.fn.name}.mm{self.n_products}",
                           where=f"kernel {self.kernel.name}")
@@ -340,6 +334,9 @@ class KernelTranslator:
         return emit_matmul(self.b, s, ptrs, offs, where=f"kernel {self.kernel.name}",
                            epilogue=epilogue)
 
+
+#: the Matmul fields that may be run-time sizes
+_SIZES = ("m", "n", "k", "lda", "ldb", "ldc")
 
 #: in a kernel that also computes exp/log/tanh/... (polynomials with many constants), emit each
 #: tiled product without a fused epilogue as a function of its own (`matmul.emit_outlined`).
@@ -393,9 +390,9 @@ def build_module(program: Program, prefix: str, triple: str, data_layout: str
         kernels.append(kt)
         if key is not None:
             compiled[key] = kt
-    entry = _entry(module, program, kernels, f"{prefix}_entry", len(program.consts))
-    entry_py = _entry_py(module, program, entry, f"{prefix}_entry_py")
-    return module, entry.name, entry_py.name
+    fn = entry(module, program, kernels, f"{prefix}_entry", len(program.consts))
+    fn_py = entry_py(module, program, fn, f"{prefix}_entry_py")
+    return module, fn.name, fn_py.name
 
 
 class _Twin:
@@ -410,89 +407,3 @@ class _Twin:
 def uses_pool(program: Program) -> bool:
     """True when some kernel of `program` dispatches to the worker pool."""
     return any(plan_kernel(k) for k in program.kernels)
-
-
-def n_io(program: Program) -> int:
-    """Number of io slots: inputs then outputs."""
-    slots = [b.slot for b in program.inputs + program.outputs]
-    return max(len(slots), max(slots, default=-1) + 1)
-
-
-def _entry(module: ir.Module, program: Program, kernels: list[KernelTranslator | _Twin],
-           name: str, n_consts: int) -> ir.Function:
-    fn = ir.Function(module, ir.FunctionType(I32, [PTR, PTR, PTR]), name)
-    fn.attributes.add("nounwind")
-    io, consts, arena = fn.args
-    io.name, consts.name, arena.name = "io", "consts", "arena"
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    ptrs: dict[int, ir.Value] = {}
-
-    def root_ptr(r: Buffer) -> ir.Value:
-        p = ptrs.get(id(r))
-        if p is None:
-            if r.kind in ("input", "output"):
-                p = load_elem(b, io, i64c(r.slot), PTR, 8)
-            elif r.kind == "const":
-                p = load_elem(b, consts, i64c(r.slot), PTR, 8)
-            elif r.kind == "temp":
-                if r.offset < 0:
-                    raise CompileError(f"temp buffer {r.name} has no arena offset "
-                                       "(run plan-memory)")
-                p = load_elem_ptr(b, arena, r.offset)
-            else:
-                raise CompileError(f"buffer {r.name} of kind '{r.kind}' has no storage")
-            ptrs[id(r)] = p
-        return p
-
-    pool: list[ir.Value] = []
-    if any(kt.plan for kt in kernels):
-        nthreads = load_elem(b, consts, i64c(n_consts + 1), PTR, 8)
-        pool = [load_elem(b, consts, i64c(n_consts), PTR, 8), b.ptrtoint(nthreads, I64)]
-    for kt in kernels:
-        args = [load_elem_ptr(b, root_ptr(r), off) for r, off in kt.roots]
-        rc = b.call(kt.fn, args + (pool if kt.plan else []))
-        if kt.has_checks:
-            fail = fn.append_basic_block("fail")
-            cont = fn.append_basic_block("ok")
-            b.cbranch(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), fail, cont)
-            b.position_at_end(fail)
-            b.ret(rc)
-            b.position_at_end(cont)
-    b.ret(ir.Constant(I32, 0))
-    return fn
-
-
-def load_elem_ptr(b: ir.IRBuilder, base: ir.Value, byte_offset: int) -> ir.Value:
-    """base + byte_offset as a pointer (base itself for 0)."""
-    if not byte_offset:
-        return base
-    return b.gep(base, [i64c(byte_offset)], inbounds=True, source_etype=I8)
-
-
-def _entry_py(module: ir.Module, program: Program, entry: ir.Function, name: str
-              ) -> ir.Function:
-    count = n_io(program)
-    n_in = len(program.inputs)
-    fn = ir.Function(module, ir.FunctionType(I32, [PTR] * count + [PTR, PTR]), name)
-    fn.attributes.add("nounwind")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    io = b.alloca(PTR, size=i64c(max(1, count)), name="io")
-    io.type = PTR
-    ok: ir.Value = ir.Constant(I1, 1)
-    for k in range(count):
-        obj = fn.args[k]
-        data = b.load(load_elem_ptr(b, obj, DATA_OFFSET), typ=PTR, align=8)
-        flags = b.load(load_elem_ptr(b, obj, FLAGS_OFFSET), typ=I32, align=4)
-        need = NPY_C_CONTIGUOUS | NPY_ALIGNED | (NPY_WRITEABLE if k >= n_in else 0)
-        good = b.icmp_unsigned("==", b.and_(flags, ir.Constant(I32, need)),
-                               ir.Constant(I32, need))
-        ok = b.and_(ok, good)
-        store_elem(b, data, io, i64c(k), PTR, 8)
-    bad = fn.append_basic_block("bad")
-    run = fn.append_basic_block("run")
-    b.cbranch(ok, run, bad)
-    b.position_at_end(bad)
-    b.ret(ir.Constant(I32, -1))
-    b.position_at_end(run)
-    b.ret(b.call(entry, [io, fn.args[count], fn.args[count + 1]]))
-    return fn

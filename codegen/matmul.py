@@ -230,14 +230,18 @@ class _Emitter:
 
 
 def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequence[ir.Value],
-                where: object = None, epilogue=None) -> bool:
+                where: object = None, epilogue=None, sizes: dict | None = None,
+                m_hint: int = 0) -> bool:
     """Emit `s` at the builder's position; `ptrs` are the (C, A, B) root pointers and `offs`
     the i64 element offsets of the windows. `epilogue` (an `epilogue_fuse.Fused`) is applied
-    in the tiled kernel's stores when it can be; returns whether it was."""
+    in the tiled kernel's stores when it can be; returns whether it was. `sizes`: the run-time
+    values of the fields that are variables (a symbolic program), `m_hint` m's usual size."""
     dt = s.c.dtype
     if s.a.dtype != dt or s.b.dtype != dt or not (dt.is_float or dt.is_int):
         raise UnsupportedError(f"Matmul of {s.a.dtype.short} x {s.b.dtype.short} -> "
                                f"{dt.short} is not supported", where=where)
+    if sizes:
+        return emit_runtime(b, s, ptrs, offs, sizes, m_hint, epilogue)
     if s.m == 0 or s.n == 0:
         return False
     if uses_tiles(s):
@@ -276,3 +280,69 @@ def emit_outlined(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
     body.ret_void()
     ir.IRBuilder(entry).branch(fn.blocks[1])
     b.call(fn, [*ptrs, *offs])
+
+
+def emit_runtime(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequence[ir.Value],
+                 sizes: dict, m_hint: int, epilogue=None) -> bool:
+    """A Matmul with run-time sizes: floats on the tiled kernel (B packed unless it is read in
+    place for few rows, by `m_hint`), ints as plain loops; with k = 0, C = 0 (or unchanged)."""
+    dt = s.c.dtype
+    vals = {f: sizes.get(f, i64c(getattr(s, f)) if isinstance(getattr(s, f), int) else None)
+            for f in ("m", "n", "k", "lda", "ldb", "ldc")}
+    if not s.accumulate:  # an empty sum writes zeros: the depth loop below would not run
+        with b.if_then(b.icmp_signed("==", vals["k"], i64c(0))):
+            _zero_window(b, s, ptrs[0], offs[0], vals)
+    if dt.is_float and dt.itemsize in (4, 8):
+        packs = s.b_packed or s.b_trans or m_hint >= PACK_MIN_M
+        tile = TileGemm(b, s, ptrs, offs, unpacked=not packs, epilogue=epilogue, sizes=sizes)
+        tile.emit()
+        return tile.epi is not None
+    _runtime_loops(b, s, ptrs, offs, vals)
+    return False
+
+
+def _zero_window(b: ir.IRBuilder, s: Matmul, pc: ir.Value, c_off: ir.Value, v: dict) -> None:
+    ty, align = storage_type(s.c.dtype), s.c.dtype.itemsize
+    zero = constant(0, s.c.dtype)
+
+    def row(i: ir.Value) -> None:
+        base = b.add(c_off, b.mul(i, v["ldc"]))
+        for_range(b, 0, v["n"], 1, lambda j: store_elem(b, zero, pc, b.add(base, j), ty,
+                                                         align), "zj")
+
+    for_range(b, 0, v["m"], 1, row, "zi")
+
+
+def _runtime_loops(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
+                   offs: Sequence[ir.Value], v: dict) -> None:
+    """C (+)= alpha * A' @ B' as i, kk, j loops (j innermost, contiguous in C)."""
+    pc, pa, pb = ptrs
+    oc, oa, ob = offs
+    dt = s.c.dtype
+    ty, align = storage_type(dt), dt.itemsize
+    alpha = None if s.alpha == 1 else constant(s.alpha if dt.is_float else int(s.alpha), dt)
+
+    def at(off: ir.Value, r: ir.Value, ld: ir.Value, c: ir.Value) -> ir.Value:
+        return b.add(off, b.add(b.mul(r, ld), c))
+
+    def row(i: ir.Value) -> None:
+        def depth(kk: ir.Value) -> None:
+            ai = at(oa, kk, v["lda"], i) if s.a_trans else at(oa, i, v["lda"], kk)
+            a = load_elem(b, pa, ai, ty, align)
+            if alpha is not None:
+                a = b.fmul(a, alpha) if dt.is_float else b.mul(a, alpha)
+
+            def col(j: ir.Value) -> None:
+                bi = at(ob, j, v["ldb"], kk) if s.b_trans else at(ob, kk, v["ldb"], j)
+                ci = at(oc, i, v["ldc"], j)
+                x, old = load_elem(b, pb, bi, ty, align), load_elem(b, pc, ci, ty, align)
+                new = b.fadd(old, b.fmul(a, x)) if dt.is_float else b.add(old, b.mul(a, x))
+                store_elem(b, new, pc, ci, ty, align)
+
+            for_range(b, 0, v["n"], 1, col, "j")
+
+        for_range(b, 0, v["k"], 1, depth, "kk")
+
+    if not s.accumulate:
+        _zero_window(b, s, pc, oc, v)
+    for_range(b, 0, v["m"], 1, row, "i")

@@ -9,7 +9,7 @@ loop, never loaded or stored per k step). Each k step loads NRV vectors of a B r
 broadcasts MR values of A', then does MR * NRV independent FMAs. At the end of the k range the
 tile is written as `C = alpha * acc` or `C += alpha * acc` (alpha applied once, as numpy's
 `alpha * (A @ B)` does). The last vector of an edge tile (n not a multiple of VL) is loaded and
-stored with a constant lane mask (`llvm.masked.load/store`), so no element outside C is touched.
+stored with a lane mask (`llvm.masked.load/store`), so no element outside C is touched.
 
 Driver (Goto/BLIS order, B packed, A read in place: MR rows of A' are MR sequential streams):
   for each group of up to NCP panels of NR = NRV*VL columns (the edge panel, narrower, alone):
@@ -32,11 +32,19 @@ prepack-weights pass packed at compile time with `panel_width` columns a panel, 
 depth at once: `loops.pack_panels`) skips packing too and reads panel rows straight from the
 constant: row pc+kk of the panel at column col is at `b_off + col*k + (pc+kk)*width`, with the
 same loop order, hence the same sums bit for bit, as packing per call.
+
+Run-time sizes (a symbolic program's Matmul, `sizes`): m, n, k and the leading dims may be i64
+values instead of ints. Then the column edge panel takes NRV vectors whose lane masks are
+computed from the columns left, B is packed in KC-deep blocks of NCP panels (the stack buffer
+sized for them), the depth loop decides first/last block at run time, and the rows run as
+MR-row tiles whose last one stores only the rows that are C's (its other rows recompute row i,
+their stores masked off): one copy of the tile's code, whatever m is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from llvmlite import ir
 
@@ -73,14 +81,27 @@ def row_tiles(m: int, mr: int) -> tuple[int, list[int]]:
     return m - rem, [rem] if rem else []
 
 
+class _Mask:
+    """A lane mask computed at run time (`TileGemm.vload`/`vstore` take one for `lanes`)."""
+
+    __slots__ = ("vec",)
+
+    def __init__(self, vec: ir.Value):
+        self.vec = vec
+
+
 class TileGemm:
     """Emits one float Matmul as the tiled/packed kernel at the builder's position."""
 
     def __init__(self, b: ir.IRBuilder, s: Matmul, ptrs, offs, unpacked: bool = False,
-                 epilogue=None):
+                 epilogue=None, sizes: dict[str, ir.Value] | None = None):
         """`epilogue`: an `epilogue_fuse.Fused` applied in the stores of the last depth block
-        (`micro`'s `last`), whose stores are final."""
+        (`micro`'s `last`), whose stores are final. `sizes`: the run-time values of the
+        Matmul's fields that are variables (m, n, k, lda, ldb, ldc)."""
         self.b, self.s = b, s
+        sizes = sizes or {}
+        self.M, self.N, self.K, self.LDA, self.LDB, self.LDC = (
+            sizes.get(f, getattr(s, f)) for f in ("m", "n", "k", "lda", "ldb", "ldc"))
         self.pc, self.pa, self.pb = ptrs
         self.c_off, self.a_off, self.b_off = offs
         self.ety = ir.FloatType() if s.c.dtype.itemsize == 4 else ir.DoubleType()
@@ -94,13 +115,13 @@ class TileGemm:
                 raise CompileError(f"packed B with panels of {s.ldb} columns does not fit "
                                    f"vectors of {self.vl} lanes")
             self.nrv = s.ldb // self.vl
-        elif unpacked and s.m < self.mr:
+        elif unpacked and isinstance(self.M, int) and self.M < self.mr:
             # fewer rows than a tile: wider tiles keep as many accumulators (FMA chains) busy
-            self.nrv = max(self.nrv, min(8, self.mr * self.nrv // s.m))
+            self.nrv = max(self.nrv, min(8, self.mr * self.nrv // self.M))
         self.nr = self.nrv * self.vl
         self.unpacked = unpacked
         self.fetch_a = PREFETCH_A > 0 and not s.a_trans and s.a.kind == "const"
-        self.kc = min(KC, s.k)
+        self.kc = min(KC, self.K) if isinstance(self.K, int) else KC
         self.epi = epilogue
         # panels per packed block: the block (kc x ncp*nr) within PACK_BYTES
         self.ncp = max(1, PACK_BYTES // (self.kc * self.nr * self.isz))
@@ -116,8 +137,9 @@ class TileGemm:
                                 [self.vty, ptr, ir.IntType(32), mty])
         self.zero = ir.Constant(self.vty, [0.0] * self.vl)
         self.alpha = None if s.alpha == 1.0 else ir.Constant(self.vty, [float(s.alpha)] * self.vl)
+        panels = -(-self.N // self.nr) if isinstance(self.N, int) else self.ncp
         self.bp = None if unpacked or self.prepacked else self._stack_buffer(
-            self.kc * min(self.ncp, -(-s.n // self.nr)) * self.nr, "bpack")
+            self.kc * min(self.ncp, panels) * self.nr, "bpack")
 
     # helpers -----------------------------------------------------------------------------------
     def _stack_buffer(self, size: int, name: str) -> ir.Value:
@@ -139,20 +161,30 @@ class TileGemm:
             out = self.b.add(out, x, flags=["nsw"])
         return out
 
-    def mul(self, x: ir.Value, c: int) -> ir.Value:
-        return self.b.mul(x, i64c(c), flags=["nsw"])
+    def mul(self, x: ir.Value, c: int | ir.Value) -> ir.Value:
+        return self.b.mul(x, i64c(c) if isinstance(c, int) else c, flags=["nsw"])
 
-    def mask(self, lanes: int) -> ir.Constant:
+    @staticmethod
+    def v(x: int | ir.Value) -> ir.Value:
+        """A size as an i64 value."""
+        return i64c(x) if isinstance(x, int) else x
+
+    def mask(self, lanes: int | ir.Value) -> ir.Value:
+        if isinstance(lanes, _Mask):
+            return lanes.vec
+        if not isinstance(lanes, int):  # the first `lanes` lanes, counted at run time
+            iota = ir.Constant(ir.VectorType(ir.IntType(64), self.vl), list(range(self.vl)))
+            return self.b.icmp_signed("<", iota, splat(self.b, lanes, self.vl))
         return ir.Constant(ir.VectorType(I1, self.vl), [int(q < lanes) for q in range(self.vl)])
 
-    def vload(self, p: ir.Value, lanes: int, align: int) -> ir.Value:
-        if lanes >= self.vl:
+    def vload(self, p: ir.Value, lanes: int | ir.Value, align: int) -> ir.Value:
+        if isinstance(lanes, int) and lanes >= self.vl:
             return self.b.load(p, typ=self.vty, align=align)
         return self.b.call(self.mload, [p, ir.Constant(ir.IntType(32), self.isz),
                                         self.mask(lanes), self.zero])
 
-    def vstore(self, v: ir.Value, p: ir.Value, lanes: int) -> None:
-        if lanes >= self.vl:
+    def vstore(self, v: ir.Value, p: ir.Value, lanes: int | ir.Value) -> None:
+        if isinstance(lanes, int) and lanes >= self.vl:
             self.b.store(v, p, align=self.isz)
         else:
             self.b.call(self.mstore, [v, p, ir.Constant(ir.IntType(32), self.isz),
@@ -165,8 +197,8 @@ class TileGemm:
         """&A'[i, kk]"""
         s = self.s
         if s.a_trans:
-            return self.gep(self.pa, self.add(self.a_off, self.mul(kk, s.lda), i))
-        return self.gep(self.pa, self.add(self.a_off, self.mul(i, s.lda), kk))
+            return self.gep(self.pa, self.add(self.a_off, self.mul(kk, self.LDA), i))
+        return self.gep(self.pa, self.add(self.a_off, self.mul(i, self.LDA), kk))
 
     def prefetch(self, p: ir.Value) -> None:
         """Prefetch the line at `p` for reading into every cache level."""
@@ -181,14 +213,15 @@ class TileGemm:
               a_at: Callable[[int, ir.Value], ir.Value],
               first: ir.Value | bool | None,
               a_next: Callable[[ir.Value, ir.Value], ir.Value] | None = None,
-              last: ir.Value | bool = True) -> None:
+              last: ir.Value | bool = True, valid: ir.Value | None = None) -> None:
         """C[i:i+mr, col:col+sum(lanes)] (+)= alpha * A'[i:i+mr, pc:pc+kc] @ Bpanel: row kk of
         the B panel starts at b_row(kk) = (pointer, alignment), A'[i+q, pc+kk] is at a_at(q, kk);
         `first` (True: always, an i1, None: never) selects overwriting C instead of adding.
         `a_next(q, kk)`, when given, is the address of the next tile's A'[q, pc+kk]: each k step
         prefetches row kk mod mr of it PREFETCH_A elements ahead. `last` (True, or an i1: the
         depth block is the product's last) says when the stores are final: then the epilogue
-        (`self.epi`), if any, runs on each vector before its store."""
+        (`self.epi`), if any, runs on each vector before its store. `valid` (a run-time m): the
+        tile's first `valid` rows are C's, the others are computed on row i and not stored."""
         b, nv = self.b, len(lanes)
 
         def step(kk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
@@ -207,24 +240,30 @@ class TileGemm:
 
         def store(epi) -> None:
             for q in range(mr):
+                r, ok = self.add(i, i64c(q)), None
+                if valid is not None:
+                    ok = b.icmp_signed("<", i64c(q), valid)
+                    r = b.select(ok, r, i)
                 if epi is not None:
-                    epi.row(b, self.add(i, i64c(q)))
-                row = self.add(self.c_off, self.mul(self.add(i, i64c(q)), self.s.ldc), col)
+                    epi.row(b, r)
+                row = self.add(self.c_off, self.mul(r, self.LDC), col)
                 for v in range(nv):
                     p = self.gep(self.pc, self.add(row, i64c(v * self.vl)))
+                    m = lanes[v] if ok is None else _Mask(b.and_(
+                        self.mask(lanes[v]), splat(b, ok, self.vl)))
                     acc = accs[q * nv + v]
                     scaled = acc if self.alpha is None else b.fmul(self.alpha, acc)
                     if first is True:
                         out = scaled
                     else:
-                        old = self.vload(p, lanes[v], self.isz)
+                        old = self.vload(p, m, self.isz)
                         plus = (b.fadd(old, acc) if self.alpha is None
                                 else b.call(self.fma, [self.alpha, acc, old]))
                         out = plus if first is None else b.select(first, scaled, plus)
                     if epi is not None:
-                        out = epi.apply(b, self.add(col, i64c(v * self.vl)), out, lanes[v],
+                        out = epi.apply(b, self.add(col, i64c(v * self.vl)), out, m,
                                         self.vload)
-                    self.vstore(out, p, lanes[v])
+                    self.vstore(out, p, m)
 
         if self.epi is None or last is True:
             store(self.epi)
@@ -237,8 +276,10 @@ class TileGemm:
 
     # driver ------------------------------------------------------------------------------------
     def emit(self) -> None:
-        s = self.s
-        full, w = divmod(s.n, self.nr)
+        if not isinstance(self.N, int):
+            self.emit_runtime_n()
+            return
+        full, w = divmod(self.N, self.nr)
         if full:
             lanes = [self.vl] * self.nrv
             if self.unpacked or full <= self.ncp:
@@ -253,35 +294,59 @@ class TileGemm:
             lanes = [self.vl] * (nv - 1) + [w - (nv - 1) * self.vl]
             self.block(i64c(full * self.nr), i64c(1), lanes)
 
-    def block(self, col0: ir.Value, npanels: ir.Value, lanes: list[int]) -> None:
-        """Columns col0 .. col0 + npanels panels (each of len(lanes) vectors)."""
+    def emit_runtime_n(self) -> None:
+        """`emit` for a run-time n: whole panels in groups of NCP, then an edge panel of NRV
+        vectors whose lanes are counted from the columns left."""
+        b = self.b
+        full = b.udiv(self.N, i64c(self.nr))
+        w = b.sub(self.N, b.mul(full, i64c(self.nr)))
+        lanes = [self.vl] * self.nrv
+        for_range(b, 0, full, self.ncp,
+                  lambda p0: self.block(self.mul(p0, self.nr),
+                                        imin(b, i64c(self.ncp), b.sub(full, p0)), lanes), "jc")
+        with b.if_then(b.icmp_signed(">", w, i64c(0))):
+            edge = [imin(b, i64c(self.vl), b.sub(w, i64c(v * self.vl))) for v in range(self.nrv)]
+            edge = [b.select(b.icmp_signed("<", x, i64c(0)), i64c(0), x) for x in edge]
+            self.block(self.mul(full, self.nr), i64c(1), edge, width=w)
+
+    def block(self, col0: ir.Value, npanels: ir.Value, lanes: list, width: Any = None
+              ) -> None:
+        """Columns col0 .. col0 + npanels panels (each of len(lanes) vectors); `width` the
+        columns of the edge panel when they are counted at run time."""
         s, b = self.s, self.b
         pw = len(lanes) * self.vl  # packed panel width
-        width = sum(lanes)  # a prepacked panel's width (the edge panel is not padded)
+        if width is None:
+            width = sum(lanes)  # a prepacked panel's width (the edge panel is not padded)
         aligned = 64 if pw * self.isz % 64 == 0 else self.isz
+        k_static = isinstance(self.K, int) and self.K <= self.kc
 
         def depth(pc: ir.Value) -> None:
-            kc = imin(b, i64c(self.kc), b.sub(i64c(s.k), pc))
+            kc = imin(b, i64c(self.kc), b.sub(self.v(self.K), pc))
             if s.accumulate:
                 first = None
-            elif s.k <= self.kc:
+            elif k_static:
                 first = True
             else:
                 first = b.icmp_signed("==", pc, i64c(0))
-            last = True if s.k <= self.kc else b.icmp_signed(">=", b.add(pc, kc), i64c(s.k))
+            last = True if k_static else b.icmp_signed(">=", b.add(pc, kc), self.v(self.K))
             if self.bp is not None:
-                self.pack(pc, kc, col0, npanels, lanes)
+                self.pack(pc, kc, col0, npanels, lanes, width)
             pstride = b.mul(kc, i64c(pw), flags=["nsw"])
 
-            def tile(i: ir.Value, mr: int) -> None:
-                """rows i .. i+mr against every panel"""
+            def tile(i: ir.Value, mr: int, valid: ir.Value | None = None) -> None:
+                """rows i .. i+mr against every panel (the first `valid` of them, when given,
+                are C's: the others read row i)"""
+                rows = [self.add(i, i64c(q)) if valid is None else b.select(
+                    b.icmp_signed("<", i64c(q), valid), self.add(i, i64c(q)), i)
+                    for q in range(mr)]
+
                 def a_at(q: int, kk: ir.Value) -> ir.Value:
-                    return self.a_ptr(self.add(i, i64c(q)), self.add(pc, kk))
+                    return self.a_ptr(rows[q], self.add(pc, kk))
 
                 def a_next(q: ir.Value, kk: ir.Value) -> ir.Value:
                     """&A'[i + mr + q, pc + kk] (no inbounds: the last tile's reaches past A)"""
                     row = self.add(i, i64c(mr), q)
-                    return b.gep(self.pa, [self.add(self.a_off, self.mul(row, s.lda),
+                    return b.gep(self.pa, [self.add(self.a_off, self.mul(row, self.LDA),
                                                     self.add(pc, kk))], source_etype=self.ety)
 
                 def panel(p: ir.Value, fetch: bool = False) -> None:
@@ -289,9 +354,9 @@ class TileGemm:
                     if self.unpacked:
                         def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
                             return self.gep(self.pb, self.add(
-                                self.b_off, self.mul(self.add(pc, kk), s.ldb), col)), self.isz
+                                self.b_off, self.mul(self.add(pc, kk), self.LDB), col)), self.isz
                     elif self.prepacked:
-                        start = self.add(self.b_off, self.mul(col, s.k))
+                        start = self.add(self.b_off, self.mul(col, self.K))
 
                         def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
                             return self.gep(self.pb, self.add(
@@ -302,7 +367,7 @@ class TileGemm:
                         def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
                             return self.gep(self.bp, self.add(start, self.mul(kk, pw))), aligned
                     self.micro(i, mr, lanes, col, kc, b_row, a_at, first,
-                               a_next if fetch else None, last)
+                               a_next if fetch else None, last, valid)
 
                 if self.fetch_a:  # the first panel prefetches, the others find A in L1
                     panel(i64c(0), fetch=True)
@@ -310,20 +375,32 @@ class TileGemm:
                 else:
                     for_range(b, 0, npanels, 1, panel, "jr")
 
-            m_full, tails = row_tiles(s.m, self.mr)
+            if not isinstance(self.M, int):
+                self.runtime_rows(tile)
+                return
+            m_full, tails = row_tiles(self.M, self.mr)
             if m_full:
                 for_range(b, 0, m_full, self.mr, lambda i: tile(i, self.mr), "ir")
             for high in tails:
                 tile(i64c(m_full), high)
                 m_full += high
 
-        for_range(b, 0, s.k, self.kc, depth, "pc")
+        for_range(b, 0, self.v(self.K), self.kc, depth, "pc")
+
+    def runtime_rows(self, tile: Callable[..., None]) -> None:
+        """Tiles over a run-time m: MR-row tiles from row 0, the last one keeping only the
+        rows that are C's (`micro`'s `valid`): one tile's code whatever m is."""
+        b, mr = self.b, self.mr
+        for_range(b, 0, self.M, mr,
+                  lambda i: tile(i, mr, imin(b, i64c(mr), b.sub(self.M, i))), "ir")
 
     def pack(self, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
-             lanes: list[int]) -> None:
+             lanes: list, width: Any = None) -> None:
         """bp[p*kc*pw + kk*pw + jj] = B'[pc + kk, col0 + p*pw + jj] (0 past the edge)."""
         s, b = self.s, self.b
-        pw, width = len(lanes) * self.vl, sum(lanes)
+        pw = len(lanes) * self.vl
+        if width is None:
+            width = sum(lanes)
 
         def panel(p: ir.Value) -> None:
             col = self.add(col0, self.mul(p, pw))
@@ -331,7 +408,7 @@ class TileGemm:
             if not s.b_trans:
                 def row(kk: ir.Value) -> None:
                     dst = self.add(dst0, self.mul(kk, pw))
-                    src = self.add(self.b_off, self.mul(self.add(pc, kk), s.ldb), col)
+                    src = self.add(self.b_off, self.mul(self.add(pc, kk), self.LDB), col)
                     for v in range(len(lanes)):
                         x = self.vload(self.gep(self.pb, self.add(src, i64c(v * self.vl))),
                                        lanes[v], self.isz)
@@ -344,14 +421,21 @@ class TileGemm:
             # B' is the window transposed: window row col+jj (contiguous in kk) becomes packed
             # column jj; columns past the edge are zeros
             def column(jj: ir.Value) -> None:
-                src = self.add(self.b_off, self.mul(self.add(col, jj), s.ldb), pc)
+                src = self.add(self.b_off, self.mul(self.add(col, jj), self.LDB), pc)
                 dst = self.add(dst0, jj)
                 for_range(b, 0, kc, 1, lambda kk: b.store(
                     b.load(self.gep(self.pb, self.add(src, kk)), typ=self.ety, align=self.isz),
                     self.gep(self.bp, self.add(dst, self.mul(kk, pw))), align=self.isz), "pk")
 
             for_range(b, 0, width, 1, column, "pj")
-            if width < pw:
+            if not isinstance(width, int):  # zero the columns past a run-time edge
+                def zero_col(jj: ir.Value) -> None:
+                    for_range(b, 0, kc, 1, lambda kk: b.store(
+                        ir.Constant(self.ety, 0.0), self.gep(self.bp, self.add(
+                            dst0, self.add(self.mul(kk, pw), jj))), align=self.isz), "pz")
+
+                for_range(b, width, i64c(pw), 1, zero_col, "pzj")
+            elif width < pw:
                 def pad(kk: ir.Value) -> None:
                     dst = self.add(dst0, self.mul(kk, pw))
                     for jj in range(width, pw):

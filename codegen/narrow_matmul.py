@@ -19,35 +19,43 @@ from onnxjit.ir.loops import Matmul
 
 def emit_narrow_matmul(b: ir.IRBuilder, scalar: ScalarEmitter, s: Matmul,
                        ptrs: tuple[ir.Value, ir.Value, ir.Value],
-                       offs: tuple[ir.Value, ir.Value, ir.Value]) -> None:
-    """Emit `s` (all three buffers one narrow float dtype) as scalar loops at `b`."""
+                       offs: tuple[ir.Value, ir.Value, ir.Value], sizes: dict | None = None
+                       ) -> None:
+    """Emit `s` (all three buffers one narrow float dtype) as scalar loops at `b`; `sizes`:
+    the run-time values of fields that are variables."""
+    sizes = sizes or {}
+
+    def v(f: str) -> ir.Value:
+        x = sizes.get(f, getattr(s, f))
+        return i64c(x) if isinstance(x, int) else x
+
     dt = s.c.dtype
     ty = storage_type(dt)
     align = dt.itemsize
     pc, pa, pb = ptrs
     oc, oa, ob = offs
 
-    def elem(ptr: ir.Value, off: ir.Value, r: ir.Value, c: ir.Value, ld: int) -> ir.Value:
-        idx = b.add(off, b.add(b.mul(r, i64c(ld)), c))
+    def elem(ptr: ir.Value, off: ir.Value, r: ir.Value, c: ir.Value, ld: ir.Value) -> ir.Value:
+        idx = b.add(off, b.add(b.mul(r, ld), c))
         return from_storage(b, load_elem(b, ptr, idx, ty, align), dt)
 
     def row(i: ir.Value) -> None:
         def col(j: ir.Value) -> None:
             def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                a = elem(pa, oa, k, i, s.lda) if s.a_trans else elem(pa, oa, i, k, s.lda)
-                x = elem(pb, ob, j, k, s.ldb) if s.b_trans else elem(pb, ob, k, j, s.ldb)
+                a = elem(pa, oa, k, i, v("lda")) if s.a_trans else elem(pa, oa, i, k, v("lda"))
+                x = elem(pb, ob, j, k, v("ldb")) if s.b_trans else elem(pb, ob, k, j, v("ldb"))
                 return [b.fadd(acc[0], b.fmul(a, x))]
 
-            total = for_range_carry(b, 0, i64c(s.k), 1, [ir.Constant(F32, 0.0)], step,
+            total = for_range_carry(b, 0, v("k"), 1, [ir.Constant(F32, 0.0)], step,
                                     name="k")[0]
             if s.alpha != 1.0:
                 total = b.fmul(total, ir.Constant(F32, float(s.alpha)))
-            cidx = b.add(oc, b.add(b.mul(i, i64c(s.ldc)), j))
+            cidx = b.add(oc, b.add(b.mul(i, v("ldc")), j))
             if s.accumulate:
                 total = b.fadd(from_storage(b, load_elem(b, pc, cidx, ty, align), dt), total)
             total = scalar.round_narrow(b, total, dt)
             store_elem(b, to_storage(b, total, dt), pc, cidx, ty, align)
 
-        for_range(b, 0, i64c(s.n), 1, col, name="j")
+        for_range(b, 0, v("n"), 1, col, name="j")
 
-    for_range(b, 0, i64c(s.m), 1, row, name="i")
+    for_range(b, 0, v("m"), 1, row, name="i")

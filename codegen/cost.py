@@ -1,0 +1,59 @@
+"""Cost estimates of loop-IR statements, for choosing what runs in parallel and how.
+
+`body_cost(body)` estimates the scalar operations of one execution of a body: a loop is its
+trip count (`trip_count`: a constant one, or with size hints the usual one of a loop up to a
+run-time size, else `_UNKNOWN_TRIP`) times its body plus one, a Matmul its multiply-adds (few
+rows count as GEMV_ROWS rows: bound by streaming B), an op its `_OP_COST` (polynomials cost
+more), anything else one.
+"""
+
+from __future__ import annotations
+
+from onnxjit.ir.loops import Const, Loop, Matmul, Op, Stmt
+
+#: minimum work per chunk handed to a thread (the pool runs loops of less than two serially)
+CHUNK_OPS = 1 << 18
+#: `body_cost` of a product of fewer rows: it takes about as long as one of this many rows
+GEMV_ROWS = 16
+#: rough cost of the scalar ops expanded to polynomials or guarded sequences
+_OP_COST = {"exp": 8, "log": 8, "tanh": 10, "erf": 10, "sigmoid": 8, "pow": 20, "div": 4,
+            "rem": 4}
+#: trip count assumed for a loop whose bounds are variables (in our lowerings: blocks of a
+#: tiled loop, some tens of iterations)
+_UNKNOWN_TRIP = 64
+
+
+def trip_count(loop: Loop, hints: dict | None = None) -> int | None:
+    """The loop's trip count when its bounds are constants (or, with `hints`, the usual one
+    of a loop up to a run-time size: `Kernel.size_hints`)."""
+    if isinstance(loop.start, Const) and isinstance(loop.stop, Const):
+        return max(0, -(-(int(loop.stop.value) - int(loop.start.value)) // loop.step))
+    if hints and isinstance(loop.start, Const) and loop.stop in hints:
+        return max(0, -(-(hints[loop.stop] - int(loop.start.value)) // loop.step))
+    return None
+
+
+def hinted(x: object, hints: dict | None) -> int:
+    """A Matmul size as a number: itself, its hint, or a guess."""
+    if isinstance(x, int):
+        return x
+    return (hints or {}).get(x, _UNKNOWN_TRIP)
+
+
+def body_cost(body: list[Stmt], hints: dict | None = None) -> int:
+    """Estimated scalar operations of one execution of `body`."""
+    total = 0
+    for s in body:
+        if isinstance(s, Loop):
+            t = trip_count(s, hints)
+            total += (_UNKNOWN_TRIP if t is None else t) * (body_cost(s.body, hints) + 1)
+        elif isinstance(s, Matmul):  # few rows: bound by streaming B, as GEMV_ROWS rows
+            total += (max(hinted(s.m, hints), GEMV_ROWS) * hinted(s.n, hints)
+                      * hinted(s.k, hints))
+        elif isinstance(s, Op):
+            total += _OP_COST.get(s.op, 1)
+        else:
+            total += 1
+    return max(1, total)
+
+

@@ -1,0 +1,188 @@
+"""Splitting a large Matmul statement over the worker pool's threads.
+
+`split_matmul` rewrites a product as a parallel loop over blocks of rows of C (each block a
+Matmul of its rows, plus the rows left over: `BALANCED_BLOCKS` gives them one each to the first
+blocks), and with a run-time m (a symbolic program) as a parallel loop over blocks of MB rows
+whose last one is shorter (`split_runtime_rows`); `split_columns` splits a product of few rows
+over a large prepacked B by blocks of its column panels (a GEMV: each thread streams its share
+of B). An epilogue nest that follows the product (`epilogue_fuse`) moves into the blocks, on
+each block's rows. `parallel.plan_kernel` decides which products to split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from onnxjit.codegen.cost import CHUNK_OPS, hinted
+from onnxjit.ir.loops import Loop, Matmul, Op, Operand, Stmt, Var, i64
+from onnxjit.ir.types import DType
+
+#: a top-level Matmul is split over its rows from this many multiply-adds (about 5 us on one
+#: thread), in two blocks when it is too small for blocks of 4 * CHUNK_OPS. It was 1M, and
+#: products of 1-4M took one block: an MLP 100-200-100-1 at batch 32 (32x100x200 products)
+#: ran on one thread. Measured, two threads: that MLP 1.72x, BERT-tiny at seq 32 1.53x, an MLP
+#: 784-300-100-10 1.12x; BERT-tiny, MLP batch 1, MLP 128-64-10 unchanged
+MATMUL_SPLIT_WORK = 1 << 19
+#: rows of C per block of a split Matmul, at least (while that leaves two blocks): each block
+#: packs all of B again, a pass over B worth some mb-th of the block's multiply-adds; with 16-row
+#: blocks (n*k = 64K) repacking made a 128x128x512 product 25% slower, with 64 rows 4%
+MATMUL_MIN_ROWS = 64
+#: a row split has an even number of blocks (`split_matmul`). Measured, two threads: MatMul
+#: 200x100x800 196 -> 138 us (3 blocks of 64 rows and 8 left -> 4 of 50), LSTM seq 50,
+#: batch 4, hidden 200 1.11x (its input projection), 197x768x768 at 97% of peak; BERT-tiny,
+#: MLP batch 32, the bench LSTM unchanged (their splits were even)
+EVEN_BLOCKS = True
+#: the rows a row split leaves go one each to its first blocks (31 rows: blocks of 16 and
+#: 15), not to a product after the parallel loop on one thread (blocks of 12, then 7 rows).
+#: Measured, two threads, a layer with bias and Relu, against False: 31x784x300 1.40x (93 ->
+#: 67 us, as fast as 32 rows), 17x784x300 1.21x, 33x784x300 1.11x; 32 rows unchanged
+BALANCED_BLOCKS = True
+#: A product of at most COLUMN_SPLIT_ROWS rows (a GEMV: bound by the bytes of B it streams,
+#: not by its multiply-adds) over a prepacked B of at least COLUMN_SPLIT_BYTES is split over
+#: blocks of whole panels of columns, up to COLUMN_BLOCKS of them (`split_columns`): each
+#: thread streams its share of B (from its own L2 when a call repeats). Measured, two threads,
+#: against one thread's GEMV: MatMul 1x512x512 2.03x (onnxruntime 1.0 -> 2.1x), MLP batch 1
+#: 1.69x (0.97 -> 1.59x), AlexNet 1.05x, ZFNet 1.02x, ResNet-50 1.01x (their classifiers)
+COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 512 << 10, 8
+def _operand(x: object) -> Operand:
+    return x if isinstance(x, Var) else i64(x)  # type: ignore[arg-type]
+
+
+def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
+                       ) -> tuple[Loop, list[Stmt]]:
+    """`s` with a run-time m as a parallel loop over blocks of MB rows (the last one shorter,
+    a run-time height the tiled kernel takes); MB from the usual n and k. The pool runs it on
+    one thread when m is small, so it is planned whatever m turns out to be."""
+    nk = max(1, hinted(s.n, hints) * hinted(s.k, hints))
+    mb = max(8, -(-(4 * CHUNK_OPS) // nk) // 4 * 4)
+    t, row, end, height = (Var(DType.INT64, h) for h in ("blk", "row", "end", "height"))
+    if hints is not None:
+        hints[height] = mb
+    c_row, c_off, a_row, a_off = (Var(DType.INT64, h) for h in ("crow", "coff", "arow", "aoff"))
+    body: list[Stmt] = [
+        Op(row, "mul", (t, i64(mb))), Op(end, "add", (row, i64(mb))),
+        Op(end, "min", (end, s.m)), Op(height, "sub", (end, row)),  # type: ignore[arg-type]
+        Op(c_row, "mul", (row, _operand(s.ldc))), Op(c_off, "add", (c_row, s.c_off)),
+        Op(a_row, "mul", (row, i64(1) if s.a_trans else _operand(s.lda))),
+        Op(a_off, "add", (a_row, s.a_off)),
+        replace(s, c_off=c_off, a_off=a_off, m=height)]
+    if epilogue is not None:
+        r = Var(DType.INT64, "er")
+        body.append(Loop(r, i64(0), height, 1, [Op(epilogue.var, "add", (row, r)),
+                                                *epilogue.body]))
+    nblk, tmp = Var(DType.INT64, "nblk"), Var(DType.INT64, "mplus")
+    head: list[Stmt] = [Op(tmp, "add", (s.m, i64(mb - 1))),  # type: ignore[arg-type]
+                        Op(nblk, "div", (tmp, i64(mb)))]
+    loop = Loop(t, i64(0), nblk, 1, body, parallel=True)
+    return loop, head
+
+
+def split_matmul(s: Matmul, epilogue: Loop | None = None, hints: dict | None = None
+                 ) -> tuple[Loop, list[Stmt]] | None:
+    """`s` as a parallel loop over blocks of MB rows of C, plus statements computing the
+    leftover rows (or None when it is too small to split; with BALANCED_BLOCKS the leftover
+    rows go one each to the first blocks instead). `epilogue`, the nest over C's rows that
+    follows `s` (an `epilogue_fuse` match), goes into each block for the block's rows,
+    `for r in [0, mb): er = row + r; <its body>`, and after the leftover rows' product for
+    those rows. Run-time sizes: `split_runtime_rows` for m, the hints for n and k (the head
+    statements then come before the loop: see `plan_kernel`)."""
+    if isinstance(s.m, Var):
+        return split_runtime_rows(s, epilogue, hints)
+    if not all(isinstance(x, int) for x in (s.n, s.k, s.lda, s.ldc)):
+        return None
+    work = s.m * s.n * s.k
+    if work < MATMUL_SPLIT_WORK:
+        return None
+    mb = max(-(-(4 * CHUNK_OPS) // max(1, s.n * s.k)), -(-s.m // 32))
+    mb = max(-(-mb // 4) * 4, min(MATMUL_MIN_ROWS, s.m // 2) // 4 * 4)
+    nblk = s.m // mb
+    if nblk < 2 and s.m >= 8:  # too small for blocks of that much work: a block a thread
+        nblk, mb = 2, s.m // 2
+    if nblk < 2:
+        return None
+    if EVEN_BLOCKS and nblk % 2:
+        # an odd count leaves one thread of two a block more: 200 rows as 3 blocks of 64
+        # ran 2 blocks on one thread, then the 8 rows left on one thread (136 rows' time,
+        # not 100). Even blocks of about equal height instead (fewer when B is packed per
+        # block, more when it is prepacked); the rows left over are fewer than the blocks
+        nblk += 1 if s.b_packed else -1
+        mb = s.m // nblk
+    t = Var(DType.INT64, "blk")
+    body: list[Stmt] = []
+
+    def offsets(row: Operand, out: list[Stmt]) -> tuple[Operand, Operand]:
+        c_row, c_off, a_row, a_off = (Var(DType.INT64, h) for h in ("crow", "coff", "arow",
+                                                                     "aoff"))
+        out += [Op(c_row, "mul", (row, i64(s.ldc))), Op(c_off, "add", (c_row, s.c_off)),
+                Op(a_row, "mul", (row, i64(1 if s.a_trans else s.lda))),
+                Op(a_off, "add", (a_row, s.a_off))]
+        return c_off, a_off
+
+    def rows(row: Operand, m: int, out: list[Stmt]) -> None:
+        c_off, a_off = offsets(row, out)
+        out.append(replace(s, c_off=c_off, a_off=a_off, m=m))
+        if epilogue is not None:
+            r = Var(DType.INT64, "er")
+            out.append(Loop(r, i64(0), i64(m), 1, [Op(epilogue.var, "add", (row, r)),
+                                                   *epilogue.body]))
+
+    row = Var(DType.INT64, "row")
+    extra = s.m - nblk * mb
+    if BALANCED_BLOCKS and extra:
+        mb, extra = divmod(s.m, nblk)  # 100 rows: 2 x 48 and 4 left -> 2 x 50
+    if BALANCED_BLOCKS and extra:
+        # the rows left go one each to the first blocks (heights mb + 1, then mb): block t
+        # starts at t * mb + min(t, extra), and runs one of two products of those heights
+        # (a loop of 0 or 1 iteration each), not a product of `extra` rows after the loop
+        first, start, trips, short = (Var(DType.INT64, h) for h in ("first", "start", "trip",
+                                                                    "trip"))
+        taller = Var(DType.BOOL, "taller")
+        body += [Op(first, "min", (t, i64(extra))), Op(start, "mul", (t, i64(mb))),
+                 Op(row, "add", (start, first)), Op(taller, "lt", (t, i64(extra))),
+                 Op(trips, "cast", (taller,)), Op(short, "sub", (i64(1), trips))]
+        for trip, height in ((trips, mb + 1), (short, mb)):
+            guard: list[Stmt] = []
+            rows(row, height, guard)
+            body.append(Loop(Var(DType.INT64, "once"), i64(0), trip, 1, guard))
+        return Loop(t, i64(0), i64(nblk), 1, body, parallel=True), []
+    body.append(Op(row, "mul", (t, i64(mb))))
+    rows(row, mb, body)
+    loop = Loop(t, i64(0), i64(nblk), 1, body, parallel=True)
+    tail: list[Stmt] = []
+    if extra:
+        rows(i64(nblk * mb), extra, tail)
+    return loop, tail
+
+
+def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
+    """A product of at most COLUMN_SPLIT_ROWS rows over a large prepacked B as a parallel
+    loop over blocks of whole panels of columns (plus a serial product for the columns after
+    the last block, the narrow edge panel among them); None when it does not qualify."""
+    if not all(isinstance(x, int) for x in (s.m, s.n, s.k, s.ldb)):
+        return None
+    if not s.b_packed or s.m > COLUMN_SPLIT_ROWS or s.ldb <= 0 or \
+            s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES:
+        return None
+    width = s.ldb  # a packed B's panel width
+    panels = s.n // width
+    if panels < 2:
+        return None
+    per = max(1, panels // COLUMN_BLOCKS)  # panels a block
+    nblk = panels // per
+    t = Var(DType.INT64, "cblk")
+
+    def window(col: Operand, n: int, out: list[Stmt]) -> None:
+        c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
+        out += [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, i64(s.k))),
+                Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
+
+    col = Var(DType.INT64, "col")
+    body: list[Stmt] = [Op(col, "mul", (t, i64(per * width)))]
+    window(col, per * width, body)
+    tail: list[Stmt] = []
+    done = nblk * per * width
+    if done < s.n:
+        window(i64(done), s.n - done, tail)
+    return Loop(t, i64(0), i64(nblk), 1, body, parallel=True), tail
+
+
