@@ -1,14 +1,16 @@
 """A native artifact: the loaded code of one signature, and the fast call path into it.
 
-The call path is the part of onnxjit that runs on every inference, so it does as little as it
-can: allocate the outputs, then one ctypes call into `<name>_entry_py`, which reads each array's
-data pointer and flags straight from the numpy object (offsets checked once at start-up by
+The call path is the part of onnxjit that runs on every inference, so it does as little as it can:
+allocate the outputs, then one ctypes call into `<name>_entry_py`, which reads each array's data
+pointer and flags straight from the numpy object (offsets checked once at start-up by
 `pyobject_layout_ok`). Constants are passed through a pointer table built once; temps live in an
-arena kept per thread (so concurrent calls never share scratch memory). The pointer table ends
-with two slots for parallel loops (`codegen.pool_slots`): the worker pool's `parallel_for` and
-`num_threads` (0: all cores). No `ndarray.ctypes` or `__array_interface__` on this path. If
-the entry reports a non-contiguous, misaligned or read-only array (-1), the call is retried with
-contiguous copies; a failed `Check` (k > 0) raises `InputError` with its message.
+arena kept per thread (so concurrent calls never share scratch memory). The pointer table ends with
+two slots for parallel loops (`codegen.pool_slots`): the worker pool's `parallel_for` and
+`num_threads` (0: all cores), and, for a program compiled for symbolic sizes, one more: its `dims`
+table for this artifact's signature (`onnxjit.dynamic`). No `ndarray.ctypes` or
+`__array_interface__` on this path. If the entry reports a non-contiguous, misaligned or read-only
+array (-1), the call is retried with contiguous copies; a failed `Check` (k > 0) raises `InputError`
+with its message.
 
 Sizes: a call's input shapes (or values, in staged graphs) fix the sizes of the outputs and the
 arena. Before anything is allocated, each is checked against `memory_limit()` (the machine's
@@ -133,7 +135,7 @@ class Artifact:
                  consts: list[np.ndarray], arena_size: int, messages: list[str], library: Any,
                  use_py_entry: bool, program: Any = None, compile_seconds: float = 0.0,
                  source: str = "compiled", num_threads: int = 0,
-                 out_names: list[str] | None = None) -> None:
+                 out_names: list[str] | None = None, dims: np.ndarray | None = None) -> None:
         self.signature = signature
         self.out_specs = out_specs
         self.consts = consts
@@ -146,6 +148,7 @@ class Artifact:
         self.source = source
         self.num_threads = num_threads
         self.out_names = out_names
+        self.dims = dims  # a symbolic program's sizes for this signature (`onnxjit.dynamic`)
         self._check_sizes()
         n_io = len(self.signature) + len(self.out_specs)
         self._n_in = len(self.signature)
@@ -154,6 +157,8 @@ class Artifact:
 
         threads = self.num_threads or available_cores()
         table = [a.ctypes.data for a in self.consts] + pool_slots(self.library.object, threads)
+        if dims is not None:
+            table.append(dims.ctypes.data)
         self._consts_table = (ctypes.c_void_p * len(table))(*table)
         self.consts_ptr = ctypes.addressof(self._consts_table)
         if self.use_py_entry:

@@ -20,6 +20,7 @@ from typing import Any
 from onnxjit.errors import CompileError, OnnxJitError, UnsupportedError
 from onnxjit.ir.graph import Model, clone_model
 from onnxjit.ir.loops import Program
+from onnxjit.ir.types import Sym
 from onnxjit.options import CompileOptions
 from onnxjit.passes import PassContext, get_pass
 from onnxjit.signature import entry_type
@@ -127,9 +128,6 @@ def bind_signature(model: Model, signature: tuple, options: CompileOptions,
     """Bind the input shapes of `signature` ((DType, shape) per input) in a copy of the graph and
     run the graph part of the signature pipeline (shapes are then static unless they depend on
     data: see `onnxjit.staged`)."""
-    if options.specialize != "shape":
-        raise UnsupportedError("specialize='rank' (dynamic dims in generated code) is not "
-                               "implemented yet; use specialize='shape'")
     dumper = dumper or Dumper(None)
     m = clone_model(model)
     for v, entry in zip(m.graph.inputs, signature):
@@ -152,6 +150,48 @@ def lower_bound(m: Model, options: CompileOptions, dumper: Dumper | None = None)
     dumper = dumper or Dumper(None)
     rest = SIGNATURE_PIPELINE[SIGNATURE_PIPELINE.index("lower-to-loops"):]
     return run_passes(m, rest, PassContext(options), PassHook(options, dumper))
+
+
+def lower_symbolic(model: Model, signature: tuple, hints: dict[str, int],
+                   options: CompileOptions, dumper: Dumper | None = None) -> Program:
+    """The program for every size of the symbolic dims of `signature` ((DType, shape) per
+    input, shapes holding `Sym`s), with `hints` as the sizes performance choices assume
+    (`ir.symbolic`). `NotSymbolic` names a node that needs concrete sizes."""
+    from onnxjit.ir.symbolic import symbolic_session
+    from onnxjit.passes.lower_to_loops import NotSymbolic
+    from onnxjit.staged import first_dynamic
+
+    dumper = dumper or Dumper(None)
+    with symbolic_session(hints) as assumed:
+        bound = bind_signature(model, signature, options, dumper)
+        cut = first_dynamic(bound)
+        if cut is not None:
+            nodes = bound.graph.nodes
+            if cut < len(nodes):
+                raise NotSymbolic(nodes[cut], "its sizes depend on data, or it runs on the host")
+            raise UnsupportedError("graph inputs or outputs that are not tensors need stages")
+        _check_symbols(bound, {s for _, shape in signature for d in shape
+                               if isinstance(d, Sym) for s in d.symbols()})
+        program = run_passes(bound, SIGNATURE_PIPELINE[SIGNATURE_PIPELINE.index(
+            "lower-to-loops"):] + ["materialize-dims"], PassContext(options),
+            PassHook(options, dumper))
+        program.assumptions = list(assumed)
+    return program
+
+
+def _check_symbols(model: Model, known: set[str]) -> None:
+    """Every size of the graph is an expression of the input dims (NotSymbolic otherwise)."""
+    from onnxjit.ir.types import TensorType
+    from onnxjit.passes.lower_to_loops import NotSymbolic
+
+    for n in model.graph.nodes:
+        for v in n.outputs:
+            t = v.type if v is not None else None
+            if isinstance(t, TensorType) and t.shape is not None:
+                for d in t.shape:
+                    if isinstance(d, Sym) and not d.symbols() <= known:
+                        raise NotSymbolic(n, f"its output {v.describe()} has size {d}, not "
+                                             "an expression of the input dims")
 
 
 def lower_signature(model: Model, signature: tuple, options: CompileOptions,

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from onnxjit.errors import OnnxJitError
 from onnxjit.record import Record
 
-SPECIALIZE = ("shape", "rank")
+SPECIALIZE = ("shape", "dynamic", "auto")
 
 
 class CompileOptions(Record):
@@ -27,7 +27,9 @@ class CompileOptions(Record):
     dump_ir: Path | None
     #: Worker threads for parallel loops (0: all cores).
     num_threads: int
-    #: "shape": one artifact per concrete input shapes; "rank": per dtypes and ranks.
+    #: "shape": one program per concrete input shapes; "dynamic": one per dtypes and ranks, the
+    #: dims the model declares symbolic staying symbolic; "auto": shapes as they come, then one
+    #: program with the dims seen varying symbolic (`onnxjit.specialize`).
     specialize: str
     #: 0 (no LLVM optimisation) .. 3.
     opt_level: int
@@ -57,6 +59,8 @@ class CompileOptions(Record):
         cache_dir = None if cache is False or cache == "" else Path(cache)
         dump = options.get("dump_ir") or os.environ.get("ONNXJIT_DUMP_IR") or None
         specialize = options.get("specialize", "shape")
+        if specialize == "rank":  # its earlier name
+            specialize = "dynamic"
         if specialize not in SPECIALIZE:
             raise OnnxJitError(f"specialize must be one of {SPECIALIZE}, got {specialize!r}")
         opt_level = options.get("opt_level", 3)
@@ -82,7 +86,7 @@ class CompileOptions(Record):
 
     def code_key(self) -> str:
         """The options that change generated code (part of the cache key)."""
-        return (f"opt{self.opt_level}-spec:{self.specialize}-threads:{self.num_threads}"
+        return (f"opt{self.opt_level}-threads:{self.num_threads}"
                 f"{'' if self.fast_algorithms else '-direct'}")
 
 

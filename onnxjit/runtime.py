@@ -112,6 +112,9 @@ class CompiledModel:
             for n, d, s in zip(meta["inputs"], meta["input_dtypes"], meta["input_shapes"])]
         self._n_in = len(self.input_names)
         self._index = {n: i for i, n in enumerate(self.input_names)}
+        from onnxjit.specialize import Specializer
+
+        self._symbolic = Specializer(self)
 
     # model-level metadata ------------------------------------------------------------------
     def _model_key(self) -> str:
@@ -258,6 +261,10 @@ class CompiledModel:
                                   str(cache_mod.FORMAT), host_id(), compiler_id())
 
     def _artifact(self, sig: tuple) -> Any:
+        if self._symbolic.enabled():
+            art = self._symbolic.artifact(sig)
+            if art is not None:
+                return art
         key = self._artifact_key(sig)
         with _MEMORY_LOCK:
             art = _MEMORY.get(key)
@@ -363,21 +370,12 @@ class CompiledModel:
         return art
 
     def _store(self, key: str, art: Artifact, obj: Any, pool_code: bytes | None) -> None:
-        meta = {"entry": obj.entry, "entry_py": obj.entry_py, "fastcall": obj.fastcall,
-                "n_io": obj.n_io,
-                "n_consts": obj.n_consts, "uses_pool": obj.uses_pool,
-                "arena_size": art.arena_size,
-                "messages": art.messages,
-                "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs],
-                "out_names": art.out_names}
-        blobs = {"object": obj.object_code}
-        if pool_code is not None:
-            blobs["pool"] = pool_code
-        entry = cache_mod.Entry(meta, blobs, {f"const{i}": a for i, a in enumerate(art.consts)})
-        self._disk.put(key, entry)
+        from onnxjit.entries import native_entry
+
+        self._disk.put(key, native_entry(art, obj, pool_code))
 
     def _from_entry(self, sig: tuple, entry: cache_mod.Entry) -> Artifact | None:
-        from onnxjit.codegen import CompiledObject, load_object
+        from onnxjit.entries import native_from_entry
 
         if entry.meta.get("staged"):  # the structure of the stages comes from the model
             from onnxjit.driver import bind_signature
@@ -385,24 +383,43 @@ class CompiledModel:
 
             bound = bind_signature(self._graph(), sig, self._with_base())
             return Staged(sig, Stage(self, bound, self._artifact_key(sig)))
-        try:
-            m = entry.meta
-            obj = CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], m["n_io"],
-                                 m["n_consts"], bool(m.get("uses_pool", True)),
-                                 str(m.get("fastcall", "")))
-            consts = [entry.arrays[f"const{i}"] for i in range(m["n_consts"])]
-            lib = load_object(obj)
-            _ensure_pool(obj.uses_pool, self.options.num_threads, entry.blobs.get("pool"))
-            return Artifact(sig, [(tuple(s), np.dtype(d)) for s, d in m["outputs"]], consts,
-                            m["arena_size"], list(m["messages"]), lib, _layout_ok(),
-                            source="disk", num_threads=self.options.num_threads,
-                            out_names=m.get("out_names"))
-        except (KeyError, TypeError, ValueError, OnnxJitError):
-            cache_mod.STATS.disk_errors += 1
-            return None
-        except Exception:  # an entry LLVM cannot link is foreign: rebuild it
-            cache_mod.STATS.disk_errors += 1
-            return None
+        return native_from_entry(sig, entry, self._pool_for, _layout_ok(),
+                                 self.options.num_threads)
+
+    def _pool_for(self, uses_pool: bool, stored: bytes | None) -> None:
+        _ensure_pool(uses_pool, self.options.num_threads, stored)
+
+    # symbolic programs (onnxjit.specialize, onnxjit.dynamic) ---------------------------------
+    def _varying_stored(self) -> list[str]:
+        entry = self._disk.get(self._model_key())
+        return list(entry.meta.get("varying", [])) if entry is not None else []
+
+    def _store_varying(self, names: list[str]) -> None:
+        entry = self._disk.get(self._model_key())
+        if entry is not None and "inputs" in entry.meta:
+            self._disk.put(self._model_key(), cache_mod.Entry(dict(entry.meta, varying=names)))
+
+    def _symbolic_from_entry(self, entry: cache_mod.Entry) -> Any:
+        from onnxjit.entries import symbolic_from_entry
+
+        return symbolic_from_entry(entry, self._pool_for, _layout_ok(), self.options.num_threads)
+
+    def _compile_symbolic(self, ssig: tuple, hints: dict[str, int], key: str) -> Any:
+        from onnxjit.codegen import compile_program, load_object
+        from onnxjit.driver import Dumper, lower_symbolic
+        from onnxjit.dynamic import SymbolicArtifact
+        from onnxjit.entries import symbolic_entry
+
+        dumper = Dumper(self._dump_folder("symbolic-" + _safe(signature_id(ssig))))
+        program = lower_symbolic(self._graph(), ssig, hints, self._with_base(), dumper)
+        obj = compile_program(program, opt_level=self.options.opt_level,
+                              dump=dumper.write if dumper.folder is not None else None)
+        lib = load_object(obj)
+        pool_code = _ensure_pool(obj.uses_pool, self.options.num_threads)
+        sym = SymbolicArtifact.of_program(program, lib, _layout_ok(), self.options.num_threads)
+        sym.program = program
+        self._disk.put(key, symbolic_entry(sym, obj, pool_code))
+        return sym
 
     # introspection ------------------------------------------------------------------------------
     @property
@@ -454,6 +471,10 @@ class CompiledModel:
     def __repr__(self) -> str:
         return (f"<onnxjit.CompiledModel {self._source_name} inputs={self.input_names} "
                 f"outputs={self.output_names} signatures={len(self._fast)}>")
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def compile_model(source: Any, **options: Any) -> CompiledModel:

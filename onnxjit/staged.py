@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit.errors import InputError, ModelError, UnsupportedError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Graph, Model, Node, Value, clone_model
 from onnxjit.ir.ops.control.if_loop_scan import join
 from onnxjit.ir.types import DType, OptionalType, SequenceType, TensorType
@@ -52,8 +53,11 @@ BIND_LIMIT = 64
 
 
 def _static(v: Value) -> bool:
+    """A tensor whose sizes are known: ints, or (compiling for symbolic sizes) expressions."""
     t = v.type
-    return isinstance(t, TensorType) and t.is_static
+    if not isinstance(t, TensorType) or t.shape is None:
+        return False
+    return t.is_static or symbolic.active() and all(d is not None for d in t.shape)
 
 
 def first_dynamic(model: Model) -> int | None:
@@ -71,13 +75,21 @@ def first_dynamic(model: Model) -> int | None:
         d = resolve(n)
         if d.lower is None and d.scalar is None and d.evaluate is not None:
             return i
-        if any(v is not None and v.const is None for v in _value_inputs(n, d)):
+        if any(v is not None and v.const is None and not _sized(v, d)
+               for v in _value_inputs(n, d)):
             return i
     g = model.graph
     if any(not isinstance(v.type, TensorType) or v.type.dtype == DType.STRING
            for v in g.inputs + g.outputs):
         return len(g.nodes)  # a sequence, optional or string passes through: only stages do
     return None
+
+
+def _sized(v: Value, d: Any) -> bool:
+    """While compiling for symbolic sizes, an op that takes them reads a value input from
+    its sizes (`sym_value`, ints and `Sym`s) rather than from its data."""
+    return (symbolic.active() and d.symbolic and v.sym_value is not None
+            and all(x is not None for x in v.sym_value))
 
 
 def _value_inputs(node: Node, d: Any) -> list[Value | None]:

@@ -1,0 +1,97 @@
+"""Compiled programs in the disk cache: what an entry holds, and loading one back.
+
+An entry holds the object code (`blobs["object"]`), the worker pool's object code when the
+program dispatches to it (`blobs["pool"]`, so a warm start links the pool instead of compiling
+it), the constants (`arrays["const<i>"]`) and a metadata dict: the entry point names and counts
+(`CompiledObject`), the Check messages, and either the outputs' shapes and the arena size (a
+program of one signature) or the symbolic program's description (`SymbolicArtifact.to_meta`:
+input and output shape expressions, the dims table, the temps to place). Loading links the
+object code without LLVM (`codegen.link`); an entry that does not decode or link is counted as
+a disk error and rebuilt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxjit import cache as cache_mod
+from onnxjit.errors import OnnxJitError
+
+
+def _object_meta(obj: Any) -> dict[str, Any]:
+    return {"entry": obj.entry, "entry_py": obj.entry_py, "fastcall": obj.fastcall,
+            "n_io": obj.n_io, "n_consts": obj.n_consts, "uses_pool": obj.uses_pool}
+
+
+def _entry(meta: dict[str, Any], obj: Any, consts: list[np.ndarray],
+           pool_code: bytes | None) -> cache_mod.Entry:
+    meta = dict(meta, **_object_meta(obj))
+    blobs = {"object": obj.object_code}
+    if pool_code is not None:
+        blobs["pool"] = pool_code
+    return cache_mod.Entry(meta, blobs, {f"const{i}": a for i, a in enumerate(consts)})
+
+
+def native_entry(art: Any, obj: Any, pool_code: bytes | None) -> cache_mod.Entry:
+    """The entry of an artifact compiled for one signature."""
+    meta = {"arena_size": art.arena_size, "messages": art.messages,
+            "outputs": [[list(s), np.dtype(d).str] for s, d in art.out_specs],
+            "out_names": art.out_names}
+    return _entry(meta, obj, art.consts, pool_code)
+
+
+def symbolic_entry(sym: Any, obj: Any, pool_code: bytes | None) -> cache_mod.Entry:
+    """The entry of a symbolic program (`dynamic.SymbolicArtifact`)."""
+    return _entry(sym.to_meta(), obj, sym.consts, pool_code)
+
+
+def load_library(entry: cache_mod.Entry, ensure_pool: Any) -> tuple[Any, list[np.ndarray]]:
+    """(linked library, constants) of an entry; raises on an entry that does not load."""
+    from onnxjit.codegen import CompiledObject, load_object
+
+    m = entry.meta
+    obj = CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], m["n_io"],
+                         m["n_consts"], bool(m.get("uses_pool", True)), str(m.get("fastcall", "")))
+    consts = [entry.arrays[f"const{i}"] for i in range(m["n_consts"])]
+    lib = load_object(obj)
+    ensure_pool(obj.uses_pool, entry.blobs.get("pool"))
+    return lib, consts
+
+
+def native_from_entry(sig: tuple, entry: cache_mod.Entry, ensure_pool: Any,
+                      use_py_entry: bool, num_threads: int) -> Any:
+    """The Artifact an entry of one signature holds, or None (a disk error, counted)."""
+    from onnxjit.artifact import Artifact
+
+    try:
+        lib, consts = load_library(entry, ensure_pool)
+        m = entry.meta
+        return Artifact(sig, [(tuple(s), np.dtype(d)) for s, d in m["outputs"]], consts,
+                        m["arena_size"], list(m["messages"]), lib, use_py_entry,
+                        source="disk", num_threads=num_threads, out_names=m.get("out_names"))
+    except (KeyError, TypeError, ValueError, OnnxJitError):
+        cache_mod.STATS.disk_errors += 1
+        return None
+    except Exception:  # an entry LLVM cannot link is foreign: rebuild it
+        cache_mod.STATS.disk_errors += 1
+        return None
+
+
+def symbolic_from_entry(entry: cache_mod.Entry, ensure_pool: Any, use_py_entry: bool,
+                        num_threads: int) -> Any:
+    """The SymbolicArtifact an entry holds, or None (not one, or a disk error)."""
+    from onnxjit.dynamic import SymbolicArtifact
+
+    if not entry.meta.get("symbolic"):
+        return None
+    try:
+        lib, consts = load_library(entry, ensure_pool)
+        return SymbolicArtifact.from_meta(entry.meta, consts, lib, use_py_entry, num_threads)
+    except (KeyError, TypeError, ValueError, OnnxJitError):
+        cache_mod.STATS.disk_errors += 1
+        return None
+    except Exception:
+        cache_mod.STATS.disk_errors += 1
+        return None

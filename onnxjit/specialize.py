@@ -1,0 +1,111 @@
+"""The `specialize` policy: which dims of a call stay symbolic, and the programs that serve them.
+
+`specialize="shape"` compiles one program per concrete signature. `"dynamic"` compiles one
+program per dtypes and ranks in which every dim the model declares symbolic stays symbolic
+(`onnxjit.dynamic`). `"auto"` (the default) compiles the first shapes as they come, and once a
+declared-symbolic dim shows a second size compiles one program with the dims seen varying
+symbolic; every later size of those dims binds to it without compiling. The dims seen varying
+are kept with the model's metadata in the disk cache, so a fresh process starts with them
+symbolic and, when a symbolic program is stored too, compiles nothing whatever sizes arrive.
+
+Algorithm of `Specializer.artifact(sig)` (None: the caller compiles `sig` on its own):
+1) the symbols of the call (declared-symbolic dims) and, for "auto", which have varied;
+2) the symbolic signature (`dynamic.symbolic_signature`) and its cache key; the program from
+   memory, then disk, then compiled with the call's sizes as hints. A compile that cannot take
+   symbolic sizes (an op that needs concrete ones, a data-dependent shape) is remembered under
+   that key with its reason (`not_symbolic`), and the signatures it would serve go to the
+   shape-specialised path;
+3) `bind(sig)`: the Artifact of this call's shapes, or None when they violate a size relation
+   the program assumes (that signature is then compiled on its own).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from onnxjit import cache as cache_mod
+from onnxjit.dynamic import SymbolicArtifact, dim_symbols, symbolic_signature
+from onnxjit.errors import OnnxJitError
+
+
+class Specializer:
+    """The symbolic programs of one `CompiledModel` (its `_symbolic` attribute)."""
+
+    def __init__(self, owner: Any):
+        self.owner = owner
+        self.mode = owner.options.specialize
+        self.programs: dict[str, SymbolicArtifact | None] = {}
+        #: why a symbolic signature has no program (key -> reason), for `onnxjit info`
+        self.not_symbolic: dict[str, str] = {}
+        self.seen: dict[str, set[int]] = {}
+        self.varying: set[str] = set(owner._varying_stored())
+        self.lock = threading.Lock()
+
+    def enabled(self) -> bool:
+        return self.mode in ("dynamic", "auto") and self.owner._call_sized()
+
+    def artifact(self, sig: tuple) -> Any:
+        """The Artifact of `sig` from a symbolic program, or None (see the module docstring)."""
+        symbols = dim_symbols(self.owner._declared, sig)
+        if not symbols:
+            return None
+        if self.mode == "auto":
+            chosen = self._observe(symbols)
+            if not chosen:
+                return None
+        else:
+            chosen = None
+        ssig, hints = symbolic_signature(self.owner._declared, sig, chosen)
+        if ssig == sig:
+            return None
+        program = self.program(ssig, hints)
+        return None if program is None else program.bind(sig)
+
+    def _observe(self, symbols: dict[str, int]) -> set[str]:
+        """Record the sizes of this call's symbols; the ones seen with two sizes (now or in a
+        process that stored them) are symbolic."""
+        grew = False
+        with self.lock:
+            for name, n in symbols.items():
+                vals = self.seen.setdefault(name, set())
+                vals.add(n)
+                if len(vals) > 1 and name not in self.varying:
+                    self.varying.add(name)
+                    grew = True
+            chosen = self.varying & set(symbols)
+        if grew:
+            self.owner._store_varying(sorted(self.varying))
+        return chosen
+
+    def program(self, ssig: tuple, hints: dict[str, int]) -> SymbolicArtifact | None:
+        """The symbolic program of `ssig`: memory, disk, then compiled (None if it cannot)."""
+        owner = self.owner
+        key = owner._artifact_key(ssig)
+        if key in self.programs:
+            return self.programs[key]
+        with owner._lock:
+            if key in self.programs:
+                return self.programs[key]
+            entry = owner._disk.get(key)
+            prog = owner._symbolic_from_entry(entry) if entry is not None else None
+            if prog is not None:
+                cache_mod.STATS.disk_hits += 1
+            elif entry is not None and "not_symbolic" in entry.meta:
+                self.not_symbolic[key] = str(entry.meta["not_symbolic"])
+            else:
+                cache_mod.STATS.misses += 1
+                t0 = time.perf_counter()
+                try:
+                    prog = owner._compile_symbolic(ssig, hints, key)
+                    prog.compile_seconds = time.perf_counter() - t0
+                except OnnxJitError as e:
+                    self.not_symbolic[key] = str(e)
+                    owner._disk.put(key, cache_mod.Entry({"not_symbolic": str(e)}))
+            self.programs[key] = prog
+            return prog
+
+    def reasons(self) -> list[str]:
+        """Why symbolic programs could not be built, one line each."""
+        return sorted(set(self.not_symbolic.values()))
