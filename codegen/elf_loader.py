@@ -100,6 +100,8 @@ class ElfLibrary:
         self.symbols = symbols
         self.entry_addr = self.address(entry)
         self.entry_py_addr = self.address(entry_py)
+        #: ctypes functions calling the entries, made by the runtime once per arity
+        self.entry_functions: dict = {}
 
     def address(self, name: str) -> int:
         """Address of a global symbol the object defines."""

@@ -59,6 +59,8 @@ class NativeLibrary:
         self.entry_py_addr = engine.get_function_address(obj.entry_py)
         if not self.entry_addr or not self.entry_py_addr:
             raise CompileError(f"object code does not define {obj.entry} / {obj.entry_py}")
+        #: ctypes functions calling the entries, made by the runtime once per arity
+        self.entry_functions: dict = {}
 
     def address(self, name: str) -> int:
         return self.engine.get_function_address(name)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -116,6 +117,23 @@ def sized_for_call(what: str, values: bool = False, shapes: bool = False) -> Ite
         raise err from None
 
 
+def _entry_functions(library: Any, n_io: int, py_entry: bool) -> tuple[Any, Any]:
+    """The ctypes functions calling a library's entries (made once per library and arity:
+    every signature a symbolic program binds shares them)."""
+    cache = library.entry_functions
+    fns = cache.get((n_io, py_entry))
+    if fns is None:
+        fn_py = None
+        if py_entry:
+            proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.py_object] * n_io),
+                                     ctypes.c_void_p, ctypes.c_void_p)
+            fn_py = proto(library.entry_py_addr)
+        proto2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_void_p)
+        fns = cache[(n_io, py_entry)] = (fn_py, proto2(library.entry_addr))
+    return fns
+
+
 def _nbytes(shape: tuple[int, ...], dtype: Any) -> int:
     n = np.dtype(dtype).itemsize
     for d in shape:
@@ -135,7 +153,8 @@ class Artifact:
                  consts: list[np.ndarray], arena_size: int, messages: list[str], library: Any,
                  use_py_entry: bool, program: Any = None, compile_seconds: float = 0.0,
                  source: str = "compiled", num_threads: int = 0,
-                 out_names: list[str] | None = None, dims: np.ndarray | None = None) -> None:
+                 out_names: list[str] | None = None, dims: np.ndarray | None = None,
+                 table_prefix: list[int] | None = None) -> None:
         self.signature = signature
         self.out_specs = out_specs
         self.consts = consts
@@ -152,25 +171,38 @@ class Artifact:
         self._check_sizes()
         n_io = len(self.signature) + len(self.out_specs)
         self._n_in = len(self.signature)
-        from onnxjit.codegen import pool_slots
-        from onnxjit.options import available_cores
-
-        threads = self.num_threads or available_cores()
-        table = [a.ctypes.data for a in self.consts] + pool_slots(self.library.object, threads)
+        table = list(table_prefix or self.table_prefix(consts, library, num_threads))
         if dims is not None:
             table.append(dims.ctypes.data)
         self._consts_table = (ctypes.c_void_p * len(table))(*table)
         self.consts_ptr = ctypes.addressof(self._consts_table)
-        if self.use_py_entry:
-            proto = ctypes.CFUNCTYPE(ctypes.c_int, *([ctypes.py_object] * n_io),
-                                     ctypes.c_void_p, ctypes.c_void_p)
-            self._fn_py = proto(self.library.entry_py_addr)
-        proto2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                  ctypes.c_void_p)
-        self._fn = proto2(self.library.entry_addr)
+        self._fn_py, self._fn = _entry_functions(library, n_io, self.use_py_entry)
         self._io = ctypes.c_void_p * max(1, n_io)
         self._tls = threading.local()
-        self.fast = self._fastcall()
+        self._fast: Any = False  # built at the second call (`fast`)
+
+    @property
+    def fast(self) -> Any:
+        """The FastCall builtin of this artifact (None if it has none), built when first asked
+        for: the runtime asks at a signature's second call, so a stream whose every call has a
+        new shape never builds one."""
+        if self._fast is False:
+            self._fast = self._fastcall()
+        return self._fast
+
+    @fast.setter
+    def fast(self, value: Any) -> None:
+        self._fast = value
+
+    @staticmethod
+    def table_prefix(consts: list[np.ndarray], library: Any, num_threads: int) -> list[int]:
+        """The consts table's entries before the dims: the constants' addresses and the worker
+        pool's slots (a symbolic program computes them once for all its signatures)."""
+        from onnxjit.codegen import pool_slots
+        from onnxjit.options import available_cores
+
+        threads = num_threads or available_cores()
+        return [a.ctypes.data for a in consts] + pool_slots(library.object, threads)
 
     def _fastcall(self) -> Any:
         """The CPython builtin that runs this artifact (`onnxjit.fastcall`), or None when the
@@ -188,7 +220,7 @@ class Artifact:
             return None
         # Release the GIL around big programs only: for a tiny one the release costs more
         # than the work, and other Python threads lose nothing while it runs.
-        io_bytes = sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize
+        io_bytes = sum(math.prod(s) * np.dtype(d).itemsize
                        for d, s in self.signature_arrays() + [(d, s) for s, d in self.out_specs])
         release = io_bytes + self.arena_size > (1 << 16)
         try:

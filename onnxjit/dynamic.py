@@ -3,13 +3,14 @@
 A symbolic program (`ir.symbolic`) has sizes that are `Sym` expressions of its input dims. Its
 `SymbolicArtifact` holds the loaded code and what the runtime needs to call it for one concrete
 signature; `bind(signature)` makes that signature's `Artifact` (cheap: no compiling), which the
-caller keeps for later calls of the same shapes. Algorithm of `bind`:
+caller keeps for later calls of the same shapes. The size arithmetic below runs as Python code
+generated once per program (`size_code.SizeCode`). Algorithm of `bind`:
 1) solve the symbols: each input dim that is a bare symbol takes the array's size there (the
    first occurrence wins); then every input dim, evaluated, must equal the array's;
 2) check the program's assumptions (sizes shape inference or a lowering took to be equal); a
    violated one, like a dim that does not match, returns None: that signature is compiled on
    its own (the shape-specialised path runs it or names the error), never run wrongly;
-3) evaluate every temp's size and place them in the arena by liveness (`plan_memory.first_fit`,
+3) evaluate every temp's size and place them in the arena by liveness (`plan_memory.FirstFit`,
    the same first fit the static pass runs);
 4) evaluate the `dims` table (`Program.dims`: sizes the code reads, the temps' offsets) into an
    int64 array passed after the constants and the pool's slots, and the output shapes.
@@ -26,18 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from onnxjit.artifact import Artifact
+from onnxjit.ir.arena import FirstFit
 from onnxjit.ir.types import DType, Sym
+from onnxjit.size_code import SizeCode
 
 Size = Any  # int | Sym
-
-
-def _eval(d: Size, binds: dict[str, int]) -> int:
-    if isinstance(d, int):
-        return d
-    try:
-        return d.evaluate(binds)
-    except ZeroDivisionError:  # a floordiv by a size that is 0 for this call: nothing to do
-        return 0
 
 
 def symbol_name(input_name: str, axis: int) -> str:
@@ -68,31 +63,27 @@ def symbolic_signature(declared: list, sig: tuple, symbolic: set[str] | None
     return tuple(out), hints
 
 
-def dim_symbols(declared: list, sig: tuple) -> dict[str, int]:
-    """The size each declared-symbolic dim has in `sig` (symbol name -> size)."""
-    out: dict[str, int] = {}
-    for (name, kind, dims), (_, shape) in zip(declared, sig):
+def symbol_positions(declared: list, sig: tuple) -> list[tuple[int, int, str]]:
+    """(input, axis, symbol) of every declared-symbolic dim of `sig` (its inputs' ranks)."""
+    out = []
+    for k, ((name, kind, dims), (_, shape)) in enumerate(zip(declared, sig)):
         if isinstance(kind, DType) and dims is not None and len(dims) == len(shape):
-            for axis, (d, n) in enumerate(zip(dims, shape)):
+            for axis, d in enumerate(dims):
                 if not isinstance(d, int):
-                    out.setdefault(d if isinstance(d, str) else symbol_name(name, axis), int(n))
+                    out.append((k, axis, d if isinstance(d, str) else symbol_name(name, axis)))
     return out
 
 
 class SymbolicArtifact:
     """A loaded symbolic program: `bind` makes the `Artifact` of one concrete signature."""
 
-    def __init__(self, inputs: list[tuple[Size, ...]], outputs: list[tuple[tuple, Any]],
-                 dims: list[Size], temps: list[tuple[str, Size, int, int]], n_kernels: int,
-                 assumptions: list[tuple[Size, Size, str]], consts: list[np.ndarray],
-                 messages: list[str], library: Any, use_py_entry: bool, num_threads: int,
-                 out_names: list[str] | None, source: str = "compiled"):
-        self.inputs = inputs
-        self.outputs = outputs
-        self.dims = dims
-        self.temps = temps
+    def __init__(self, code: SizeCode, out_dtypes: list[Any], temps: list[tuple[str, int, int]],
+                 n_kernels: int, consts: list[np.ndarray], messages: list[str], library: Any,
+                 use_py_entry: bool, num_threads: int, out_names: list[str] | None,
+                 source: str = "compiled", described: dict[str, Any] | None = None):
+        self.code = code
+        self.temps = temps  # (name, first kernel, last kernel)
         self.n_kernels = n_kernels
-        self.assumptions = assumptions
         self.consts = consts
         self.messages = messages
         self.library = library
@@ -100,93 +91,74 @@ class SymbolicArtifact:
         self.num_threads = num_threads
         self.out_names = out_names
         self.source = source
+        #: the sizes as IR text (inputs, outputs, dims, temps, assumptions), for `onnxjit info`
+        self.described = described or {}
         self.compile_seconds = 0.0
+        self._names = [k for k, _, _ in temps]
+        self._plan = FirstFit([(f, la) for _, f, la in temps], n_kernels)
+        self._out_dtypes = out_dtypes
+        self._prefix = Artifact.table_prefix(consts, library, num_threads)
 
     @staticmethod
     def of_program(program: Any, library: Any, use_py_entry: bool, num_threads: int
                    ) -> SymbolicArtifact:
+        from onnxjit.ir.text_types import dim_text
+
+        inputs = [tuple(b.shape) for b in program.inputs]
+        outputs = [tuple(b.shape) for b in program.outputs]
+        temps = [(t.buffer.name, t.nbytes, t.first, t.last) for t in program.temps]
+        assumptions = list(program.assumptions)
+        code = SizeCode(inputs, assumptions, [n for _, n, _, _ in temps], outputs,
+                        list(program.dims))
+
+        def text(shape: tuple) -> list[str]:
+            return [dim_text(d) for d in shape]
+
+        described = {"inputs": [text(s) for s in inputs], "outputs": [text(s) for s in outputs],
+                     "temps": [[k, dim_text(n)] for k, n, _, _ in temps],
+                     "assumptions": [[dim_text(a), dim_text(b), why]
+                                     for a, b, why in assumptions]}
         return SymbolicArtifact(
-            [tuple(b.shape) for b in program.inputs],
-            [(tuple(b.shape), b.dtype.numpy) for b in program.outputs],
-            list(program.dims),
-            [(t.buffer.name, t.nbytes, t.first, t.last) for t in program.temps],
-            len(program.kernels), list(program.assumptions),
-            [b.data for b in program.consts], program.messages(), library, use_py_entry,
-            num_threads, [b.name for b in program.outputs])
+            code, [b.dtype.numpy for b in program.outputs], [(k, f, la) for k, _, f, la in temps],
+            len(program.kernels), [b.data for b in program.consts], program.messages(),
+            library, use_py_entry, num_threads, [b.name for b in program.outputs],
+            described=described)
 
     def solve(self, sig: tuple) -> dict[str, int] | None:
         """The symbols' sizes for `sig`, or None when it does not fit this program."""
-        binds: dict[str, int] = {}
-        for dims, (_, shape) in zip(self.inputs, sig):
-            if len(dims) != len(shape):
-                return None
-            for d, n in zip(dims, shape):
-                if isinstance(d, Sym) and d.op == "var":
-                    binds.setdefault(d.args[0], int(n))
-        for dims, (_, shape) in zip(self.inputs, sig):
-            for d, n in zip(dims, shape):
-                try:
-                    if _eval(d, binds) != n:
-                        return None
-                except KeyError:
-                    return None
-        try:
-            if any(_eval(a, binds) != _eval(b, binds) for a, b, _ in self.assumptions):
-                return None
-        except KeyError:
-            return None
-        return binds
+        r = self.code.sizes(tuple(shape for _, shape in sig))
+        return None if r is None else dict(zip(self.code.symbols, r[0]))
 
     def bind(self, sig: tuple) -> Any:
         """The `Artifact` running this program for the concrete signature `sig`, or None
         (the signature violates a size relation the program assumes)."""
-        from onnxjit.artifact import Artifact
-        from onnxjit.passes.plan_memory import first_fit
-
-        binds = self.solve(sig)
-        if binds is None:
+        r = self.code.sizes(tuple(shape for _, shape in sig))
+        if r is None:
             return None
-        offsets, arena = first_fit([(_eval(n, binds), f, la) for _, n, f, la in self.temps],
-                                   self.n_kernels)
-        values = dict(binds)
-        values.update({f"@{t[0]}": off for t, off in zip(self.temps, offsets)})
-        table = np.array([_eval(d, values) for d in self.dims] or [0], dtype=np.int64)
-        outs = [(tuple(_eval(d, binds) for d in shape), dt) for shape, dt in self.outputs]
-        return Artifact(sig, outs, self.consts, arena, self.messages, self.library,
-                        self.use_py_entry, source=self.source, num_threads=self.num_threads,
-                        out_names=self.out_names, dims=table)
+        symbols, sizes, outs = r
+        offsets, arena = self._plan.place(sizes)
+        table = np.array(self.code.table(symbols, dict(zip(self._names, offsets))) or [0],
+                         dtype=np.int64)
+        return Artifact(sig, list(zip(outs, self._out_dtypes)), self.consts, arena,
+                        self.messages, self.library, self.use_py_entry, source=self.source,
+                        num_threads=self.num_threads, out_names=self.out_names, dims=table,
+                        table_prefix=self._prefix)
 
     # the disk cache --------------------------------------------------------------------------
     def to_meta(self) -> dict[str, Any]:
-        from onnxjit.ir.text_types import dim_text
-
-        def t(d: Size) -> str:
-            return dim_text(d)
-
-        return {"symbolic": 1, "inputs": [[t(d) for d in s] for s in self.inputs],
-                "outputs": [[[t(d) for d in s], np.dtype(dt).str] for s, dt in self.outputs],
-                "dims": [t(d) for d in self.dims],
-                "temps": [[k, t(n), f, la] for k, n, f, la in self.temps],
-                "n_kernels": self.n_kernels,
-                "assumptions": [[t(a), t(b), w] for a, b, w in self.assumptions],
-                "messages": self.messages, "out_names": self.out_names}
+        return {"symbolic": 2, "code": self.code.source, "symbols": self.code.symbols,
+                "out_dtypes": [np.dtype(dt).str for dt in self._out_dtypes],
+                "temps": [list(t) for t in self.temps], "n_kernels": self.n_kernels,
+                "messages": self.messages, "out_names": self.out_names,
+                "described": self.described}
 
     @staticmethod
     def from_meta(m: dict[str, Any], consts: list[np.ndarray], library: Any,
                   use_py_entry: bool, num_threads: int) -> SymbolicArtifact:
-        from onnxjit.ir.text_lexer import Cursor
-        from onnxjit.ir.text_types import parse_dim
-
-        def p(text: str) -> Size:
-            cur = Cursor(text)
-            d = parse_dim(cur)
-            cur.finish()
-            return d
-
+        if m.get("symbolic") != 2:
+            raise ValueError("a symbolic entry of an earlier format")
         return SymbolicArtifact(
-            [tuple(p(d) for d in s) for s in m["inputs"]],
-            [(tuple(p(d) for d in s), np.dtype(dt)) for s, dt in m["outputs"]],
-            [p(d) for d in m["dims"]], [(k, p(n), f, la) for k, n, f, la in m["temps"]],
-            int(m["n_kernels"]), [(p(a), p(b), w) for a, b, w in m["assumptions"]],
-            consts, list(m["messages"]), library, use_py_entry, num_threads,
-            m.get("out_names"), source="disk")
+            SizeCode.from_source(m["code"], m["symbols"]), [np.dtype(d) for d in m["out_dtypes"]],
+            [(k, int(f), int(la)) for k, f, la in m["temps"]], int(m["n_kernels"]), consts,
+            list(m["messages"]), library, use_py_entry, num_threads, m.get("out_names"),
+            source="disk", described=m.get("described"))

@@ -7,7 +7,8 @@ it), the constants (`arrays["const<i>"]`) and a metadata dict: the entry point n
 program of one signature) or the symbolic program's description (`SymbolicArtifact.to_meta`:
 input and output shape expressions, the dims table, the temps to place). Loading links the
 object code without LLVM (`codegen.link`); an entry that does not decode or link is counted as
-a disk error and rebuilt.
+a disk error and rebuilt. Artifacts whose code dispatches parallel loops need the process's
+worker pool installed first (`ensure_pool`), from the entry's copy when it has one.
 """
 
 from __future__ import annotations
@@ -17,7 +18,42 @@ from typing import Any
 import numpy as np
 
 from onnxjit import cache as cache_mod
+from onnxjit.artifact import pyobject_layout_ok
 from onnxjit.errors import OnnxJitError
+
+_LAYOUT: bool | None = None
+
+
+def layout_ok() -> bool:
+    """Does this interpreter's PyObject layout match what the Python entries read?"""
+    global _LAYOUT
+    if _LAYOUT is None:
+        from onnxjit.artifact import DATA_OFFSET, FLAGS_OFFSET
+
+        _LAYOUT = pyobject_layout_ok(DATA_OFFSET, FLAGS_OFFSET)
+    return _LAYOUT
+
+
+def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
+                ) -> bytes | None:
+    """Install the worker pool in this process before an artifact that dispatches to it is
+    built: from `stored` (the pool's object code kept in that artifact's cache entry) when
+    given, else compiled. Returns the pool's object code to keep in the artifact's entry."""
+    if not uses_pool or num_threads <= 1:
+        return None
+    from onnxjit.codegen import pool, pool_trace
+
+    if pool_trace.enabled():  # a traced pool is built here, and never kept in an entry
+        pool.parallel_for_address()
+        return None
+    if not pool.installed() and stored is not None:
+        try:
+            pool.install(pool.pool_object(stored))
+        except Exception:  # code this process cannot link: compile it instead
+            cache_mod.STATS.disk_errors += 1
+    if not pool.installed():
+        pool.install(pool.compile_pool())
+    return pool.installed_code()
 
 
 def _object_meta(obj: Any) -> dict[str, Any]:

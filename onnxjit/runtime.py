@@ -22,7 +22,8 @@ import numpy as np
 
 from onnxjit import cache as cache_mod
 from onnxjit import digest
-from onnxjit.artifact import Artifact, pyobject_layout_ok, sized_for_call
+from onnxjit.artifact import Artifact, sized_for_call
+from onnxjit.entries import ensure_pool, layout_ok
 from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
 from onnxjit.options import CompileOptions
@@ -44,40 +45,6 @@ __all__ = ["CompiledModel", "compile_model"]
 _MEMORY: OrderedDict[str, Artifact] = OrderedDict()
 _MEMORY_LIMIT = 256
 _MEMORY_LOCK = threading.Lock()
-_LAYOUT: bool | None = None
-
-
-def _layout_ok() -> bool:
-    global _LAYOUT
-    if _LAYOUT is None:
-        from onnxjit.artifact import DATA_OFFSET, FLAGS_OFFSET
-
-        _LAYOUT = pyobject_layout_ok(DATA_OFFSET, FLAGS_OFFSET)
-    return _LAYOUT
-
-
-def _ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
-                 ) -> bytes | None:
-    """Install the worker pool in this process before an artifact that dispatches to it is
-    built: from `stored` (the pool's object code kept in that artifact's cache entry) when
-    given, else compiled. Returns the pool's object code to keep in the artifact's entry."""
-    if not uses_pool or num_threads <= 1:
-        return None
-    from onnxjit.codegen import pool, pool_trace
-
-    if pool_trace.enabled():  # a traced pool is built here, and never kept in an entry
-        pool.parallel_for_address()
-        return None
-    if not pool.installed() and stored is not None:
-        try:
-            pool.install(pool.pool_object(stored))
-        except Exception:  # code this process cannot link: compile it instead
-            cache_mod.STATS.disk_errors += 1
-    if not pool.installed():
-        pool.install(pool.compile_pool())
-    return pool.installed_code()
-
-
 def _no_fastcall(*args: Any) -> int:
     return -2
 
@@ -196,6 +163,7 @@ class CompiledModel:
             art = self._fast[tuple([(a.dtype, a.shape) for a in args])]
         except (AttributeError, KeyError, TypeError):
             args, art = self._prepare(args)
+            return art.run(args)  # a new signature: its builtin is built if it comes again
         fast = getattr(art, "fast", None)
         if fast is not None:
             self._fastcall = (fast.fn, art.messages, art)  # art keeps the builtin's context
@@ -325,7 +293,7 @@ class CompiledModel:
         obj = compile_program(program, opt_level=self.options.opt_level,
                               dump=dumper.write if dumper.folder is not None else None)
         lib = load_object(obj)
-        pool_code = _ensure_pool(obj.uses_pool, self.options.num_threads)
+        pool_code = ensure_pool(obj.uses_pool, self.options.num_threads)
         art = Artifact(
             signature=sig,
             out_specs=[(tuple(b.shape), b.dtype.numpy) for b in program.outputs],
@@ -333,7 +301,7 @@ class CompiledModel:
             arena_size=program.arena_size,
             messages=program.messages(),
             library=lib,
-            use_py_entry=_layout_ok(),
+            use_py_entry=layout_ok(),
             program=program,
             num_threads=self.options.num_threads,
             out_names=[b.name for b in program.outputs],
@@ -383,11 +351,11 @@ class CompiledModel:
 
             bound = bind_signature(self._graph(), sig, self._with_base())
             return Staged(sig, Stage(self, bound, self._artifact_key(sig)))
-        return native_from_entry(sig, entry, self._pool_for, _layout_ok(),
+        return native_from_entry(sig, entry, self._pool_for, layout_ok(),
                                  self.options.num_threads)
 
     def _pool_for(self, uses_pool: bool, stored: bytes | None) -> None:
-        _ensure_pool(uses_pool, self.options.num_threads, stored)
+        ensure_pool(uses_pool, self.options.num_threads, stored)
 
     # symbolic programs (onnxjit.specialize, onnxjit.dynamic) ---------------------------------
     def _varying_stored(self) -> list[str]:
@@ -402,7 +370,7 @@ class CompiledModel:
     def _symbolic_from_entry(self, entry: cache_mod.Entry) -> Any:
         from onnxjit.entries import symbolic_from_entry
 
-        return symbolic_from_entry(entry, self._pool_for, _layout_ok(), self.options.num_threads)
+        return symbolic_from_entry(entry, self._pool_for, layout_ok(), self.options.num_threads)
 
     def _compile_symbolic(self, ssig: tuple, hints: dict[str, int], key: str) -> Any:
         from onnxjit.codegen import compile_program, load_object
@@ -415,8 +383,8 @@ class CompiledModel:
         obj = compile_program(program, opt_level=self.options.opt_level,
                               dump=dumper.write if dumper.folder is not None else None)
         lib = load_object(obj)
-        pool_code = _ensure_pool(obj.uses_pool, self.options.num_threads)
-        sym = SymbolicArtifact.of_program(program, lib, _layout_ok(), self.options.num_threads)
+        pool_code = ensure_pool(obj.uses_pool, self.options.num_threads)
+        sym = SymbolicArtifact.of_program(program, lib, layout_ok(), self.options.num_threads)
         sym.program = program
         self._disk.put(key, symbolic_entry(sym, obj, pool_code))
         return sym

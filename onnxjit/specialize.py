@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from onnxjit import cache as cache_mod
-from onnxjit.dynamic import SymbolicArtifact, dim_symbols, symbolic_signature
+from onnxjit.dynamic import SymbolicArtifact, symbol_positions, symbolic_signature
 from onnxjit.errors import OnnxJitError
 
 
@@ -37,6 +37,10 @@ class Specializer:
         self.owner = owner
         self.mode = owner.options.specialize
         self.programs: dict[str, SymbolicArtifact | None] = {}
+        #: (dtypes and ranks, chosen symbols, sizes of the others) -> program: most calls
+        #: find theirs here without building the symbolic signature
+        self.by_pattern: dict[tuple, SymbolicArtifact | None] = {}
+        self.positions: dict[tuple, list[tuple[int, int, str]]] = {}
         #: why a symbolic signature has no program (key -> reason), for `onnxjit info`
         self.not_symbolic: dict[str, str] = {}
         self.seen: dict[str, set[int]] = {}
@@ -48,19 +52,29 @@ class Specializer:
 
     def artifact(self, sig: tuple) -> Any:
         """The Artifact of `sig` from a symbolic program, or None (see the module docstring)."""
-        symbols = dim_symbols(self.owner._declared, sig)
-        if not symbols:
+        pattern = tuple([(d, len(s)) for d, s in sig])
+        positions = self.positions.get(pattern)
+        if positions is None:
+            positions = self.positions[pattern] = symbol_positions(self.owner._declared, sig)
+        if not positions:
             return None
+        symbols: dict[str, int] = {}
+        for k, axis, name in positions:
+            symbols.setdefault(name, sig[k][1][axis])
         if self.mode == "auto":
             chosen = self._observe(symbols)
             if not chosen:
                 return None
+            rest = tuple([n for name, n in symbols.items() if name not in chosen])
+            memo = (pattern, frozenset(chosen), rest)
         else:
-            chosen = None
-        ssig, hints = symbolic_signature(self.owner._declared, sig, chosen)
-        if ssig == sig:
-            return None
-        program = self.program(ssig, hints)
+            chosen, memo = None, (pattern, None, ())
+        try:
+            program = self.by_pattern[memo]
+        except KeyError:
+            ssig, hints = symbolic_signature(self.owner._declared, sig, chosen)
+            program = None if ssig == sig else self.program(ssig, hints)
+            self.by_pattern[memo] = program
         return None if program is None else program.bind(sig)
 
     def _observe(self, symbols: dict[str, int]) -> set[str]:

@@ -8,46 +8,23 @@ is the highest end offset. Temps that no kernel touches get offset 0 and no spac
 
 A symbolic program's temps have sizes only a call knows: the pass records each one's size
 expression and live range (`Program.temps`) and the runtime runs the same first fit
-(`first_fit`) for every concrete shape it binds.
+(`FirstFit`, prepared once per program) for every concrete shape it binds.
 """
 
 from __future__ import annotations
 
+from onnxjit.ir.arena import FirstFit
 from onnxjit.ir.loops import Buffer, Program, TempPlan
 from onnxjit.passes import PassContext, PassResult
 
 name = "plan-memory"
 level = "loops"
 
-ALIGN = 64
-
-
-def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
-
 
 def first_fit(temps: list[tuple[int, int, int]], n_kernels: int) -> tuple[list[int], int]:
     """Offsets for temps given as (bytes, first kernel, last kernel), and the arena size."""
-    offsets = [0] * len(temps)
-    live: list[tuple[int, int, int]] = []  # (offset, end, temp index)
-    arena = 0
-    order = sorted(range(len(temps)), key=lambda t: temps[t][1])
-    nxt = 0
-    for k in range(n_kernels):
-        live = [x for x in live if temps[x[2]][2] >= k]
-        while nxt < len(order) and temps[order[nxt]][1] == k:
-            t = order[nxt]
-            nxt += 1
-            size = _align(max(temps[t][0], 1))
-            offset = 0
-            for start, end, _ in sorted(live):
-                if offset + size <= start:
-                    break
-                offset = max(offset, _align(end))
-            offsets[t] = offset
-            live.append((offset, offset + size, t))
-            arena = max(arena, offset + size)
-    return offsets, arena
+    plan = FirstFit([(f, la) for _, f, la in temps], n_kernels)
+    return plan.place([n for n, _, _ in temps])
 
 
 def run(program: Program, ctx: PassContext) -> PassResult:

@@ -175,10 +175,10 @@ def _const_b_program(cases: list[tuple[int, int, int, bool, float, bool]],
 
 
 def _run_program(p: Program, inputs: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
-    from onnxjit.runtime import _ensure_pool
+    from onnxjit.entries import ensure_pool
 
     obj = compile_program(p)
-    _ensure_pool(obj.uses_pool, threads)
+    ensure_pool(obj.uses_pool, threads)
     art = Artifact(tuple((x.dtype, x.shape) for x in p.inputs),
                    [(x.shape, x.dtype.numpy) for x in p.outputs],
                    [x.data for x in p.consts], p.arena_size, p.messages(), load_object(obj),
