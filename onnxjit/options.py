@@ -42,7 +42,7 @@ class CompileOptions(Record):
     #: bounded by the operands' magnitudes, not element by element); False: direct sums only.
     fast_algorithms: bool
     _defaults: ClassVar[dict[str, Any]] = {
-        "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "shape",
+        "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "auto",
         "opt_level": 3, "base_dir": None, "verify": True, "fast_algorithms": True}
 
     @staticmethod
@@ -58,7 +58,7 @@ class CompileOptions(Record):
             cache = os.environ.get("ONNXJIT_CACHE_DIR") or _default_cache_dir()
         cache_dir = None if cache is False or cache == "" else Path(cache)
         dump = options.get("dump_ir") or os.environ.get("ONNXJIT_DUMP_IR") or None
-        specialize = options.get("specialize", "shape")
+        specialize = options.get("specialize") or os.environ.get("ONNXJIT_SPECIALIZE") or "auto"
         if specialize == "rank":  # its earlier name
             specialize = "dynamic"
         if specialize not in SPECIALIZE:
