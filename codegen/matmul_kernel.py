@@ -70,6 +70,11 @@ PREFETCH_A = 64
 #: against False, two threads: the LSTM's steps (8 x 64 x 256 blocks) 1.03-1.08x per
 #: dispatch, the model 1.03x; GEMM 64x784x512 1.014x; MLP b32 alike (its blocks are 16 rows).
 BALANCED_TAIL = True
+#: A run-time m leaving this many rows or fewer over whole tiles runs them as 1-row tiles (a
+#: masked MR-row tile computes all MR rows). Measured, one thread, 1 x 256 x 1024 by a prepacked
+#: B: 1.0x the product specialised for m = 1 (with the masked tile: 0.66x); a GPT-style
+#: decoder's steps (m = 1) within 5% of the specialised program (with `split_columns`).
+SINGLE_ROWS = 2
 
 
 def row_tiles(m: int, mr: int) -> tuple[int, list[int]]:
@@ -389,10 +394,16 @@ class TileGemm:
 
     def runtime_rows(self, tile: Callable[..., None]) -> None:
         """Tiles over a run-time m: MR-row tiles from row 0, the last one keeping only the
-        rows that are C's (`micro`'s `valid`): one tile's code whatever m is."""
+        rows that are C's (`micro`'s `valid`), except that 1 or 2 rows left over (all of a
+        decoder step's m = 1) run as 1-row tiles, which do no FMA for rows not stored. Two tile
+        bodies whatever m is (MR rows and 1 row), where a concrete m has up to three."""
         b, mr = self.b, self.mr
-        for_range(b, 0, self.M, mr,
-                  lambda i: tile(i, mr, imin(b, i64c(mr), b.sub(self.M, i))), "ir")
+        rem = b.urem(self.M, i64c(mr))
+        tiled = b.select(b.icmp_unsigned(">", rem, i64c(SINGLE_ROWS)), self.M,
+                         b.sub(self.M, rem))
+        for_range(b, 0, tiled, mr, lambda i: tile(i, mr, imin(b, i64c(mr), b.sub(self.M, i))),
+                  "ir")
+        for_range(b, tiled, self.M, 1, lambda i: tile(i, 1), "i1")
 
     def pack(self, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
              lanes: list, width: Any = None) -> None:

@@ -184,9 +184,10 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
 def _entry(s: Matmul, split: tuple[Loop, list[Stmt]], captured: list[Var]) -> tuple:
     """A plan entry of a split product: a run-time split's statements come before its loop
     (they compute its trip count), a static split's after it (the rows left over)."""
+    if len(split) == 3:  # a run-time split: (loop, before, after)
+        loop, before, after = split  # type: ignore[misc]
+        return loop, captured, after, before
     loop, stmts = split
-    if isinstance(s.m, Var):
-        return loop, captured, [], stmts
     return loop, captured, stmts, []
 
 

@@ -49,19 +49,44 @@ def _operand(x: object) -> Operand:
 
 
 def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
-                       ) -> tuple[Loop, list[Stmt]]:
+                       ) -> tuple[Loop, list[Stmt], list[Stmt]]:
     """`s` with a run-time m as a parallel loop over blocks of MB rows (the last one shorter,
-    a run-time height the tiled kernel takes); MB from the usual n and k. The pool runs it on
-    one thread when m is small, so it is planned whatever m turns out to be."""
+    a run-time height the tiled kernel takes). MB is computed at run time the way
+    `split_matmul` sizes a concrete m's blocks: an even number of blocks (two at least) of
+    about MATMUL_MIN_ROWS rows, each of at least 4 * CHUNK_OPS multiply-adds (by the usual n
+    and k), in whole tiles of MR rows (a block of 8 rows ran as a 6-row tile and two 1-row
+    tiles, each streaming all of B: the product 1.5-1.8x slower than specialised). The pool
+    runs it on one thread when m is small, so it is planned whatever m turns out to be.
+    Returns (loop, statements before it, statements after it): with a large prepacked B, a
+    call whose m is COLUMN_SPLIT_ROWS or fewer runs the blocks of `split_columns` instead
+    (`_or_columns`)."""
+    from onnxjit.codegen.kernel_shapes import tile_shape
+
+    mr = tile_shape(s.c.dtype.itemsize)[1]
     nk = max(1, hinted(s.n, hints) * hinted(s.k, hints))
-    mb = max(8, -(-(4 * CHUNK_OPS) // nk) // 4 * 4)
+    least = -(-max(mr, -(-(4 * CHUNK_OPS) // nk)) // mr) * mr
+    cap = max(least, -(-MATMUL_MIN_ROWS // mr) * mr)
+    m = s.m
     t, row, end, height = (Var(DType.INT64, h) for h in ("blk", "row", "end", "height"))
     if hints is not None:
-        hints[height] = mb
+        hints[height] = cap
     c_row, c_off, a_row, a_off = (Var(DType.INT64, h) for h in ("crow", "coff", "arow", "aoff"))
+    head: list[Stmt] = []
+
+    def arith(kind: str, x: Operand, y: Operand | int) -> Var:
+        dst = Var(DType.INT64, "mb")
+        head.append(Op(dst, kind, (x, i64(y) if isinstance(y, int) else y)))
+        return dst
+
+    nb = arith("div", arith("add", m, cap - 1), cap)  # type: ignore[arg-type]
+    # an even number of blocks, two at least, of whole tiles and enough work each
+    nb = arith("max", arith("mul", arith("div", arith("add", nb, 1), 2), 2), 2)
+    mb = arith("div", arith("sub", arith("add", m, nb), 1), nb)  # type: ignore[arg-type]
+    mb = arith("max", arith("mul", arith("div", arith("add", mb, mr - 1), mr), mr), least)
+    nblk = arith("div", arith("sub", arith("add", m, mb), 1), mb)  # type: ignore[arg-type]
     body: list[Stmt] = [
-        Op(row, "mul", (t, i64(mb))), Op(end, "add", (row, i64(mb))),
-        Op(end, "min", (end, s.m)), Op(height, "sub", (end, row)),  # type: ignore[arg-type]
+        Op(row, "mul", (t, mb)), Op(end, "add", (row, mb)),
+        Op(end, "min", (end, m)), Op(height, "sub", (end, row)),  # type: ignore[arg-type]
         Op(c_row, "mul", (row, _operand(s.ldc))), Op(c_off, "add", (c_row, s.c_off)),
         Op(a_row, "mul", (row, i64(1) if s.a_trans else _operand(s.lda))),
         Op(a_off, "add", (a_row, s.a_off)),
@@ -70,15 +95,56 @@ def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
         r = Var(DType.INT64, "er")
         body.append(Loop(r, i64(0), height, 1, [Op(epilogue.var, "add", (row, r)),
                                                 *epilogue.body]))
-    nblk, tmp = Var(DType.INT64, "nblk"), Var(DType.INT64, "mplus")
-    head: list[Stmt] = [Op(tmp, "add", (s.m, i64(mb - 1))),  # type: ignore[arg-type]
-                        Op(nblk, "div", (tmp, i64(mb)))]
-    loop = Loop(t, i64(0), nblk, 1, body, parallel=True)
-    return loop, head
+    cols = _or_columns(s, epilogue, t, nblk, body, head)
+    if cols is not None:
+        return cols
+    return Loop(t, i64(0), nblk, 1, body, parallel=True), head, []
+
+
+def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[Stmt],
+                head: list[Stmt]) -> tuple[Loop, list[Stmt], list[Stmt]] | None:
+    """The run-time split of `s` by rows (`rows`: a block's statements, `nblk` blocks) or,
+    when this call's m is COLUMN_SPLIT_ROWS or fewer, by column panels as `split_columns`
+    splits a concrete few-row product: one parallel loop whose body runs one of the two (a
+    loop of 0 or 1 trips each), the columns after the last panel block and the epilogue of
+    the column case after it (`t`: the block index). None when B is not a large prepacked
+    constant."""
+    if not COLUMN_SPLIT or not s.b_packed or not all(
+            isinstance(x, int) for x in (s.n, s.k, s.ldb)) or s.ldb <= 0 or \
+            s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES or s.n // s.ldb < 2:
+        return None
+    width = s.ldb
+    panels = s.n // width
+    per = max(1, panels // COLUMN_BLOCKS)
+    nblkc = panels // per
+    few, small, big, trip = (Var(DType.BOOL, "few"), Var(DType.INT64, "small"),
+                             Var(DType.INT64, "big"), Var(DType.INT64, "trip"))
+    head += [Op(few, "le", (s.m, i64(COLUMN_SPLIT_ROWS))),  # type: ignore[arg-type]
+             Op(small, "cast", (few,)), Op(big, "sub", (i64(1), small)),
+             Op(trip, "select", (few, i64(nblkc), nblk))]
+
+    def window(col: Operand, n: int) -> list[Stmt]:
+        c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
+        return [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, i64(s.k))),
+                Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
+
+    def once(flag: Var, stmts: list[Stmt]) -> Loop:
+        return Loop(Var(DType.INT64, "once"), i64(0), flag, 1, stmts)
+
+    col = Var(DType.INT64, "col")
+    body = [once(small, [Op(col, "mul", (t, i64(per * width))), *window(col, per * width)]),
+            once(big, rows)]
+    after: list[Stmt] = []
+    done = nblkc * per * width
+    if done < s.n:
+        after.append(once(small, window(i64(done), s.n - done)))
+    if epilogue is not None:
+        after.append(once(small, [epilogue]))
+    return Loop(t, i64(0), trip, 1, body, parallel=True), head, after  # type: ignore[arg-type]
 
 
 def split_matmul(s: Matmul, epilogue: Loop | None = None, hints: dict | None = None
-                 ) -> tuple[Loop, list[Stmt]] | None:
+                 ) -> tuple[Loop, list[Stmt]] | tuple[Loop, list[Stmt], list[Stmt]] | None:
     """`s` as a parallel loop over blocks of MB rows of C, plus statements computing the
     leftover rows (or None when it is too small to split; with BALANCED_BLOCKS the leftover
     rows go one each to the first blocks instead). `epilogue`, the nest over C's rows that
