@@ -155,6 +155,11 @@ def reshape_dims(node: Node, src: tuple | None, target: tuple, allowzero: bool
         if isinstance(a, int) and isinstance(b, int) and a != b:
             raise ModelError(f"cannot reshape {list(src)} ({a} elements) into {list(out)} "
                              f"({b} elements)", where=node)
+    if symbolic.active() and src is not None and None not in out:
+        a, b = prod_dims(src), prod_dims(out)
+        if a is not None and b is not None and not (isinstance(a, int) and isinstance(b, int)):
+            # a -1 divides by the other dims: the code assumes the division was exact
+            symbolic.assume_equal(a, b, "Reshape keeps the element count")
     return tuple(out)
 
 

@@ -1,0 +1,156 @@
+"""One symbolic program against the programs specialised per shape, on the calls that break things.
+
+Each case is a small model whose dims are symbolic, written the way exporters write them
+(broadcasts, Shape -> Gather -> Concat -> Reshape chains, -1 reshapes, Concat/Split/Slice on
+symbolic axes, embeddings, attention-like products). It is compiled once with
+`specialize="dynamic"` and once with `"shape"`, then called with sizes that matter: size 1
+meeting a broadcast, size 0 (an empty KV cache), dims that coincide at run time, and sizes that
+violate what the model needs (a -1 that does not divide, dims that cannot broadcast). The
+symbolic program must give the specialised program's outputs, and raise the same error type
+(`InputError`) where it does: a relation the symbolic code assumed but the call breaks sends
+the call to the specialised path, never to a wrong result.
+"""
+
+import numpy as np
+import pytest
+
+import onnxjit
+
+RNG = np.random.default_rng(11)
+
+HEAD = '<ir_version: 8, opset_import: ["" : 17]>\n'
+
+#: name -> (model text, [call shapes: one tuple per input]); ints inputs are named i*
+CASES = {
+    "add_row": ("g (float[A, B] x, float[B] y) => (float[A, B] z) { z = Add(x, y) }",
+                [((3, 4), (4,)), ((1, 7), (7,)), ((0, 5), (5,)), ((2, 3), (1,))]),
+    "mul_two_symbols": ("g (float[A, B] x, float[C, B] y) => (float[D, B] z) { z = Mul(x, y) }",
+                        [((3, 4), (3, 4)), ((1, 4), (5, 4)), ((5, 4), (1, 4)), ((3, 4), (2, 4)),
+                         ((0, 2), (1, 2))]),
+    "sub_col": ("g (float[A, B] x, float[A, 1] y) => (float[A, B] z) { z = Sub(x, y) }",
+                [((3, 4), (3, 1)), ((1, 1), (1, 1)), ((6, 0), (6, 1))]),
+    "matmul_const": (
+        "g (float[N, 8] x) => (float[N, 5] y) {\n"
+        " w = Constant<value = float[8, 5] {" + ",".join(str(i % 7 - 3) for i in range(40))
+        + "}>()\n b = Constant<value = float[5] {1, 2, 3, 4, 5}>()\n"
+        " m = MatMul(x, w)\n y = Add(m, b) }",
+        [((1, 8),), ((7, 8),), ((0, 8),), ((33, 8),)]),
+    "matmul_inner": ("g (float[A, K] x, float[J, B] y) => (float[A, B] z) { z = MatMul(x, y) }",
+                     [((2, 3), (3, 4)), ((5, 1), (1, 2)), ((2, 3), (4, 4)), ((3, 0), (0, 2))]),
+    "batched_attention": (
+        "g (float[B, H, S, D] q, float[B, H, T, D] k) => (float[B, H, S, T] p) {\n"
+        " kt = Transpose<perm = [0, 1, 3, 2]>(k)\n s = MatMul(q, kt)\n"
+        " p = Softmax<axis = -1>(s) }",
+        [((1, 2, 3, 4), (1, 2, 5, 4)), ((2, 1, 1, 4), (2, 1, 7, 4)),
+         ((1, 2, 3, 4), (1, 2, 0, 4)), ((1, 2, 3, 4), (1, 3, 5, 4))]),
+    "reshape_minus_one": (
+        "g (float[A, B] x) => (float[C, D] z) {\n"
+        " s = Constant<value = int64[2] {-1, 6}>()\n z = Reshape(x, s) }",
+        [((2, 3),), ((4, 3),), ((1, 5),), ((0, 3),), ((6, 7),)]),
+    "reshape_zero_copy": (
+        "g (float[A, B, C] x) => (float[A, D] z) {\n"
+        " s = Constant<value = int64[2] {0, -1}>()\n z = Reshape(x, s) }",
+        [((2, 3, 4),), ((1, 1, 1),), ((3, 0, 2),)]),
+    "shape_chain_heads": (
+        "g (float[B, S, 8] x) => (float[B, 2, S, 4] y) {\n"
+        " sh = Shape(x)\n i0 = Constant<value = int64 {0}>()\n"
+        " i1 = Constant<value = int64 {1}>()\n z = Constant<value = int64[1] {0}>()\n"
+        " b = Gather<axis = 0>(sh, i0)\n s = Gather<axis = 0>(sh, i1)\n"
+        " bu = Unsqueeze(b, z)\n su = Unsqueeze(s, z)\n"
+        " hd = Constant<value = int64[2] {2, 4}>()\n t = Concat<axis = 0>(bu, su, hd)\n"
+        " r = Reshape(x, t)\n y = Transpose<perm = [0, 2, 1, 3]>(r) }",
+        [((1, 5, 8),), ((3, 1, 8),), ((2, 0, 8),)]),
+    "concat_symbolic_axis": (
+        "g (float[B, P, 4] past, float[B, S, 4] new) => (float[B, T, 4] y) {\n"
+        " y = Concat<axis = 1>(past, new) }",
+        [((1, 0, 4), (1, 3, 4)), ((2, 5, 4), (2, 1, 4)), ((1, 2, 4), (2, 1, 4))]),
+    "split_halves": (
+        "g (float[A, B] x) => (float[A, C] y, float[A, C] z) {\n"
+        " y, z = Split<axis = 1, num_outputs = 2>(x) }",
+        [((3, 4),), ((2, 6),), ((1, 0),)]),
+    "slice_by_shape": (
+        "g (float[A, B] x, float[C] y) => (float[A, D] z) {\n"
+        " sh = Shape(y)\n st = Constant<value = int64[1] {1}>()\n"
+        " ax = Constant<value = int64[1] {1}>()\n z = Slice(x, st, sh, ax) }",
+        [((3, 6), (4,)), ((2, 5), (9,)), ((2, 5), (0,)), ((1, 1), (1,))]),
+    "slice_negative": (
+        "g (float[A, B] x) => (float[A, D] z) {\n"
+        " st = Constant<value = int64[1] {1}>()\n en = Constant<value = int64[1] {-1}>()\n"
+        " ax = Constant<value = int64[1] {1}>()\n z = Slice(x, st, en, ax) }",
+        [((3, 6),), ((2, 2),), ((2, 1),), ((0, 4),)]),
+    "embedding": (
+        "g (int64[B, S] ids) => (float[B, S, 3] y) {\n"
+        " t = Constant<value = float[5, 3] {" + ",".join(str(i) for i in range(15)) + "}>()\n"
+        " y = Gather<axis = 0>(t, ids) }",
+        [((2, 3),), ((1, 0),), ((3, 1),)]),
+    "layernorm_softmax": (
+        "g (float[B, S, 4] x) => (float[B, S, 4] y) {\n"
+        " g1 = Constant<value = float[4] {1, 2, 1, 0.5}>()\n"
+        " b1 = Constant<value = float[4] {0, 1, 0, 1}>()\n"
+        " n = LayerNormalization<axis = -1, epsilon = 0.00001>(x, g1, b1)\n"
+        " y = Softmax<axis = -1>(n) }",
+        [((2, 3, 4),), ((1, 1, 4),), ((0, 2, 4),)]),
+    "reduce_mean_keep": (
+        "g (float[A, B] x) => (float[A, 1] y) {\n"
+        " y = ReduceMean<axes = [1], keepdims = 1>(x) }",
+        [((3, 5),), ((1, 1),), ((4, 7),)]),
+    "where_mask": (
+        "g (float[A, B] x, float[A, B] y) => (float[A, B] z) {\n"
+        " c = Less(x, y)\n z = Where(c, x, y) }",
+        [((3, 4), (3, 4)), ((1, 1), (1, 1)), ((2, 3), (3, 3))]),
+    "expand_to_shape": (
+        "g (float[A, 1] x, float[A, B] y) => (float[A, B] z) {\n"
+        " s = Shape(y)\n z = Expand(x, s) }",
+        [((3, 1), (3, 4)), ((1, 1), (1, 5)), ((2, 1), (3, 4))]),
+    "range_positions": (
+        "g (float[B, S] x) => (float[B, S] y) {\n"
+        " sh = Shape(x)\n i1 = Constant<value = int64 {1}>()\n s = Gather<axis = 0>(sh, i1)\n"
+        " z = Constant<value = int64 {0}>()\n o = Constant<value = int64 {1}>()\n"
+        " r = Range(z, s, o)\n f = Cast<to = 1>(r)\n y = Add(x, f) }",
+        [((2, 5),), ((1, 1),), ((3, 0),)]),
+    "flatten_transpose": (
+        "g (float[A, B, C] x) => (float[D, E] y) {\n"
+        " t = Transpose<perm = [2, 0, 1]>(x)\n y = Flatten<axis = 1>(t) }",
+        [((2, 3, 4),), ((1, 5, 1),), ((0, 2, 3),)]),
+}
+
+
+def _run(fn, arrays):
+    try:
+        return fn(*arrays)
+    except onnxjit.OnnxJitError as e:
+        return type(e)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_symbolic_program_matches_specialised(name):
+    text, calls = CASES[name]
+    dyn = onnxjit.compile(HEAD + text, cache_dir=False, specialize="dynamic")
+    spec = onnxjit.compile(HEAD + text, cache_dir=False, specialize="shape")
+    served = 0
+    for shapes in calls:
+        arrays = [RNG.integers(0, 5, s).astype(np.int64) if n.startswith("i")
+                  else RNG.standard_normal(s).astype(np.float32)
+                  for n, s in zip(dyn.input_names, shapes)]
+        want, got = _run(spec, arrays), _run(dyn, arrays)
+        if isinstance(want, type):
+            assert got is want, (shapes, got)
+            assert want is onnxjit.InputError, (shapes, want)
+            continue
+        assert not isinstance(got, type), (shapes, got)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype, shapes
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=str(shapes))
+        served += 1
+    assert dyn._symbolic.reasons() == [], dyn._symbolic.reasons()
+    assert [p for p in dyn._symbolic.programs.values() if p is not None]
+    assert served >= 2
+
+
+def test_violated_relation_is_an_input_error_not_a_result():
+    text, _ = CASES["reshape_minus_one"]
+    fn = onnxjit.compile(HEAD + text, cache_dir=False, specialize="dynamic")
+    fn(np.ones((2, 3), np.float32))
+    with pytest.raises(onnxjit.InputError, match="cannot reshape 5 elements"):
+        fn(np.ones((1, 5), np.float32))
