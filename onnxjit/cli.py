@@ -144,10 +144,45 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"  output {name}: {v.type}")
     ops = Counter(n.qualified_op for n in g.walk())
     print(f"  {sum(ops.values())} nodes, {len(g.initializers)} initializers")
+    per_shape = []
     for op_name, k in sorted(ops.items()):
         n = next(n for n in g.walk() if n.qualified_op == op_name)
-        mark = "" if lookup(n.domain, n.op) else "   <- not supported"
+        d = lookup(n.domain, n.op)
+        mark = "" if d else "   <- not supported"
+        if d and not (d.symbolic or d.scalar):
+            mark, _ = "   (sizes per shape)", per_shape.append(op_name)
         print(f"    {op_name:24s} {k:5d}{mark}")
+    if per_shape:
+        print(f"  ops whose code needs concrete sizes: {', '.join(per_shape)}; with "
+              "specialize 'auto'/'dynamic' the model compiles a program per input shape")
+    return 0
+
+
+def _hints(specs: Sequence[str]) -> dict[str, int]:
+    out = {}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        if not name or not value.isdigit():
+            raise OnnxJitError(f"--hint takes symbol=size (an int), got '{spec}'")
+        out[name] = int(value)
+    return out
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Build the program for every size of the model's symbolic dims into the disk cache."""
+    fn = onnxjit.compile(_model_arg(args.model), cache_dir=args.cache_dir or None,
+                         specialize=args.specialize)
+    t0 = time.perf_counter()
+    r = fn.precompile(**_hints(args.hint))
+    dt = time.perf_counter() - t0
+    where = fn.options.cache_dir or "memory only (no disk cache)"
+    if not r["symbols"]:
+        print(f"every size is fixed: compiled its program in {dt:.2f} s -> {where}")
+    elif r["symbolic"]:
+        print(f"one program for every {', '.join(r['symbols'])}: {dt:.2f} s -> {where}")
+    else:
+        print(f"no program for every size of {', '.join(r['symbols'])}: {r['reason']}; "
+              "each shape compiles its own")
     return 0
 
 
@@ -196,6 +231,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             s.add_argument("--cache-dir", default=None)
     s = sub.add_parser("info")
     s.add_argument("model")
+    s = sub.add_parser("compile", help="build the program for every size of the model's "
+                                       "symbolic dims into the disk cache (a warm start)")
+    s.add_argument("model")
+    s.add_argument("--hint", action="append", default=[],
+                   help="symbol=size: a symbolic dim's usual size (tiling decisions)")
+    s.add_argument("--cache-dir", default=None)
+    s.add_argument("--specialize", default="auto", choices=("auto", "dynamic"))
     c = sub.add_parser("convert", help="convert between .onnx and .onnxtxt (text syntax)")
     c.add_argument("input", help=".onnx, .onnxtxt, or - (text on stdin)")
     c.add_argument("output", help=".onnx, .onnxtxt, or - (text on stdout)")
@@ -223,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "then each engine's idle spinning threads slow the other's next call")
     args = p.parse_args(argv)
     handler = {"demo": cmd_demo, "run": cmd_run, "dump": cmd_dump, "info": cmd_info,
-               "convert": cmd_convert, "bench": cmd_bench}[args.cmd]
+               "compile": cmd_compile, "convert": cmd_convert, "bench": cmd_bench}[args.cmd]
     try:
         return handler(args)
     except OnnxJitError as e:

@@ -431,6 +431,14 @@ class CompiledModel:
                         dump=lambda name, text: texts.__setitem__(name, text))
         return texts[{"llvm": "llvm.ll", "llvm-opt": "llvm-opt.ll", "asm": "asm.s"}[stage]]
 
+    def precompile(self, **hints: int) -> dict[str, Any]:
+        """Compile now the program that serves every size of the dims the model declares
+        symbolic, and store it in the disk cache: later calls, in this process or a fresh one
+        sharing the cache, compile nothing. Keywords give symbols' usual sizes (`batch=8`),
+        which tiling decisions use. Returns {"symbolic": built or not, "symbols", "reason" (why
+        not), "compile_seconds"}; a model whose sizes are all fixed gets its one program."""
+        return self._symbolic.precompile(hints)
+
     @staticmethod
     def cache_info() -> dict[str, int]:
         """Process-wide cache counters: memory_hits, disk_hits, misses, disk_errors, writes."""

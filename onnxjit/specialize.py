@@ -17,6 +17,10 @@ Algorithm of `Specializer.artifact(sig)` (None: the caller compiles `sig` on its
    shape-specialised path;
 3) `bind(sig)`: the Artifact of this call's shapes, or None when they violate a size relation
    the program assumes (that signature is then compiled on its own).
+
+`precompile` builds the program with every declared-symbolic dim symbolic before any call (a
+server starting warm; `onnxjit compile` on the command line), and records those dims as varying
+so that "auto" serves the first call from it.
 """
 
 from __future__ import annotations
@@ -26,8 +30,17 @@ import time
 from typing import Any
 
 from onnxjit import cache as cache_mod
-from onnxjit.dynamic import SymbolicArtifact, symbol_positions, symbolic_signature
+from onnxjit.dynamic import (
+    SymbolicArtifact,
+    symbol_name,
+    symbol_positions,
+    symbolic_signature,
+)
 from onnxjit.errors import OnnxJitError
+from onnxjit.ir.types import DType
+
+#: the size a symbol is taken to have usually when `precompile` is given no hint for it
+DEFAULT_HINT = 16
 
 
 class Specializer:
@@ -52,7 +65,8 @@ class Specializer:
 
     def artifact(self, sig: tuple) -> Any:
         """The Artifact of `sig` from a symbolic program, or None (see the module docstring)."""
-        pattern = tuple([(d, len(s)) for d, s in sig])
+        # (dtype, rank) of tensors; sequences and optionals enter by their kind only
+        pattern = tuple([(d, len(s)) if d.__class__ is DType else (d, None) for d, s in sig])
         positions = self.positions.get(pattern)
         if positions is None:
             positions = self.positions[pattern] = symbol_positions(self.owner._declared, sig)
@@ -119,6 +133,48 @@ class Specializer:
                     owner._disk.put(key, cache_mod.Entry({"not_symbolic": str(e)}))
             self.programs[key] = prog
             return prog
+
+    def precompile(self, hints: dict[str, int]) -> dict[str, Any]:
+        """Build (or find in the disk cache) the program in which every dim the model declares
+        symbolic stays symbolic, before any call; `hints` are the usual sizes of symbols
+        (tiling and splitting decisions; DEFAULT_HINT otherwise). The symbols are then kept as
+        varying, so that "auto" serves every call from this program from the first one on."""
+        owner = self.owner
+        if self.mode == "shape":
+            raise OnnxJitError("precompile builds the program of every size, which "
+                               "specialize='shape' never uses: compile with specialize="
+                               "'auto' (the default) or 'dynamic'")
+        sig = []
+        for name, kind, dims in owner._declared:
+            if not isinstance(kind, DType) or dims is None:
+                raise OnnxJitError(f"input '{name}' has no declared rank (or is not a tensor): "
+                                   "precompile needs the model to declare every input's rank")
+            sig.append((kind, tuple(
+                d if isinstance(d, int) else int(hints.get(
+                    d if isinstance(d, str) else symbol_name(name, a), DEFAULT_HINT))
+                for a, d in enumerate(dims))))
+        positions = symbol_positions(owner._declared, tuple(sig))
+        symbols = sorted({name for _, _, name in positions})
+        if not symbols:
+            art = owner._artifact(tuple(sig))  # every size fixed: the one program there is
+            return {"symbolic": False, "symbols": [],
+                    "compile_seconds": getattr(art, "compile_seconds", 0.0)}
+        unknown = sorted(set(hints) - set(symbols))
+        if unknown:
+            raise OnnxJitError(f"unknown symbol(s) {unknown} in hints; the model's symbolic "
+                               f"dims are {symbols}")
+        ssig, sizes = symbolic_signature(owner._declared, tuple(sig), None)
+        prog = self.program(ssig, sizes)
+        if prog is not None:
+            with self.lock:
+                grew = not set(symbols) <= self.varying
+                self.varying |= set(symbols)
+            if grew:
+                owner._store_varying(sorted(self.varying))
+        key = owner._artifact_key(ssig)
+        return {"symbolic": prog is not None, "symbols": symbols,
+                "reason": self.not_symbolic.get(key),
+                "compile_seconds": 0.0 if prog is None else prog.compile_seconds}
 
     def reasons(self) -> list[str]:
         """Why symbolic programs could not be built, one line each."""
