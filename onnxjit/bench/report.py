@@ -84,6 +84,8 @@ def markdown(doc: dict[str, Any]) -> str:
              "| GFLOP/s | cold compile | warm start | peak MB onnxjit / ort | note |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in doc["results"]:
+        if r.get("kind") == "stream":
+            continue
         if r["status"] != "ok":
             lines.append(f"| {r['name']} | {r['status']} | | | | | | | | "
                          f"{r['message'][:80].replace('|', '/')} |")
@@ -102,7 +104,36 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_f(r.get('ratio'), '.2f', 'x')} | {_f(r.get('ratio_calls'), '.2f', 'x')} | {gf} | "
             f"{_f(r.get('compile_cold_ms'), '.0f', ' ms')} | "
             f"{_f(r.get('compile_warm_ms'), '.0f', ' ms')} | {mem} | {note} |")
+    return "\n".join(lines) + "\n" + _dynamic(doc["results"]) + _streams(doc["results"])
+
+
+def _dynamic(rows: list[dict[str, Any]]) -> str:
+    """The table of `bench.dynamic` (symbolic program vs specialised), if any row has it."""
+    rows = [r for r in rows if r.get("dynamic_status")]
+    if not rows:
+        return ""
+    lines = ["", "`specialize=\"dynamic\"` (open dims symbolic, one program for every size) "
+             "against the program specialised for the benchmark's shapes, interleaved; ratio = "
+             "specialised median / symbolic median (>= 0.90: within 10%).", "",
+             "| benchmark | symbolic | specialised | ratio | program |", "|---|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['name']} | {_us(r.get('dynamic_us'))} | "
+                     f"{_us(r.get('specialised_us'))} | {_f(r.get('dynamic_ratio'), '.2f', 'x')} "
+                     f"| {r['dynamic_status'].replace('|', '/')} |")
     return "\n".join(lines) + "\n"
+
+
+def _streams(rows: list[dict[str, Any]]) -> str:
+    rows = [r for r in rows if r.get("kind") == "stream"]
+    if not rows:
+        return ""
+    from onnxjit.bench.streams import markdown as stream_table
+
+    return ("\nStreams of calls with varying shapes, end to end against onnxruntime (session "
+            "creation included), each engine in a fresh process: cold = empty disk cache, warm "
+            "= a cache filled by another stream of the model (other shapes); steady = both warm, "
+            "whole streams alternated in one process (`onnxjit/bench/streams.py`).\n\n"
+            + stream_table(rows))
 
 
 def write_json(doc: dict[str, Any], path: str) -> None:

@@ -49,6 +49,10 @@ QUICK = ["add4", "mlp_b1", "mlp_b32", "gemm_1024x1024x1024", "gemm_64x784x512", 
          "bert_tiny", "resnet_like", "lstm", "elementwise_chain_4M", "conv3x3_64_56",
          "conv1x1_256to64_56", "dwconv3x3_144_56"]
 THREAD_SCALING = {"light_resnet50", "resnet_like"}
+#: models also compiled with their open dims symbolic, timed against the specialised program
+#: (`bench.dynamic`)
+DYNAMIC_COMPARE = {"mlp_b1", "mlp_b32", "bert_tiny", "mobilenetv2_like", "light_resnet50",
+                   "lstm"}
 NOISE_NOTE = ("Measured on a shared 2-core VM (other guests run on its host): absolute times and "
               "ratios vary by 20-50% between runs, more for sub-100-us models; compare ratios "
               "with a generous tolerance.")
@@ -197,6 +201,13 @@ def _measure(bm: BenchModel, row: dict[str, Any], folder: str, seconds: float,
     if one is not None:
         row.update(speedup_threads=statistics.median(times[-1]) / tj,
                    threads_default=fn.options.num_threads)
+    if bm.name in DYNAMIC_COMPARE and seconds > 0:  # (not in a smoke run)
+        from onnxjit.bench import dynamic
+
+        try:
+            row.update(dynamic.compare(bm.model, bm.feeds, threads, seconds / 2))
+        except Exception as e:  # noqa: BLE001 - reported in the row, the timing stands
+            row["dynamic_status"] = f"error: {type(e).__name__}: {e}"[:200]
     if bm.flops:
         row["gflops"] = bm.flops / tj / 1e9
         if _uses_strassen(fn):
@@ -238,12 +249,16 @@ def main(args: Any) -> int:
 
     ORT_SPINNING = getattr(args, "ort_spinning", "on") != "off"
     INTERLEAVE = getattr(args, "interleave", "blocks")
+    from onnxjit.bench import streams
+
     names = list(registry())
     if args.quick and not args.k:
         names = [n for n in names if n in QUICK]
     names = select(names, args.k)
-    if not names:
-        print(f"no benchmark matches -k {args.k!r}; known: {', '.join(registry())}")
+    stream_names = [] if args.quick and not args.k else select(list(streams.STREAMS), args.k)
+    if not names and not stream_names:
+        print(f"no benchmark matches -k {args.k!r}; known: "
+              f"{', '.join([*registry(), *streams.STREAMS])}")
         return 2
     seconds = args.seconds if args.seconds is not None else (0.4 if args.quick else 3.0)
     doc: dict[str, Any] = {"note": args.note or NOISE_NOTE, "machine": report.machine(),
@@ -264,6 +279,12 @@ def main(args: Any) -> int:
         print(f"{n:24s} onnxjit {num['onnxjit_us']} us  ort {num['ort_us']} us  ratio "
               f"{num['ratio']}x  cold {num['compile_cold_ms']} ms  warm "
               f"{num['compile_warm_ms']} ms", flush=True)
+    for n in stream_names:
+        r = streams.measure(n, args.tiny)
+        doc["results"].append(r)
+        print(f"{n:24s} end to end: onnxruntime {r['ort_e2e_s']:.2f} s, onnxjit cold "
+              f"{r['ratio_cold']:.2f}x, warm cache {r['ratio_warm']:.2f}x "
+              f"({r['warm_misses']} compiles); steady {r['ratio_steady']:.2f}x", flush=True)
     if args.json:
         report.write_json(doc, args.json)
     table = report.markdown(doc)

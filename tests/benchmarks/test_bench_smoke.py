@@ -4,8 +4,10 @@ No timing assertions (timing thresholds live in `onnxjit bench --baseline`): eac
 build, compile, and agree with onnxruntime numerically; the subprocess measurements (cold and
 warm compile, peak memory), the JSON and markdown reports, the baseline comparison (including
 the non-zero exit on a synthetic regression) and the "unsupported" row are checked on tiny
-models. The nine `light` models keep their real size (they cannot be shrunk), so they are only
-compiled, run and compared, not timed in subprocesses.
+models. The nine `light` models keep their real size (they cannot be shrunk): they are the
+ONNX backend suite's real models, which `tests/test_backend.py` already compiles and checks,
+so only the smallest (SqueezeNet) goes through the bench here (the others cost CI minutes and
+would test nothing more of the bench).
 """
 
 import json
@@ -22,7 +24,8 @@ from onnxjit.bench import report as bench_report
 from onnxjit.bench import runner as bench
 from onnxjit.bench.builder import BenchModel
 
-NAMES = list(bench_models.registry())
+NAMES = [n for n in bench_models.registry()
+         if not n.startswith("light_") or n == "light_squeezenet"]
 BASELINE = Path(__file__).parent / "baseline.json"
 
 
@@ -67,6 +70,31 @@ def test_blocks_and_alternating_calls(monkeypatch):
     monkeypatch.setattr(bench, "INTERLEAVE", "calls")
     row = bench.run_one("mlp_b1", seconds=0.0, tiny=True, subprocesses=False)
     assert row["interleave"] == "calls" and "ratio_calls" not in row and row["ratio"] > 0
+
+
+def test_dynamic_comparison_and_its_table():
+    from onnxjit.bench import dynamic
+
+    bm = bench_models.build("bert_tiny", tiny=True)
+    sym = dynamic.symbolic_variant(bm.model)
+    dims = [[d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+            for i in sym.graph.input]
+    assert dims == [["d0_0", "d0_1"]]  # token ids: batch and sequence open
+    row = {"name": "bert_tiny", **dynamic.compare(bm.model, bm.feeds, 0, 0.0)}
+    assert row["dynamic_status"] == "symbolic" and row["dynamic_ratio"] > 0
+    table = bench_report.markdown({"results": [dict(row, status="error", message="x")]})
+    assert "specialize=\"dynamic\"" in table and "| bert_tiny |" in table
+
+
+def test_stream_row_end_to_end():
+    from onnxjit.bench import streams
+
+    row = streams.measure("stream_decoder", tiny=True, rounds=1)
+    assert row["status"] == "ok", row.get("message")
+    assert row["calls"] == 5 and row["warm_misses"] == 0  # a warm cache compiles nothing
+    assert row["ratio_cold"] > 0 and row["ratio_warm"] > 0 and row["ratio_steady"] > 0
+    table = bench_report.markdown({"results": [row]})
+    assert "| stream_decoder | 5 |" in table
 
 
 def test_single_thread_gemm_reports_peak_fraction():
@@ -142,5 +170,7 @@ def test_committed_baseline_names_known_models():
     doc = json.loads(BASELINE.read_text())
     assert doc["note"] and doc["fma_peak"]["gflops"] > 0
     assert doc["machine"]["versions"]["onnxruntime"] != "-"
+    from onnxjit.bench import streams
+
     names = {r["name"] for r in doc["results"]}
-    assert names <= set(NAMES) and "mlp_b32" in names
+    assert names <= {*bench_models.registry(), *streams.STREAMS} and "mlp_b32" in names
