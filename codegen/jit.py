@@ -40,8 +40,8 @@ from onnxjit.ir.loops import Program
 
 _PLACEHOLDER = "onnxjit_PROGRAMID"
 _LOOP_SELF = re.compile(r'(!\d+) = !\{ !"' + re.escape(LOOP_SELF) + r'\.\d+",')
-_LIBC_SYMBOLS = ("exp", "log", "tanh", "erf", "pow", "powf", "fmod", "fmodf", "expf", "logf",
-                 "tanhf", "erff", "memset", "memcpy", "memmove",
+_LIBC_SYMBOLS = ("exp", "expm1", "log", "tanh", "erf", "pow", "powf", "fmod", "fmodf", "expf",
+                 "logf", "tanhf", "erff", "memset", "memcpy", "memmove",
                  # the worker pool's; in libc since glibc 2.34, else libpthread
                  *PTHREAD_SYMBOLS)
 _symbols_done = False

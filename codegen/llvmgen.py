@@ -358,7 +358,7 @@ KEEP_FOLDS, FOLD_LANES = True, 8
 
 #: Ops whose polynomial code is a long dependent chain: an innermost loop computing one is
 #: interleaved twice (measured: the 4M-float sigmoid(erf(tanh)) chain 13% faster).
-_CHAINED = frozenset({"exp", "log", "tanh", "sigmoid", "erf", "pow"})
+_CHAINED = frozenset({"exp", "expm1", "log", "tanh", "sigmoid", "erf", "pow"})
 
 
 def _ident(name: str) -> str:

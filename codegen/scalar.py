@@ -17,7 +17,7 @@ semantics need guards are spelled out:
   scalar_eval's rule for negative exponents; float pow calls libm `powf`/`pow`;
 - casts: float->int saturate with NaN -> 0 (`llvm.fptosi.sat`/`llvm.fptoui.sat`), ->bool is
   `x != 0` (`fcmp une`, so NaN -> true), unsigned sources zero-extend / convert unsigned;
-- f32 exp/log/tanh/sigmoid/erf go through `MathLib` (vectorizable polynomials), never
+- f32 exp/expm1/log/tanh/sigmoid/erf go through `MathLib` (vectorizable polynomials), never
   `llvm.exp.f32` (scalarized into libm calls per lane); sqrt/floor/ceil/fabs are intrinsics.
 Fast-math flags are never set: ONNX needs IEEE semantics (NaN and inf tests exist).
 
@@ -138,7 +138,7 @@ _FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<="
          "gt": (">", True), "ge": (">=", True)}
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _FLOAT_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "abs": "fabs"}
-_MATH = ("exp", "log", "tanh", "sigmoid", "erf")
+_MATH = ("exp", "expm1", "log", "tanh", "sigmoid", "erf")
 #: Ops whose result needs no rounding to a narrow float: they return an operand, one already
 #: rounded (cast), or an exactly representable value of representable operands.
 _EXACT_ON_NARROW = ("cast", "copy", "select", "neg", "abs", "min", "max", "floor", "ceil")

@@ -199,8 +199,8 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 _FLOAT_MATH = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "floor": np.floor,
-    "ceil": np.ceil, "sigmoid": _sigmoid, "erf": _erf,
+    "exp": np.exp, "expm1": np.expm1, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
+    "floor": np.floor, "ceil": np.ceil, "sigmoid": _sigmoid, "erf": _erf,
 }
 _CMP = {
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,

@@ -37,7 +37,7 @@ from onnxjit.ir.ops.elementwise.inference import (
     tensor,
 )
 from onnxjit.ir.ops.shape_utils import tensor_input
-from onnxjit.ir.types import DType, TensorType
+from onnxjit.ir.types import NARROW_FLOATS, DType, TensorType
 
 D = DType
 #: ONNX type-constraint building blocks (sets of element types).
@@ -170,6 +170,21 @@ def binary(name: str, versions: tuple[int, ...], types: Types, rule: ScalarRule,
 def simple(scalar_op: str) -> ScalarRule:
     """The rule applying one scalar op to the given inputs."""
     return lambda b, node, a: b.op(scalar_op, *[x for x in a if x is not None])
+
+
+def in_f32(rule: ScalarRule) -> ScalarRule:
+    """`rule` computed in f32 for f16/bf16 inputs, the result rounded once: a composition
+    rounded to the narrow type after every op loses range and precision on the way (the
+    exp inside cosh(11.5) overflows f16; 1 + e**-|x| in f16 loses softplus's whole tail)."""
+
+    def wrapped(b: Builder, node: Node, a: list[Operand]) -> Operand:
+        narrow = a[0].dtype if a and a[0] is not None else None
+        if narrow not in NARROW_FLOATS:
+            return rule(b, node, a)
+        wide = [b.cast(x, D.FLOAT) if x is not None and x.dtype == narrow else x for x in a]
+        return b.cast(rule(b, node, wide), narrow)
+
+    return wrapped
 
 
 # --------------------------------------------------------------------------- binary arithmetic

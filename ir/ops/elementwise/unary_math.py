@@ -6,18 +6,30 @@ shared registration and dtype checks). Ops without a scalar op of their own are 
 
 - Round (half to even): f = floor(x), d = x - f; d > 0.5 -> f + 1, d < 0.5 -> f, a tie -> the
   even one of f and f + 1 (inf/NaN fall through to f + 1, which is inf/NaN again);
-- Sinh/Asinh/Atanh: for |x| < 0.1 a Taylor polynomial (the closed forms cancel catastrophically
-  near 0), else the exp/log closed form; Asinh/Acosh switch to log(2|x|) for huge |x| so that
-  x*x cannot overflow;
+- Sinh/Cosh: e**|x|/2 as e**(|x| - ln2_hi) * e**(ln2_hi - ln2) (ln2_hi has 9 bits, so the
+  subtraction is exact), so results up to the type's maximum do not overflow in the exp; Sinh
+  of |x| <= 20 is (m + m / (m + 1)) / 2 with m = expm1(|x|) (no cancellation near 0), beyond
+  it e**|x|/2 (one expm1 either way), x's sign restored; Cosh = h + 1/(4h), h = e**|x|/2;
+- Asinh/Acosh/Atanh follow fdlibm's forms, with one log each: log1p(v) of a v computed
+  without cancellation (Asinh: |x| + sqrt(x**2 + 1) = 1 + v, v = |x| + x**2 / (1 + sqrt(1 +
+  x**2)); Acosh: x + sqrt(x**2 - 1) = 1 + v, v = t + sqrt(t (t + 2)), t = x - 1; Atanh:
+  2 atanh|x| = log1p(v), v = 2|x| + |x| w below 1/2, else w, w = 2|x| / (1 - |x|)), where
+  log1p(v) = log(u) + (v - (u - 1)) / u with u = 1 + v, and 1/u = 1 - (u - 1) p(u) with a
+  cubic p (no division: `_log1p_or`); beyond 2**28 (where x*x overflows or no longer
+  matters) log(|x|) + ln 2 through the same log. Acosh of x < 1 is NaN; the odd ones return
+  x itself where it is tiny (keeping -0);
+- f16/bf16 compositions compute in f32 and round once (`arithmetic.in_f32`);
 - Erf-9 also accepts integers: computed in f64 and truncated back.
 """
 
 from __future__ import annotations
 
+import math
+
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Operand
-from onnxjit.ir.ops.elementwise.arithmetic import BF16, FLOATS, INTS, c, simple, unary
+from onnxjit.ir.ops.elementwise.arithmetic import BF16, FLOATS, INTS, c, in_f32, simple, unary
 from onnxjit.ir.types import DType
 
 _F = ((1, FLOATS), (13, FLOATS | BF16))  # T of the opset-1/6/13 unary float ops
@@ -62,71 +74,101 @@ unary("Round", (11, 22), _ROUND, lambda b, n, a: round_half_even(b, a[0]),
 # --------------------------------------------------------------------------- hyperbolic
 
 _H = ((9, FLOATS), (22, FLOATS | BF16))
-_SMALL = 0.1
+_LN2 = math.log(2)
+_LN2_HI = 0.693359375  # ln 2 to 9 bits: |x| - _LN2_HI is exact for |x| in [0.35, 2^15)
+_HALF_E = math.exp(_LN2_HI - _LN2)  # e**a / 2 = e**(a - _LN2_HI) * _HALF_E
+_BIG = 20.0  # beyond it e**-2a < 2**-57: sinh(a) = cosh(a) = e**a / 2 in f32 and f64
+_HUGE = 2.0 ** 28  # beyond it sqrt(x*x +- 1) = x and asinh/acosh = log(x) + ln 2 in f64
 
 
-def _poly(b: Builder, x: Operand, coeffs: list[float]) -> Operand:
-    """x * (c0 + c1 x^2 + c2 x^4 + ...) by Horner's rule in x^2."""
-    x2 = b.op("mul", x, x)
-    acc: Operand = c(coeffs[-1], x)
-    for k in reversed(coeffs[:-1]):
-        acc = b.op("add", b.op("mul", acc, x2), c(k, x))
-    return b.op("mul", acc, x)
+def _tiny(x: Operand) -> float:
+    """|x| below this: asinh, atanh = x correctly rounded (x**3/3 < half an ulp of x)."""
+    return 2.0 ** -12 if x.dtype != DType.DOUBLE else 2.0 ** -27
 
 
-def _small(b: Builder, x: Operand) -> Operand:
-    return b.op("lt", b.op("abs", x), c(_SMALL, x))
+#: p(u) ~ 1/u on [1, 2], relative error 1.7e-3 (Lawson's minimax, as tools/fit_math.py fits)
+_RECIP = (2.8284227083040157, -2.9393410670620566, 1.3310222900007873, -0.22183703548769482)
+
+
+def log1p(b: Builder, v: Operand) -> Operand:
+    """log(1 + v) for v in [0, inf], relatively accurate near 0 (see `_log1p_or`)."""
+    return _log1p_or(b, v, None, v)
+
+
+def _log1p_or(b: Builder, v: Operand, huge: Operand | None, x: Operand) -> Operand:
+    """log(1 + v) for v >= 0, or where `huge` log(x) + ln 2, with one log and no division:
+    u = 1 + v rounds, and (v - d) / u with d = u - 1 (an exact numerator) corrects log(u) for
+    that rounding. Where u < 2 the correction is below half an ulp of u but may be all of the
+    result (u = 1), so 1/u = 1 - d/u is taken as 1 - d p(u), relatively exact as d -> 0;
+    beyond 2 the uncorrected log(u) is already within a quarter ulp."""
+    u = b.op("add", v, c(1, v))
+    d = b.op("sub", u, c(1, v))
+    acc: Operand = c(_RECIP[-1], v)
+    for k in reversed(_RECIP[:-1]):
+        acc = b.op("add", b.op("mul", acc, u), c(k, v))
+    inv = b.op("sub", c(1, v), b.op("mul", d, acc))
+    fix = b.op("select", b.op("lt", u, c(2, v)), b.op("mul", b.op("sub", v, d), inv), c(0, v))
+    if huge is None:
+        return b.op("add", b.op("log", u), fix)
+    return b.op("add", b.op("log", b.op("select", huge, x, u)),
+                b.op("select", huge, c(_LN2, x), fix))
+
+
+def _odd(b: Builder, x: Operand, mag: Operand) -> Operand:
+    """An odd function's value from its value `mag` at |x|: x itself where |x| is tiny (which
+    keeps the sign of zero), else mag with x's sign."""
+    signed = b.op("select", b.op("lt", x, c(0, x)), b.op("neg", mag), mag)
+    return b.op("select", b.op("lt", b.op("abs", x), c(_tiny(x), x)), x, signed)
 
 
 def _sinh(b: Builder, node: Node, a: list[Operand]) -> Operand:
     x = a[0]
-    e = b.op("exp", x)
-    big = b.op("mul", b.op("sub", e, b.op("div", c(1, x), e)), c(0.5, x))
-    # The series' next term at |x| = 0.1 is ~2.5e-19 relative: exact in f64.
-    series = _poly(b, x, [1.0, 1 / 6, 1 / 120, 1 / 5040, 1 / 362880])
-    return b.op("select", _small(b, x), series, big)
+    ax = b.op("abs", x)
+    big = b.op("gt", ax, c(_BIG, x))
+    # one expm1: of |x|, or beyond _BIG of |x| - ln2_hi (no overflow before the halving)
+    em = b.op("expm1", b.op("select", big, b.op("sub", ax, c(_LN2_HI, x)), ax))
+    e = b.op("add", em, c(1, x))
+    small = b.op("mul", b.op("add", em, b.op("div", em, e)), c(0.5, x))
+    return _odd(b, x, b.op("select", big, b.op("mul", e, c(_HALF_E, x)), small))
 
 
 def _cosh(b: Builder, node: Node, a: list[Operand]) -> Operand:
     x = a[0]
-    e = b.op("exp", b.op("abs", x))  # exp(|x|) keeps 1/e finite for very negative x
-    return b.op("mul", b.op("add", e, b.op("div", c(1, x), e)), c(0.5, x))
-
-
-_HUGE = 1e15  # beyond this x*x + 1 == x*x in f64 and log(2|x|) is exact enough
+    h = b.op("mul", b.op("exp", b.op("sub", b.op("abs", x), c(_LN2_HI, x))), c(_HALF_E, x))
+    return b.op("add", h, b.op("div", c(0.25, x), h))  # e**|x|/2 + e**-|x|/2
 
 
 def _asinh(b: Builder, node: Node, a: list[Operand]) -> Operand:
+    # |x| + sqrt(x^2 + 1) = 1 + v, v = |x| + x^2 / (1 + sqrt(1 + x^2)): no cancellation
     x = a[0]
     ax = b.op("abs", x)
-    root = b.op("sqrt", b.op("add", b.op("mul", ax, ax), c(1, x)))
-    mid = b.op("log", b.op("add", ax, root))
-    huge = b.op("add", b.op("log", ax), c(0.6931471805599453, x))
-    mag = b.op("select", b.op("gt", ax, c(_HUGE, x)), huge, mid)
-    signed = b.op("select", b.op("lt", x, c(0, x)), b.op("neg", mag), mag)
-    series = _poly(b, x, [1.0, -1 / 6, 3 / 40, -15 / 336, 105 / 3456, -945 / 42240])
-    return b.op("select", _small(b, x), series, signed)
+    one = c(1, x)
+    sq = b.op("mul", ax, ax)
+    v = b.op("add", ax, b.op("div", sq, b.op("add", b.op("sqrt", b.op("add", sq, one)), one)))
+    return _odd(b, x, _log1p_or(b, v, b.op("gt", ax, c(_HUGE, x)), ax))
 
 
 def _acosh(b: Builder, node: Node, a: list[Operand]) -> Operand:
+    # x + sqrt(x^2 - 1) = 1 + v, v = t + sqrt(t (t + 2)) with t = x - 1 (exact near 1)
     x = a[0]
-    root = b.op("sqrt", b.op("sub", b.op("mul", x, x), c(1, x)))  # NaN for x < 1, as it must
-    mid = b.op("log", b.op("add", x, root))
-    huge = b.op("add", b.op("log", x), c(0.6931471805599453, x))
-    return b.op("select", b.op("gt", x, c(_HUGE, x)), huge, mid)
+    t = b.op("sub", x, c(1, x))
+    v = b.op("add", t, b.op("sqrt", b.op("mul", t, b.op("add", t, c(2, x)))))
+    mag = _log1p_or(b, v, b.op("gt", x, c(_HUGE, x)), x)
+    return b.op("select", b.op("ge", x, c(1, x)), mag, c(math.nan, x))  # x < 1, NaN: NaN
 
 
 def _atanh(b: Builder, node: Node, a: list[Operand]) -> Operand:
+    # 2 atanh|x| = log1p(v): v = 2|x| + |x| w below 1/2, else w, where w = 2|x| / (1 - |x|)
     x = a[0]
-    one = c(1, x)
-    ratio = b.op("div", b.op("add", one, x), b.op("sub", one, x))
-    big = b.op("mul", b.op("log", ratio), c(0.5, x))
-    series = _poly(b, x, [1.0, 1 / 3, 1 / 5, 1 / 7, 1 / 9, 1 / 11, 1 / 13])
-    return b.op("select", _small(b, x), series, big)
+    ax = b.op("abs", x)
+    w = b.op("div", b.op("add", ax, ax), b.op("sub", c(1, x), ax))  # inf at 1, NaN beyond
+    v = b.op("select", b.op("lt", ax, c(0.5, x)), b.op("add", b.op("add", ax, ax),
+                                                        b.op("mul", ax, w)), w)
+    return _odd(b, x, b.op("mul", log1p(b, v), c(0.5, x)))
 
 
-unary("Sinh", (9, 22), _H, _sinh, "hyperbolic sine")
-unary("Cosh", (9, 22), _H, _cosh, "hyperbolic cosine")
-unary("Asinh", (9, 22), _H, _asinh, "inverse hyperbolic sine")
-unary("Acosh", (9, 22), _H, _acosh, "inverse hyperbolic cosine")
-unary("Atanh", (9, 22), _H, _atanh, "inverse hyperbolic tangent")
+unary("Sinh", (9, 22), _H, in_f32(_sinh), "hyperbolic sine")
+unary("Cosh", (9, 22), _H, in_f32(_cosh), "hyperbolic cosine")
+unary("Asinh", (9, 22), _H, in_f32(_asinh), "inverse hyperbolic sine")
+unary("Acosh", (9, 22), _H, in_f32(_acosh), "inverse hyperbolic cosine")
+unary("Atanh", (9, 22), _H, in_f32(_atanh), "inverse hyperbolic tangent")
