@@ -17,7 +17,7 @@ CHUNK_OPS = 1 << 18
 GEMV_ROWS = 16
 #: rough cost of the scalar ops expanded to polynomials or guarded sequences
 _OP_COST = {"exp": 8, "expm1": 8, "log": 8, "tanh": 10, "erf": 10, "sigmoid": 8, "pow": 20,
-            "div": 4, "rem": 4}
+            "div": 4, "rem": 4, "sin": 40, "cos": 40, "tan": 44}
 #: trip count assumed for a loop whose bounds are variables (in our lowerings: blocks of a
 #: tiled loop, some tens of iterations)
 _UNKNOWN_TRIP = 64

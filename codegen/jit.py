@@ -5,7 +5,9 @@ names, then name the symbols `onnxjit_<program>_<hash>` where the hash is of the
 several programs load into one process without clashes and the same program always gets the same
 names (dumps are deterministic); 2) parse and verify it; 3) optimise with the new pass manager's
 O<opt_level> pipeline for the host CPU (loop and SLP vectorization on, no fast-math: the IR only
-carries fast-math flags where a Matmul reduction allows reassociation); 4) emit object code for a
+carries fast-math flags where a Matmul reduction allows reassociation), then inline the masked
+vector variants the vectorizer called (`vector_variants`: rare slow paths of math functions
+become branches in the vector loop); 4) emit object code for a
 target machine built from the host's CPU name and features. `dump(name, text)` receives
 "llvm.ll", "llvm-opt.ll" and "asm.s" in that order.
 
@@ -34,6 +36,7 @@ from onnxjit.codegen.irutil import LOOP_SELF
 from onnxjit.codegen.llvmgen import build_module, uses_pool
 from onnxjit.codegen.objects import CompiledObject
 from onnxjit.codegen.pool_ir import PTHREAD_SYMBOLS
+from onnxjit.codegen.vector_variants import inline_variants
 from onnxjit.digest import hexdigest
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Program
@@ -108,7 +111,8 @@ def _compile(program: Program, opt_level: int,
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:
-    """Run the new pass manager's O<opt_level> pipeline with vectorization on."""
+    """Run the new pass manager's O<opt_level> pipeline with vectorization on, then inline
+    the masked vector variants it called (`vector_variants.inline_variants`)."""
     pto = llvm.PipelineTuningOptions(speed_level=max(0, min(opt_level, 3)))
     if opt_level >= 2:
         pto.loop_vectorization = True
@@ -118,6 +122,7 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) ->
     pb = llvm.create_pass_builder(tm, pto)
     pm = pb.getModulePassManager()
     pm.run(mod, pb)
+    inline_variants(mod, tm)
 
 
 def object_code(ir_text: Callable[[str, str], str], opt_level: int = 2) -> bytes:

@@ -3,7 +3,9 @@
 `llvm.exp`/`llvm.tanh` and friends on vectors become one libm call per lane, so for float32 each
 function is emitted once per module as an internal `alwaysinline` function built only from
 arithmetic, bit casts, selects and intrinsics that have vector instructions; after inlining, a
-scalar loop calling it vectorizes to the host's full width. float64 calls libm (scalar).
+scalar loop calling it vectorizes to the host's full width. float64 calls libm (scalar), except
+sin/cos/tan, which for both types are f64 polynomials in `mathlib_trig` (exact reduction over
+the whole range; a cold path for huge arguments behind one branch a vector).
 
 Algorithms (coefficients fitted by `tools/fit_math.py`, which replays this float32 code and
 reports its error; the worst errors measured, in ulps of the float32-rounded float64 result,
@@ -49,6 +51,7 @@ from collections.abc import Callable, Sequence
 from llvmlite import ir
 
 from onnxjit.codegen import target
+from onnxjit.codegen.mathlib_trig import TRIG, Trig
 
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
@@ -98,11 +101,15 @@ class MathLib:
 
     def __init__(self, module: ir.Module):
         self.module = module
+        self.trig = Trig(module)
 
     def call(self, b: ir.IRBuilder, name: str, x: ir.Value, bound: float = math.inf
              ) -> ir.Value:
-        """`name`(x) for a float or double x: exp, expm1, log, tanh, sigmoid, erf; `bound` is a
-        bound of |x| the caller knows (non-NaN values), which may select a cheaper form."""
+        """`name`(x) for a float or double x: exp, expm1, log, tanh, sigmoid, erf, sin, cos,
+        tan; `bound` is a bound of |x| the caller knows (non-NaN values), which may select a
+        cheaper form."""
+        if name in TRIG:
+            return self.trig.call(b, name, x)
         if x.type == F64:
             if name == "sigmoid":
                 e = b.call(self._libm64("exp"), [b.fneg(x)])

@@ -17,8 +17,9 @@ semantics need guards are spelled out:
   scalar_eval's rule for negative exponents; float pow calls libm `powf`/`pow`;
 - casts: float->int saturate with NaN -> 0 (`llvm.fptosi.sat`/`llvm.fptoui.sat`), ->bool is
   `x != 0` (`fcmp une`, so NaN -> true), unsigned sources zero-extend / convert unsigned;
-- f32 exp/expm1/log/tanh/sigmoid/erf go through `MathLib` (vectorizable polynomials), never
-  `llvm.exp.f32` (scalarized into libm calls per lane); sqrt/floor/ceil/fabs are intrinsics.
+- f32 exp/expm1/log/tanh/sigmoid/erf and f32/f64 sin/cos/tan go through `MathLib`
+  (vectorizable polynomials), never `llvm.exp.f32` (scalarized into libm calls per lane);
+  sqrt/floor/ceil/fabs are intrinsics.
 Fast-math flags are never set: ONNX needs IEEE semantics (NaN and inf tests exist).
 
 Narrow floats (float16, bfloat16; `types.NARROW_FLOATS`) are f32 in registers and 16 bits in
@@ -138,7 +139,7 @@ _FCMP = {"eq": ("==", True), "ne": ("!=", False), "lt": ("<", True), "le": ("<="
          "gt": (">", True), "ge": (">=", True)}
 _ICMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _FLOAT_UNARY = {"sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "abs": "fabs"}
-_MATH = ("exp", "expm1", "log", "tanh", "sigmoid", "erf")
+_MATH = ("exp", "expm1", "log", "tanh", "sigmoid", "erf", "sin", "cos", "tan")
 #: Ops whose result needs no rounding to a narrow float: they return an operand, one already
 #: rounded (cast), or an exactly representable value of representable operands.
 _EXACT_ON_NARROW = ("cast", "copy", "select", "neg", "abs", "min", "max", "floor", "ceil")

@@ -56,7 +56,7 @@ SCALAR_OPS: dict[str, tuple[int, str]] = {
     # floating-point math (vectorizable polynomials in codegen for f32)
     "exp": (1, "same"), "log": (1, "same"), "sqrt": (1, "same"), "tanh": (1, "same"),
     "erf": (1, "same"), "sigmoid": (1, "same"), "floor": (1, "same"), "ceil": (1, "same"),
-    "expm1": (1, "same"),
+    "expm1": (1, "same"), "sin": (1, "same"), "cos": (1, "same"), "tan": (1, "same"),
     # logic and bitwise on bool (and ints)
     "and": (2, "same"), "or": (2, "same"), "xor": (2, "same"), "not": (1, "same"),
     # comparisons -> bool; ordered (false when a NaN is involved) except "ne"

@@ -198,9 +198,16 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x < 0, e * r, r)
 
 
+def _in_f64(fn):
+    """fn computed in float64 (rounded back by the caller): codegen evaluates sin/cos/tan of
+    a float32 in float64 too, so both give the correctly rounded result in practice."""
+    return lambda x: fn(x.astype(np.float64))
+
+
 _FLOAT_MATH = {
     "exp": np.exp, "expm1": np.expm1, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
     "floor": np.floor, "ceil": np.ceil, "sigmoid": _sigmoid, "erf": _erf,
+    "sin": _in_f64(np.sin), "cos": _in_f64(np.cos), "tan": _in_f64(np.tan),
 }
 _CMP = {
     "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,

@@ -1,10 +1,13 @@
-"""Native transcendental math against float64 numpy: exp/expm1/log/tanh/sigmoid/erf accuracy
-in ulps over every binade, special values, vectorization (no scalar libm calls), and the
-range-specialised short forms taken when `ir.loop_ranges` proves |arg| <= 1. Programs are
-built and run with the helpers of `test_codegen`.
+"""Native transcendental math against float64 numpy: exp/expm1/log/tanh/sigmoid/erf/sin/cos/
+tan accuracy in ulps over every binade, special values, vectorization (no scalar libm calls;
+huge trig arguments behind one branch a vector), and the range-specialised short forms taken
+when `ir.loop_ranges` proves |arg| <= 1. Programs are built and run with the helpers of
+`test_codegen`.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -14,12 +17,15 @@ from test_codegen import F32, native, ops_program
 from onnxjit.codegen import mathlib, target
 from onnxjit.ir.loop_builder import Builder, const, elementwise
 from onnxjit.ir.loops import Buffer, Kernel, Program
+from onnxjit.ir.types import DType
 
 # transcendental accuracy ----------------------------------------------------------------------
 # Worst error in ulps of the float32-rounded float64 result, over the whole range; measured by
 # tools/fit_math.py (exp 0.91, log 1.15, tanh 2.49, sigmoid 2.25, erf 2.83) and on
-# `math_inputs` (expm1 1.33) plus a margin.
-MAX_ULP = {"exp": 1.5, "log": 1.5, "tanh": 3.0, "sigmoid": 3.0, "erf": 3.5, "expm1": 2.0}
+# `math_inputs` (expm1 1.33; sin, cos, tan 0.49999: computed in f64, correctly rounded unless
+# the f64 result lies within 2^-28 ulp of a midpoint) plus a margin.
+MAX_ULP = {"exp": 1.5, "log": 1.5, "tanh": 3.0, "sigmoid": 3.0, "erf": 3.5, "expm1": 2.0,
+           "sin": 0.51, "cos": 0.51, "tan": 0.51}
 MATH = list(MAX_ULP)
 
 
@@ -38,7 +44,7 @@ def math_refs(x: np.ndarray) -> list[np.ndarray]:
     x64 = x.astype(np.float64)
     with np.errstate(all="ignore"):
         return [np.exp(x64), np.log(x64), np.tanh(x64), 1.0 / (1.0 + np.exp(-x64)), erf64(x64),
-                np.expm1(x64)]
+                np.expm1(x64), np.sin(x64), np.cos(x64), np.tan(x64)]
 
 
 def ulps(y: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -84,7 +90,12 @@ def test_f32_math_special_values() -> None:
             "log": [-inf, -inf, inf, nan, None, None, None, None, nan, None, nan, None, nan,
                     None, nan],
             "expm1": [0, -0.0, inf, -1, None, None, 1e-30, inf, -1, inf, -1, None, None, None,
-                      None]}
+                      None],
+            "sin": [0, -0.0, nan, nan, None, None, 1e-30, None, None, None, None, None, None,
+                    None, None],
+            "cos": [1, 1, nan, nan, 1, 1, 1, None, None, None, None, None, None, None, None],
+            "tan": [0, -0.0, nan, nan, None, None, 1e-30, None, None, None, None, None, None,
+                    None, None]}
     for name, values in want.items():
         for xi, yi, w in zip(x, got[name], values):
             if w is None:
@@ -110,6 +121,7 @@ def test_vectorizes_transcendentals() -> None:
     dump: dict[str, str] = {}
     art = native(Program([x, y], [Kernel("k", bld.body)]), True, dump)
     assert list(dump) == ["llvm.ll", "llvm-opt.ll", "asm.s"]
+    assert "vector-function-abi-variant" not in dump["llvm.ll"]  # only trig has a rare path
     assert "ptr noalias captures(none)" in dump["llvm.ll"].replace('captures(none) noalias',
                                                                    'noalias captures(none)')
     lanes = target.vector_bytes() // 4
@@ -122,6 +134,31 @@ def test_vectorizes_transcendentals() -> None:
     x64 = xs.astype(np.float64)
     ref = np.tanh(x64) + erf64(x64) + 1 / (1 + np.exp(-x64))
     np.testing.assert_allclose(out, ref, atol=1e-6)
+
+
+def test_trig_rare_path_vectorizes() -> None:
+    """sin/cos/tan vectorize in f32 and f64; lanes beyond 2^20 (here every 37th, up to the
+    type's maximum) take the exact reduction through the masked vector variants, behind one
+    branch on the lanes' mask, and nothing calls libm."""
+    n = 4099  # not a multiple of any vector width: the scalar remainder takes the path too
+    for dt, tol in ((F32, 0.51), (DType.DOUBLE, 2.0)):
+        t = dt.numpy
+        x = np.linspace(-10, 10, n).astype(t)
+        x[::37] = np.geomspace(2.0 ** 20, float(np.finfo(t).max) / 2, x[::37].size) * (
+            (-1.0) ** np.arange(x[::37].size))
+        ops = ["sin", "cos", "tan"]
+        dump: dict[str, str] = {}
+        got = native(ops_program(dt, n, ops, 1), True, dump).run((x,))
+        opt = dump["llvm-opt.ll"]
+        assert "_ZGV_LLVM_M8v_onnxjit.sin_big" in dump["llvm.ll"]
+        assert re.search(r"x double>", opt) and re.search(r"bitcast <\d+ x i1> %\S+ to i\d+",
+                                                          opt), "no vector loop with a mask test"
+        for bad in ("@sin(", "@cos(", "@tan(", "llvm.sin", "llvm.cos", "llvm.tan", "sinf"):
+            assert bad not in opt, bad
+        x64 = x.astype(np.float64)
+        for name, y, ref in zip(ops, got, (np.sin(x64), np.cos(x64), np.tan(x64))):
+            spacing = np.spacing(np.abs(ref.astype(t))).astype(np.float64)
+            assert (np.abs(y - ref) / spacing).max() <= tol, name
 
 
 # range-specialised math -----------------------------------------------------------------------
