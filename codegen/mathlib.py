@@ -4,8 +4,9 @@
 function is emitted once per module as an internal `alwaysinline` function built only from
 arithmetic, bit casts, selects and intrinsics that have vector instructions; after inlining, a
 scalar loop calling it vectorizes to the host's full width. float64 calls libm (scalar), except
-sin/cos/tan, which for both types are f64 polynomials in `mathlib_trig` (exact reduction over
-the whole range; a cold path for huge arguments behind one branch a vector).
+sigmoid (composed as below around libm's exp) and sin/cos/tan, which for both types are f64
+polynomials in `mathlib_trig` (exact reduction over the whole range; a cold path for huge
+arguments behind one branch a vector).
 
 Algorithms (coefficients fitted by `tools/fit_math.py`, which replays this float32 code and
 reports its error; the worst errors measured, in ulps of the float32-rounded float64 result,
@@ -111,9 +112,13 @@ class MathLib:
         if name in TRIG:
             return self.trig.call(b, name, x)
         if x.type == F64:
-            if name == "sigmoid":
-                e = b.call(self._libm64("exp"), [b.fneg(x)])
-                return b.fdiv(ir.Constant(F64, 1.0), b.fadd(ir.Constant(F64, 1.0), e))
+            if name == "sigmoid":  # as for f32: e**-|x| never overflows, and e / (1 + e)
+                # keeps results below 2^-1022 (x < -708) that 1 / (1 + e**-x) flushes to 0
+                fabs = intrinsic(self.module, "llvm.fabs.f64", F64, [F64])
+                e = b.call(self._libm64("exp"), [b.fneg(b.call(fabs, [x]))])
+                num = b.select(b.fcmp_ordered(">=", x, ir.Constant(F64, 0.0)),
+                               ir.Constant(F64, 1.0), e)
+                return b.fdiv(num, b.fadd(ir.Constant(F64, 1.0), e))
             return b.call(self._libm64(name), [x])
         if bound <= SMALL and f"{name}_small" in _BODIES:
             name = f"{name}_small"

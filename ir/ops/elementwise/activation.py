@@ -3,8 +3,14 @@ Relu LeakyRelu PRelu Gelu Elu Selu Celu HardSigmoid HardSwish Softplus Softsign 
 Shrink Mish Swish SwiGLU.
 
 Compositions worth a note:
-- Softplus = max(x, 0) + log(1 + exp(-|x|)): never overflows, unlike log(exp(x) + 1);
-- Gelu "none" = x/2 * (1 + erf(x/sqrt 2)), "tanh" = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+- Softplus = max(x, 0) + log1p(exp(-|x|)): never overflows, unlike log(exp(x) + 1), and keeps
+  the tail (e**x for x < -17, where 1 + e**-|x| rounds to 1); log1p is `unary_math.log1p`;
+- Elu/Selu/Celu use the scalar `expm1` (e**x - 1 cancels near 0: Elu(-1e-10) would be 0);
+- HardSwish computes x/6 + 1/2 as (x + 3) / 6 (exact near -3, where the sum cancels);
+- compositions compute f16/bf16 in f32 and round once (`arithmetic.in_f32`);
+- Gelu "none" = x/2 * (1 + erf(x/sqrt 2)), "tanh" = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  computed as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (the same value; 1 + tanh cancels for
+  x < -3, sigmoid keeps the tail);
 - Shrink on integers computes in f64 (lambd and bias are floats) and truncates back;
 - PRelu's slope broadcasts unidirectionally to X: the output has X's shape; in opsets 1 and 6
   a 1-D slope that does not broadcast but has X's channel count applies per channel (axis 1).
@@ -37,13 +43,15 @@ from onnxjit.ir.ops.elementwise.arithmetic import (
     c,
     float_attr,
     float_attrs,
+    in_f32,
     unary,
 )
 from onnxjit.ir.ops.elementwise.inference import out_shape, tensor
+from onnxjit.ir.ops.elementwise.unary_math import log1p
 from onnxjit.ir.ops.fused.region import lower_elementwise_nodes
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.scalar_eval import evaluate_elementwise
-from onnxjit.ir.types import NARROW_FLOATS, DType
+from onnxjit.ir.types import DType
 
 _F22 = ((1, FLOATS), (22, FLOATS | BF16))  # T of the activations revised in opset 22
 
@@ -146,32 +154,27 @@ def _gelu_check(node: Node) -> str:
 
 def _gelu(b: Builder, node: Node, a: list[Operand]) -> Operand:
     x = a[0]
-    if _gelu_check(node) == "tanh":
+    if _gelu_check(node) == "tanh":  # (1 + tanh u) / 2 = sigmoid(2u): no cancellation
         x3 = b.op("mul", b.op("mul", x, x), x)
         inner = b.op("mul", b.op("add", x, b.op("mul", x3, c(0.044715, x))),
-                     c(math.sqrt(2 / math.pi), x))
-        t = b.op("tanh", inner)
-    else:
-        t = b.op("erf", b.op("mul", x, c(1 / math.sqrt(2), x)))
+                     c(2 * math.sqrt(2 / math.pi), x))
+        return b.op("mul", x, b.op("sigmoid", inner))
+    t = b.op("erf", b.op("mul", x, c(1 / math.sqrt(2), x)))
     return b.op("mul", b.op("mul", x, c(0.5, x)), b.op("add", t, c(1, x)))
 
 
-unary("Gelu", (20,), ((20, FLOATS | BF16),), _gelu,
+unary("Gelu", (20,), ((20, FLOATS | BF16),), in_f32(_gelu),
       "Gaussian error linear unit (exact, or the tanh approximation)", check=_gelu_check)
-
-
-def _expm1ish(b: Builder, x: Operand) -> Operand:
-    return b.op("sub", b.op("exp", x), c(1, x))
 
 
 def _elu(b: Builder, node: Node, a: list[Operand]) -> Operand:
     x = a[0]
     alpha = float_attr(node, "alpha", 1.0)
-    neg = b.op("mul", _expm1ish(b, x), c(alpha, x))
+    neg = b.op("mul", b.op("expm1", x), c(alpha, x))
     return b.op("select", b.op("lt", x, c(0, x)), neg, x)
 
 
-unary("Elu", (1, 6, 22), _F22, _elu, "x < 0 ? alpha * (e**x - 1) : x",
+unary("Elu", (1, 6, 22), _F22, in_f32(_elu), "x < 0 ? alpha * (e**x - 1) : x",
       check=float_attrs("alpha"))
 
 
@@ -180,12 +183,12 @@ def _selu(b: Builder, node: Node, a: list[Operand]) -> Operand:
     legacy = node.version < 6  # Selu-1 had shorter default constants
     alpha = float_attr(node, "alpha", 1.6732 if legacy else 1.67326319217681884765625)
     gamma = float_attr(node, "gamma", 1.0507 if legacy else 1.05070102214813232421875)
-    neg = b.op("mul", _expm1ish(b, x), c(alpha, x))
+    neg = b.op("mul", b.op("expm1", x), c(alpha, x))
     y = b.op("select", b.op("gt", x, c(0, x)), x, neg)
     return b.op("mul", y, c(gamma, x))
 
 
-unary("Selu", (1, 6, 22), _F22, _selu, "gamma * (x > 0 ? x : alpha * (e**x - 1))",
+unary("Selu", (1, 6, 22), _F22, in_f32(_selu), "gamma * (x > 0 ? x : alpha * (e**x - 1))",
       check=float_attrs("alpha", "gamma"))
 
 
@@ -199,11 +202,11 @@ def _celu_alpha(node: Node) -> float:
 def _celu(b: Builder, node: Node, a: list[Operand]) -> Operand:
     x = a[0]
     alpha = _celu_alpha(node)
-    neg = b.op("mul", _expm1ish(b, b.op("div", x, c(alpha, x))), c(alpha, x))
+    neg = b.op("mul", b.op("expm1", b.op("div", x, c(alpha, x))), c(alpha, x))
     return b.op("add", b.op("max", x, c(0, x)), b.op("min", neg, c(0, x)))
 
 
-unary("Celu", (12, 28), ((12, frozenset({DType.FLOAT})), (28, FLOATS | BF16)), _celu,
+unary("Celu", (12, 28), ((12, frozenset({DType.FLOAT})), (28, FLOATS | BF16)), in_f32(_celu),
       "max(0, x) + min(0, alpha * (e**(x/alpha) - 1))", check=_celu_alpha)
 
 
@@ -217,32 +220,30 @@ unary("HardSigmoid", (1, 6, 22), _F22,
       lambda b, n, a: hard_sigmoid(b, a[0], float_attr(n, "alpha", 0.2),
                                    float_attr(n, "beta", 0.5)),
       "max(0, min(1, alpha * x + beta))", check=float_attrs("alpha", "beta"))
-unary("HardSwish", (14, 22), ((14, FLOATS), (22, FLOATS | BF16)),
-      lambda b, n, a: b.op("mul", a[0], hard_sigmoid(b, a[0], 1 / 6, 0.5)),
+
+
+def _hard_swish(b: Builder, node: Node, a: list[Operand]) -> Operand:
+    # x/6 + 1/2 as (x + 3) / 6: x + 3 is exact near -3, where x/6 + 1/2 cancels
+    x = a[0]
+    y = b.op("mul", b.op("add", x, c(3, x)), c(1 / 6, x))
+    return b.op("mul", x, b.op("max", b.op("min", y, c(1, x)), c(0, x)))
+
+
+unary("HardSwish", (14, 22), ((14, FLOATS), (22, FLOATS | BF16)), in_f32(_hard_swish),
       "x * max(0, min(1, x / 6 + 1/2))")
 
 
 def softplus(b: Builder, x: Operand) -> Operand:
-    """log(1 + e**x) computed without overflow (module docstring)."""
-    tail = b.op("log", b.op("add", b.op("exp", b.op("neg", b.op("abs", x))), c(1, x)))
-    return b.op("add", b.op("max", x, c(0, x)), tail)
+    """log(1 + e**x) computed without overflow or loss of the tail (module docstring)."""
+    return b.op("add", b.op("max", x, c(0, x)), log1p(b, b.op("exp", b.op("neg", b.op("abs", x)))))
 
 
-def _in_f32(b: Builder, x: Operand, rule) -> Operand:
-    """`rule(x)` computed in f32 and rounded once for float16/bfloat16 x: per-op narrow
-    rounding of 1 + e**-|x| loses the whole tail (softplus(-8) would be 0 in f16)."""
-    if x.dtype not in NARROW_FLOATS:
-        return rule(x)
-    return b.cast(rule(b.cast(x, DType.FLOAT)), x.dtype)
-
-
-unary("Softplus", (1, 22), _F22, lambda b, n, a: _in_f32(b, a[0], lambda x: softplus(b, x)),
-      "log(1 + e**x)")
+unary("Softplus", (1, 22), _F22, in_f32(lambda b, n, a: softplus(b, a[0])), "log(1 + e**x)")
 unary("Softsign", (1, 22), _F22,
-      lambda b, n, a: b.op("div", a[0], b.op("add", b.op("abs", a[0]), c(1, a[0]))),
+      in_f32(lambda b, n, a: b.op("div", a[0], b.op("add", b.op("abs", a[0]), c(1, a[0])))),
       "x / (1 + |x|)")
 unary("Mish", (18, 22), ((18, FLOATS), (22, FLOATS | BF16)),
-      lambda b, n, a: _in_f32(b, a[0], lambda x: b.op("mul", x, b.op("tanh", softplus(b, x)))),
+      in_f32(lambda b, n, a: b.op("mul", a[0], b.op("tanh", softplus(b, a[0])))),
       "x * tanh(softplus(x))")
 
 
@@ -301,8 +302,9 @@ def _swiglu_infer(node: Node) -> list:
 
 
 op("Swish", (24,), infer=_swish_infer,
-   scalar=lambda b, n, a: _swish(b, a[0], float_attr(n, "alpha", 1.0)),
+   scalar=in_f32(lambda b, n, a: _swish(b, a[0], float_attr(n, "alpha", 1.0))),
    doc="x * sigmoid(alpha * x)")
 op("SwiGLU", (28,), infer=_swiglu_infer,
-   scalar=lambda b, n, a: b.op("mul", _swish(b, a[0], float_attr(n, "alpha", 1.0)), a[1]),
+   scalar=in_f32(lambda b, n, a: b.op("mul", _swish(b, a[0], float_attr(n, "alpha", 1.0)),
+                                       a[1])),
    doc="Swish_alpha(A) * B, A and B of one shape")

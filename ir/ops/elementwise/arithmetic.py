@@ -12,10 +12,11 @@ strings) is an UnsupportedError naming op, node and dtype (`check_dtype`).
 
 Ops: Add Sub Mul Div Pow Mod Neg Abs Reciprocal Sign Clip Min Max Sum Mean. The sibling families
 (elementwise.unary_math, elementwise.trig, elementwise.activation, elementwise.logic,
-elementwise.cast) register through `unary`/`binary`. Pow computes in the base type; an int base with
-a float exponent goes through f64 and is truncated back (exact for int32 and for int64 results below
-2**53). Integer arithmetic wraps; integer Div truncates toward zero (the scalar `div`); Mod with
-fmod=0 is Python's `%` (sign of the divisor), built from the C remainder plus a sign fix-up.
+elementwise.cast) register through `unary`/`binary`. Pow computes in the base type (in f32 for a
+narrow base, in the exponent's type if that is a wider float: `_pow_type`); an int base with a float
+exponent goes through f64 and is truncated back (exact for int32 and for int64 results below 2**53).
+Integer arithmetic wraps; integer Div truncates toward zero (the scalar `div`); Mod with fmod=0 is
+Python's `%` (sign of the divisor), built from the C remainder plus a sign fix-up.
 """
 
 from __future__ import annotations
@@ -219,11 +220,27 @@ def _pow(b: Builder, node: Node, a: list[Operand]) -> Operand:
         # An int base with a float exponent: the real power, truncated back to the base type.
         r = b.op("pow", b.cast(x, D.DOUBLE), b.cast(y, D.DOUBLE))
         return b.cast(r, x.dtype)
+    wide = _pow_type(x.dtype, y.dtype)
+    if wide != x.dtype:
+        return b.cast(b.op("pow", b.cast(x, wide), b.cast(y, wide)), x.dtype)
     return b.op("pow", x, b.cast(y, x.dtype))
 
 
+def _pow_type(base: DType, exp: DType) -> DType:
+    """The type a float Pow computes in: the base's, unless the exponent would lose bits in
+    it (f16 ** f32: 10 ** 4.1 rounded the exponent to 4.1016, 5 f16 ulps off; f32 ** f64;
+    f16 ** int: 65521 became inf) -- then the wider float, at least f32 for a narrow base,
+    which computes in f32 registers anyway. Ints into f32/f64 stay in the base's type."""
+    if exp == base or not base.is_float:
+        return base
+    wide = D.FLOAT if base in NARROW_FLOATS else base
+    if exp.is_float and exp.itemsize > wide.itemsize:
+        wide = exp
+    return wide
+
+
 op("Pow", (1, 7, 12, 13, 15), infer=_pow_infer, scalar=_pow,
-   doc="x ** y; computed in the base type (int ** float via f64)")
+   doc="x ** y; in the base type or a wider exponent's (int ** float via f64)")
 
 
 def _mod_infer(node: Node) -> list:

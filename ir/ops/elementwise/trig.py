@@ -8,7 +8,8 @@ widened and the result rounded back once):
 
 - Atan: a = |x|, flipped to 1/a when a > 1 (atan x = pi/2 - atan(1/x)), then three half-angle
   steps t -> t / (1 + sqrt(1 + t*t)) bring it under tan(pi/32) ~ 0.098, where the odd Taylor
-  series to t**19 is exact to f64 precision; the result is 8 * that, sign restored.
+  series to t**19 is exact to f64 precision; the result is 8 * that, sign restored (x itself
+  where |x| < 2**-27: atan(-0) = -0, and subnormals are not halved three times).
 - Asin x = atan(x / sqrt((1-x)(1+x))), Acos x = 2 atan(sqrt((1-x)/(1+x))): no cancellation
   near |x| = 1, and |x| > 1 gives NaN through the square root.
 """
@@ -52,7 +53,9 @@ def atan64(b: Builder, x: Operand) -> Operand:
         t = b.op("div", t, b.op("add", one, b.op("sqrt", b.op("add", one, b.op("mul", t, t)))))
     small = b.op("mul", b.op("mul", _horner(b, b.op("mul", t, t), _ATAN), t), c(8, F64))
     mag = b.op("select", flip, b.op("sub", c(math.pi / 2, F64), small), small)
-    return b.op("select", b.op("lt", x, c(0, F64)), b.op("neg", mag), mag)
+    signed = b.op("select", b.op("lt", x, c(0, F64)), b.op("neg", mag), mag)
+    # atan x = x - x**3/3 rounds to x below 2**-27 (and keeps -0 and subnormals exact)
+    return b.op("select", b.op("lt", ax, c(2.0 ** -27, F64)), x, signed)
 
 
 def _atan(b: Builder, node: Node, a: list[Operand]) -> Operand:

@@ -34,6 +34,7 @@ from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Operand
+from onnxjit.ir.ops.elementwise.activation import softplus
 from onnxjit.ir.ops.elementwise.arithmetic import BF16, FLOATS, accept, arity, int_attr
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import Dim, DType, TensorType
@@ -72,7 +73,7 @@ def _hard_sigmoid(b: Builder, x: Operand, a: float, be: float) -> Operand:
 
 
 def _elu(b: Builder, x: Operand, a: float, be: float) -> Operand:
-    neg = b.op("mul", _c(a, x), b.op("sub", b.op("exp", x), _c(1, x)))
+    neg = b.op("mul", _c(a, x), b.op("expm1", x))  # e**x - 1 would be 0 for |x| < 2**-25
     return b.op("select", b.op("ge", x, _c(0, x)), x, neg)
 
 
@@ -81,9 +82,7 @@ def _softsign(b: Builder, x: Operand, a: float, be: float) -> Operand:
 
 
 def _softplus(b: Builder, x: Operand, a: float, be: float) -> Operand:
-    # max(x, 0) + log(1 + exp(-|x|)) never overflows, unlike log(1 + exp(x)).
-    tail = b.op("log", b.op("add", _c(1, x), b.op("exp", b.op("neg", b.op("abs", x)))))
-    return b.op("add", b.op("max", x, _c(0, x)), tail)
+    return softplus(b, x)  # the op's form: no overflow, and the tail below x = -17 kept
 
 
 ActFn = Callable[[Builder, Operand, float, float], Operand]
