@@ -61,8 +61,12 @@ def compare(model: Any, feeds: dict[str, np.ndarray], threads: int, seconds: flo
             return {"dynamic_status": "mismatch against the specialised program"}
     reasons = dyn._symbolic.reasons()
     status = "symbolic" if not reasons else f"per shape: {reasons[0][:120]}"
-    args = [feeds[n] for n in dyn.input_names]
-    times = timing.by_blocks([lambda: spec(*args), lambda: dyn(*args)], seconds)
+    if all(n in feeds for n in dyn.input_names):
+        args = [feeds[n] for n in dyn.input_names]
+        runs = [lambda: spec(*args), lambda: dyn(*args)]
+    else:  # weights listed as inputs (IR < 4): by name
+        runs = [lambda: spec(**feeds), lambda: dyn(**feeds)]
+    times = timing.by_blocks(runs, seconds)
     ts, td = statistics.median(times[0]), statistics.median(times[1])
     return {"dynamic_us": td * 1e6, "specialised_us": ts * 1e6, "dynamic_ratio": ts / td,
             "dynamic_status": status}
