@@ -3,11 +3,13 @@
 A stream is a model and a seeded sequence of calls, the way a service meets them: sentence
 embeddings for batches of 1-8 texts of 6-128 tokens, a decoder's 24-token prefill followed by
 one token per step with its KV cache growing (each call's `present` outputs are the next call's
-`past` inputs). Each engine runs the whole stream in a fresh process (`run_stream`, started by
-`measure`): onnxruntime from session creation, onnxjit from `compile` with an empty disk-cache
-folder ("cold"), and again with a folder that another stream of the same model (other shapes,
-another seed) filled ("warm": a restarted server meeting new requests). Then, in this process,
-both engines run the stream once more, everything warm, alternating whole streams ("steady").
+`past` inputs), text lines of an OCR recognizer 48 pixels high and 96-640 wide, pages of an
+OCR detector of 320-960 pixels a side (`ocr.py`). Each engine runs the whole stream in a fresh
+process (`run_stream`, started by `measure`): onnxruntime from session creation, onnxjit from
+`compile` with an empty disk-cache folder ("cold"), and again with a folder that another stream
+of the same model (other shapes, another seed) filled ("warm": a restarted server meeting new
+requests). Then, in this process, both engines run the stream once more, everything warm,
+alternating whole streams ("steady").
 Ratios are onnxruntime's time over onnxjit's (> 1: onnxjit faster).
 """
 
@@ -30,6 +32,9 @@ STREAMS: dict[str, str] = {
                      "6-128 tokens",
     "stream_decoder": "GPT-style decoder (4 layers, hidden 256), KV cache: 24-token prefill + "
                       "48 steps",
+    "stream_ocr_rec": "PP-OCR-style text-line recognizer, 24 lines 48 x 96..640 (steps of 32), "
+                      "6625 classes",
+    "stream_ocr_det": "PP-OCR-style DB text detector, 6 pages 320..960 (multiples of 32)",
 }
 ORT_THREADS = 2
 
@@ -49,7 +54,21 @@ def _decoder(tiny: bool) -> Any:
 
 
 def model_of(name: str, tiny: bool = False) -> Any:
-    return {"stream_minilm": _minilm, "stream_decoder": _decoder}[name](tiny)
+    from onnxjit.bench.ocr import text_detector, text_recognizer
+
+    return {"stream_minilm": _minilm, "stream_decoder": _decoder,
+            "stream_ocr_rec": text_recognizer, "stream_ocr_det": text_detector}[name](tiny)
+
+
+def _images(shapes: list[tuple[int, ...]], rng: Any) -> Callable[[Callable[[dict], list]], int]:
+    feeds = [{"x": rng.standard_normal(s).astype(np.float32)} for s in shapes]
+
+    def drive_images(run: Callable[[dict], list]) -> int:
+        for f in feeds:
+            run(f)
+        return len(feeds)
+
+    return drive_images
 
 
 def calls_of(name: str, model: Any, seed: int, tiny: bool = False
@@ -57,6 +76,12 @@ def calls_of(name: str, model: Any, seed: int, tiny: bool = False
     """The stream's driver: `drive(run)` makes every call through `run(feeds) -> outputs` and
     returns the number of calls."""
     rng = np.random.default_rng(seed)
+    if name == "stream_ocr_rec":  # text lines: widths in steps of 32, some seen twice
+        widths = rng.choice(np.arange(96, 641, 32), 4 if tiny else 24)
+        return _images([(1, 3, 48, int(w)) for w in widths], rng)
+    if name == "stream_ocr_det":  # pages: every call a new size
+        sides = rng.permutation(np.arange(320, 961, 32))[:4 if tiny else 12]
+        return _images([(1, 3, int(h), int(w)) for h, w in zip(sides[::2], sides[1::2])], rng)
     if name == "stream_minilm":
         n = 8 if tiny else 60
         shapes = [(int(rng.integers(1, 9)), int(rng.integers(6, 129))) for _ in range(n)]
