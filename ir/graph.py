@@ -8,7 +8,10 @@ subgraph regions, `TypeAttr` for type protos). Op semantics live in the op table
 
 Values are objects compared by identity; `name` is a hint, except for graph inputs and outputs,
 whose names are the model's interface. A value with `const` set is a constant (an initializer or a
-folded result); a graph input with `const` set is an input with a default value.
+folded result); a graph input with `const` set is an input with a default value, which the
+caller may override (IR >= 4), so passes must not read it as a constant: the driver sets such
+defaults aside while the graph pipeline runs (`driver.overridable_defaults`), and binding a
+signature drops them.
 """
 
 from __future__ import annotations

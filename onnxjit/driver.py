@@ -112,7 +112,12 @@ def run_passes(ir: Any, names: list[str], ctx: PassContext | None = None,
 
 
 def import_model(source: Any, options: CompileOptions, dumper: Dumper | None = None) -> Model:
-    """Import, verify and run the graph pipeline."""
+    """Import, verify and run the graph pipeline.
+
+    The pipeline runs without the defaults of overridable inputs (`overridable_defaults`): a
+    pass reading such an input's default as a constant (folding it, shaping from it) would
+    bake it into every program, and a caller's own value would be ignored. They are set back
+    afterwards, for the runtime to feed when a call omits the input."""
     from onnxjit.importer import load_model
 
     dumper = dumper or Dumper(None)
@@ -120,7 +125,23 @@ def import_model(source: Any, options: CompileOptions, dumper: Dumper | None = N
     if options.verify:
         verify_ir(model)
     dumper.ir("import", model)
-    return run_passes(model, GRAPH_PIPELINE, PassContext(options), PassHook(options, dumper))
+    defaults = overridable_defaults(model)
+    for k in defaults:
+        model.graph.inputs[k].const = None
+    model = run_passes(model, GRAPH_PIPELINE, PassContext(options), PassHook(options, dumper))
+    for k, arr in defaults.items():
+        model.graph.inputs[k].const = arr
+    return model
+
+
+def overridable_defaults(model: Model) -> dict[int, Any]:
+    """Position -> default value of each main-graph input that also has an initializer, when
+    that initializer is only a default the caller may override (IR version 4 and later, or
+    unset). In IR <= 3 models every initializer must also be listed as an input, so such
+    inputs are taken as the constants they almost always are (folded, as before)."""
+    if 0 < model.ir_version <= 3:
+        return {}
+    return {k: v.const for k, v in enumerate(model.graph.inputs) if v.const is not None}
 
 
 def bind_signature(model: Model, signature: tuple, options: CompileOptions,
