@@ -9,7 +9,8 @@ found with `importlib.util.find_spec`, which does not import it). Off Linux, or 
 `/proc/cpuinfo` is unreadable, the CPU part is `platform.processor()`.
 
 `compiler_id()` names the compiler itself: the name, size and mtime of every source file of the
-packages that decide what code is generated (onnxjit, ir, passes, codegen), so a changed
+packages that decide what code is generated (onnxjit, ir, passes, codegen, and their
+subpackages: the op families under ir/ops/ hold the folding and lowering rules), so a changed
 compiler never reuses a stale entry even when its version string did not change (a few hundred
 `stat` calls, no reads).
 """
@@ -70,15 +71,15 @@ def compiler_id() -> str:
     for package in ("onnxjit", "onnxjit.ir", "onnxjit.passes", "onnxjit.codegen"):
         spec = importlib.util.find_spec(package)
         for folder in (spec.submodule_search_locations or []) if spec else []:
-            try:
-                names = sorted(os.listdir(folder))
-            except OSError:
-                continue
-            for name in names:
-                if name.endswith(".py"):
-                    try:
-                        st = os.stat(os.path.join(folder, name))
-                    except OSError:
-                        continue
-                    parts.append(f"{package}/{name}:{st.st_size}:{st.st_mtime_ns}")
+            # Subpackages too: the op semantics and lowerings live in ir/ops/<family>/.
+            for root, dirs, files in os.walk(folder):
+                dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+                rel = os.path.relpath(root, folder).replace(os.sep, "/")
+                for name in sorted(files):
+                    if name.endswith(".py"):
+                        try:
+                            st = os.stat(os.path.join(root, name))
+                        except OSError:
+                            continue
+                        parts.append(f"{package}/{rel}/{name}:{st.st_size}:{st.st_mtime_ns}")
     return digest.hexdigest("\n".join(parts).encode())[:32]

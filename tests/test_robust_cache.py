@@ -267,3 +267,19 @@ def test_host_id_covers_cpu_and_llvmlite(monkeypatch):
     finally:
         hostinfo.host_id.cache_clear()
     assert len({a, b, c}) == 3
+
+
+def test_compiler_id_covers_the_op_families(monkeypatch):
+    """A changed op rule (folding or lowering, under ir/ops/<family>/) changes the compiler id,
+    so the disk cache cannot serve code built by the old rule."""
+    real_stat = os.stat
+    before = hostinfo.compiler_id.__wrapped__()
+
+    def touched(path, *args, **kwargs):
+        st = real_stat(path, *args, **kwargs)
+        if str(path).replace(os.sep, "/").endswith("ir/ops/tensor/slice.py"):
+            return os.stat_result(tuple(st), {"st_mtime_ns": st.st_mtime_ns + 1})
+        return st
+
+    monkeypatch.setattr(hostinfo.os, "stat", touched)
+    assert hostinfo.compiler_id.__wrapped__() != before
