@@ -33,7 +33,8 @@ from onnxjit.ir.types import Dim, DType, Sym, TensorType, sym_floordiv, sym_max,
 #: Kernels copying at least this many elements mark their outer loop parallel.
 PARALLEL_MIN = 1 << 14
 
-#: A slice end at or beyond this means "to the end" whatever the (symbolic) dim is.
+#: A slice end at or beyond this means "to the end" whatever the (symbolic) dim is (a
+#: symbolic program assumes its dims are at most this, `_below_big`).
 BIG = (1 << 31) - 1
 
 
@@ -133,11 +134,23 @@ def div_dims(num: Sequence[Dim], den: Sequence[Dim]) -> Dim:
 def slice_params(start: int, end: int, step: int, dim: int) -> tuple[int, int]:
     """(first index, count) of the ONNX slice start:end:step of a dim of size `dim`.
 
-    ONNX clamps like Python: negative start/end count from the end, then start is clamped to
-    [0, dim] ([0, dim-1] for negative steps) and end to [0, dim] ([-1, dim-1]).
+    The spec's clamping: negative start/end count from the end (dim is added once), then for
+    a positive step start and end are clamped to [0, dim]; for a negative step start to
+    [0, dim-1] and end to [-1, dim-1]. Python's slices differ for a negative step and a start
+    below -dim (Python: empty; ONNX: from index 0). Any int64 (INT64_MIN..INT64_MAX, as ints)
+    is taken; an empty slice has first index 0.
     """
-    first, stop, st = slice(start, end, step).indices(dim)
-    return first, len(range(first, stop, st))
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        first, stop = min(max(start, 0), dim), min(max(end, 0), dim)
+        count = -(-(stop - first) // step)
+    else:
+        first, stop = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+        count = -(-(first - stop) // -step)
+    return (first, count) if count > 0 else (0, 0)
 
 
 def size_values(v: Value | None) -> tuple | None:
@@ -149,6 +162,15 @@ def size_values(v: Value | None) -> tuple | None:
     if v.sym_value is not None and all(d is not None for d in v.sym_value):
         return tuple(v.sym_value)
     return None
+
+
+def _below_big(d: Dim) -> None:
+    """Slice bounds at or beyond +-BIG reach past a dim only if it is below BIG: always true
+    of real tensors, but a symbolic program records it (`ir.symbolic`), so a larger size
+    would be compiled on its own."""
+    if isinstance(d, Sym) and symbolic.active():
+        symbolic.assume_equal(sym_min(d, BIG), d, "a Slice bound at +-(2^31-1) or beyond "
+                              "covers the whole dim")
 
 
 def _nonneg(x: object) -> bool:
@@ -171,7 +193,11 @@ def slice_params_sym(start: Dim, end: Dim, step: int, d: Dim) -> tuple[Dim, Dim]
 
     def norm(x: Dim) -> Dim:
         if isinstance(x, int) and x >= BIG:
+            _below_big(d)
             return d
+        if isinstance(x, int) and x <= -BIG:
+            _below_big(d)
+            return 0
         if isinstance(x, int) and x < 0:
             return sym_max(d + x, 0)  # type: ignore[operator]
         return x
@@ -179,6 +205,9 @@ def slice_params_sym(start: Dim, end: Dim, step: int, d: Dim) -> tuple[Dim, Dim]
     first = sym_min(norm(start), d)  # type: ignore[arg-type]
     stop = sym_min(norm(end), d)  # type: ignore[arg-type]
     span = sym_max(stop - first, 0)  # type: ignore[operator]
+    if step >= BIG:  # at most one element, and no huge constant to overflow
+        _below_big(d)
+        return first, sym_min(span, 1)  # type: ignore[arg-type]
     count = span if step == 1 else sym_floordiv(span + (step - 1), step)  # type: ignore
     return first, count
 
@@ -189,9 +218,9 @@ def slice_dim(d: Dim, start: Dim, end: Dim, step: int) -> Dim:
     if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
         return slice_params(start, end, step, d)[1]
     if isinstance(start, int) and isinstance(end, int) and d is not None:
-        if step == 1 and (start == 0 or start <= -BIG) and end >= BIG:
-            return d
-        if step == -1 and start >= BIG and end <= -BIG:
+        if step == 1 and (start == 0 or start <= -BIG) and end >= BIG or \
+                step == -1 and start >= BIG and end <= -BIG:
+            _below_big(d)
             return d
     if symbolic.active():
         got = slice_params_sym(start, end, step, d)

@@ -1,9 +1,12 @@
 """Slice: a strided box of the input (starts/ends/axes attributes in opset 1, inputs from 10).
 
 Inference: with starts/ends/axes/steps known at compile time (constants or concrete
-`sym_value`s) each sliced dim is `slice_params(...)`'s count (ONNX clamps like Python slices);
-a symbolic dim is known only for the full range; unknown parameters make the sliced dims (or all
-dims, when the axes are unknown) unknown. A 1-D int64 input holding dims keeps its `sym_value`.
+`sym_value`s) each sliced dim is `slice_params(...)`'s count (the spec's clamping: like Python
+slices, except that a negative step clamps a start below -dim to index 0); a symbolic dim is
+known only for the full range; unknown parameters make the sliced dims (or all dims, when the
+axes are unknown) unknown. A 1-D int64 input holding dims keeps its `sym_value`. Parameters
+take any int64: a dim that keeps at most one element gets step 1 (the same element), so a step
+of +-2^63 never reaches a stride product.
 
 Lowering, static parameters: one `strided_copy` starting at `sum(first * stride)` with strides
 scaled by the steps. Dynamic parameters (runtime inputs; the output shape then came from the
@@ -25,6 +28,7 @@ from onnxjit.ir.opdef import LowerContext, op, since_version
 from onnxjit.ir.ops.elementwise.inference import check_dtype, dims_of, tensor
 from onnxjit.ir.ops.shape_utils import require_attr, tensor_input
 from onnxjit.ir.ops.tensor.indexing import (
+    BIG,
     PARALLEL_MIN,
     axes_list,
     check_int_input,
@@ -105,20 +109,21 @@ def _slice_boxes(node: Node, shape: tuple) -> tuple[list, list, list[int]]:
     for a, s, e, st in zip(axes, *params):  # type: ignore[arg-type, misc]
         if all(isinstance(x, int) for x in (s, e, shape[a])):
             first[a], count[a] = slice_params(s, e, st, shape[a])
+            one = count[a] <= 1
         else:
             got = slice_params_sym(s, e, st, shape[a])
             if got is None:
                 raise TypeError(f"slice {s}:{e}:{st} of a dim of size {shape[a]}")
             first[a], count[a] = got
-        step[a] = st
+            one = st >= BIG  # slice_params_sym: at most one element
+        step[a] = 1 if one else st
     return first, count, step
 
 
 def _slice_eval(node: Node, inputs: list) -> list[np.ndarray]:
     x = np.asarray(inputs[0])
     first, count, step = _slice_boxes(node, x.shape)
-    idx = tuple(np.arange(f, f + c * s, s) if c else np.arange(0) for f, c, s in
-                zip(first, count, step))
+    idx = tuple(f + s * np.arange(c, dtype=np.int64) for f, c, s in zip(first, count, step))
     return [x[np.ix_(*idx)] if x.ndim else x.copy()]
 
 
@@ -143,8 +148,9 @@ def _clamp(b: Builder, s: Operand, e: Operand, st: Operand, d: int) -> tuple[Ope
     s = b.op("select", b.op("lt", s, i64(0)), b.op("add", s, i64(d)), s)
     e = b.op("select", b.op("lt", e, i64(0)), b.op("add", e, i64(d)), e)
     hi = b.op("select", pos, i64(d), i64(d - 1))
-    first = b.op("max", b.op("min", s, hi), i64(0))
-    end = b.op("max", b.op("min", e, hi), b.op("select", pos, i64(0), i64(-1)))
+    # Clamp up then down, as `slice_params`: an empty dim's negative-step range is then [-1, -1].
+    first = b.op("min", b.op("max", s, i64(0)), hi)
+    end = b.op("min", b.op("max", e, b.op("select", pos, i64(0), i64(-1))), hi)
     span = b.op("select", pos, b.op("sub", end, first), b.op("sub", first, end))
     # |step|, capped at d + 1 (same count, and no overflow in the rounding below).
     mag = b.op("select", pos, b.op("min", st, i64(d + 1)),
