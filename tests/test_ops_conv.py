@@ -203,6 +203,22 @@ def test_conv_transpose_matches_reference(xs, ws, attrs):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("attrs", [dict(auto_pad="SAME_UPPER"), dict(auto_pad="SAME_LOWER"),
+                                   dict(output_shape=[9, 13])], ids=["upper", "lower", "oshape"])
+@pytest.mark.parametrize("x_dims", [["N", 3, "H", 5], ["N", 3, 4, "W"], [1, 3, "H", "W"]])
+def test_conv_transpose_derived_pads_with_symbolic_dims(attrs, x_dims):
+    """SAME and output_shape derive the pads from the input size: with a symbolic spatial dim
+    the pads of the dims after it stay unknown until binding (inference used to crash)."""
+    m = model("ConvTranspose", (1, 3, 4, 5), [rand(3, 2, 4, 3), rand(2)],
+              dict(strides=[2, 3], **attrs), x_dims=x_dims)
+    fn = onnxjit.compile(m, cache_dir=False)
+    for shape in ((1, 3, 4, 5), (2, 3, 4, 5), (1, 3, 3, 5)):
+        if any(isinstance(d, int) and d != n for d, n in zip(x_dims, shape)):
+            continue
+        x = rand(*shape)
+        np.testing.assert_allclose(fn(x)[0], ort_run(m, x), rtol=1e-4, atol=1e-4)
+
+
 # --------------------------------------------------------------------------- ConvInteger
 
 

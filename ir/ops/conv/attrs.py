@@ -167,7 +167,8 @@ def transpose_geometry(node: Node, a: ConvAttrs, spatial: Sequence[Dim]
             if isinstance(full, int) and isinstance(o, int):
                 total = max(0, full - o)
                 head = total // 2 if auto == "SAME_UPPER" else total - total // 2
-                begin.append(head)  # type: ignore[union-attr]
+                if begin is not None:  # None: an earlier dim's pad needs its size
+                    begin.append(head)
             else:
                 begin = None
         else:
