@@ -357,6 +357,12 @@ def _gather_elements_eval(node: Node, inputs: list) -> list[np.ndarray]:
     x = np.asarray(inputs[0])
     axis = normalize_axis(int(node.attr("axis", 0)), x.ndim, node)
     k = _check_const_indices(node, inputs[1], x.shape[axis])
+    # The output is shaped like the indices, which may be smaller than the data on the other
+    # dims (take_along_axis would broadcast them instead): out[i] = x[i with i[axis] = k[i]].
+    if k.ndim != x.ndim:
+        raise ModelError(f"data (rank {x.ndim}) and indices (rank {k.ndim}) must have the "
+                         "same rank", where=node)
+    x = x[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(k.shape))]
     return [np.take_along_axis(x, k, axis=axis)]
 
 
