@@ -1,7 +1,10 @@
 """Constant folding (`OpDef.evaluate`) on the shapes where it used to part from the lowered
 kernels (issue 26): each case runs one model twice, its inputs as initializers (folded at
 compile time) and as graph inputs (lowered, run natively), and compares both with
-onnxruntime. The class-wide sweep over every op is tests/test_fold_vs_runtime.py.
+onnxruntime, or with onnx.reference where onnxruntime refuses the case (each says why). Some
+cases pin a lowering found wrong on the way (an output left unwritten when the main output
+is empty, a float16 sum rounded per step). The class-wide sweep over every op is
+tests/test_fold_vs_runtime.py; index extremes are tests/test_index_extremes.py.
 """
 
 from __future__ import annotations
@@ -72,3 +75,91 @@ def _both_paths(op: str, arrays: dict, out_rank: int, opset: int = 18, **attrs) 
 def test_gather_elements_indices_smaller_than_data(data_shape, idx, axis):
     arrays = {"d": _f(*data_shape), "i": np.asarray(idx, np.int64)}
     _both_paths("GatherElements", arrays, len(data_shape), axis=axis)
+
+
+# MaxPool folded on a zero-size constant: the windows were reshaped with -1, which numpy cannot
+# infer for zero elements ("cannot reshape"); AveragePool shared the code.
+@pytest.mark.parametrize("op, shape, attrs", [
+    ("MaxPool", (0, 1, 4, 4), {"kernel_shape": [2, 2]}),
+    ("MaxPool", (0, 3, 5), {"kernel_shape": [3], "strides": [2]}),
+    ("AveragePool", (0, 2, 4, 4), {"kernel_shape": [2, 2], "pads": [1, 1, 1, 1]}),
+])
+def test_pool_folded_on_empty_constant(op, shape, attrs):
+    _both_paths(op, {"x": _f(*shape)}, len(shape), **attrs)
+
+
+# CumSum exclusive=1 folded on an empty axis: the identity row was taken from the (empty)
+# result with np.take(r, [0]), an IndexError.
+@pytest.mark.parametrize("shape, axis, reverse", [
+    ((0,), 0, 0), ((0,), 0, 1), ((2, 0), 1, 0), ((2, 0), 1, 1), ((0, 3), 1, 0), ((0, 3), 0, 1),
+])
+def test_cumsum_exclusive_folded_on_empty_constant(shape, axis, reverse):
+    _both_paths("CumSum", {"x": _f(*shape), "a": np.asarray(axis, np.int64)}, len(shape),
+                exclusive=1, reverse=reverse)
+
+
+# --------------------------------------------------------------------------- multi-output cases
+
+
+def _graph_model(node: onnx.NodeProto, arrays: dict, outs: list, as_inputs: bool,
+                 opset: int) -> onnx.ModelProto:
+    """`node` over `arrays` (graph inputs or initializers); `outs` are (element type, rank)."""
+    ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in arrays.items()] if as_inputs else []
+    inits = [] if as_inputs else [numpy_helper.from_array(a, n) for n, a in arrays.items()]
+    g = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info(o, e, [None] * r)
+                                             for o, (e, r) in zip(node.output, outs)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def _all_paths(node: onnx.NodeProto, arrays: dict, outs: list, opset: int,
+               oracle: str = "ort") -> None:
+    """Every output, folded and lowered, equals the oracle's ("ort" or "ref":
+    onnx.reference, where onnxruntime refuses the case)."""
+    from op_audit import assert_same, reference
+
+    runtime = _graph_model(node, arrays, outs, True, opset)
+    if oracle == "ort":
+        want = ort.InferenceSession(runtime.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, arrays)
+    else:
+        want = reference(runtime, arrays)
+    folded = _graph_model(node, arrays, outs, False, opset)
+    assert import_model(folded.SerializeToString(), CompileOptions.from_user({})).graph.nodes \
+        == [], "the folded variant must fold"
+    for what, got in (("folded", onnxjit.compile(folded, cache_dir=False).run(None, {})),
+                      ("lowered", onnxjit.compile(runtime, cache_dir=False).run(None, arrays))):
+        assert_same(got, want, what)
+
+
+_FLT = onnx.TensorProto.FLOAT
+
+
+# GatherND with an empty batch (batch_dims=1) or empty index tuples (m = 0: each index row
+# takes the whole data) failed to fold: reshape(-1) on zero elements, and a 0-tuple index
+# returning one slab instead of one per row. onnx.reference fails on both (reshape -1).
+@pytest.mark.parametrize("data, idx, bd", [
+    (_f(0, 3, 4), np.zeros((0, 2, 1), np.int64), 1),
+    (_f(2, 3), np.zeros((4, 0), np.int64), 0),
+    (_f(2, 3, 4), np.zeros((2, 0, 2), np.int64), 1),
+    (_f(2, 3, 4), np.array([[[1], [-1]], [[0], [2]]], np.int64), 1),
+])
+def test_gather_nd_folded_on_empty_shapes(data, idx, bd):
+    node = helper.make_node("GatherND", ["d", "i"], ["y"], batch_dims=bd)
+    rank = idx.ndim - 1 + data.ndim - bd - idx.shape[-1]
+    _all_paths(node, {"d": data, "i": idx}, [(_FLT, rank)], 13)
+
+
+# Attention (3-D inputs) folded with an empty batch or query sequence: the heads were merged
+# with reshape(bsz, sq, -1). onnxruntime refuses empty Q; onnx.reference has the same bug.
+@pytest.mark.parametrize("b, sq", [(0, 3), (1, 0)])
+def test_attention_3d_folded_on_empty_batch_or_query(b, sq):
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=2, kv_num_heads=2)
+    arrays = {"q": _f(b, sq, 8), "k": _f(b, 5, 8), "v": _f(b, 5, 8)}
+    runtime = _graph_model(node, arrays, [(_FLT, 3)], True, 23)
+    folded = _graph_model(node, arrays, [(_FLT, 3)], False, 23)
+    for got in (onnxjit.compile(folded, cache_dir=False).run(None, {})[0],
+                onnxjit.compile(runtime, cache_dir=False).run(None, arrays)[0]):
+        assert got.shape == (b, sq, 8) and got.dtype == np.float32

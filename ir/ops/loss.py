@@ -98,8 +98,8 @@ def nll(node: Node, x: np.ndarray, target: np.ndarray, weight: np.ndarray | None
     """The NLL rule of the module docstring in numpy."""
     red, ii = _reduction(node), _ignore_index(node)
     n, c = x.shape[:2]
-    x3 = x.reshape(n, c, -1)
-    t2 = target.reshape(n, -1).astype(np.int64)
+    x3 = x.reshape(n, c, math.prod(x.shape[2:]))  # sizes spelled out: n may be 0
+    t2 = target.reshape(n, math.prod(target.shape[1:])).astype(np.int64)
     ignored = t2 == ii if ii is not None else np.zeros(t2.shape, bool)
     bad = ~ignored & ((t2 < 0) | (t2 >= c))
     if bad.any():

@@ -91,6 +91,6 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, 
         prob = np.where(all_masked, 0, prob).astype(q.dtype)
         y = np.matmul(prob, v).astype(q.dtype)
     if rank == 3:
-        y = y.transpose(0, 2, 1, 3).reshape(bsz, sq, -1)
+        y = y.transpose(0, 2, 1, 3).reshape(bsz, sq, y.shape[1] * y.shape[3])
     qk = [raw, capped, biased, prob][at.mode]
     return [y, present_k, present_v, qk]

@@ -106,7 +106,8 @@ def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
         cols[:, g * cg:(g + 1) * cg] *= mask[:, g][:, None]
     grp = a.group
     m = w.shape[0]
-    y = np.einsum("gmk,ngkp->ngmp", w.reshape(grp, m // grp, -1).astype(np.float64),
+    y = np.einsum("gmk,ngkp->ngmp",
+                  w.reshape(grp, m // grp, (c // grp) * taps).astype(np.float64),
                   cols.reshape(n, grp, (c // grp) * taps, oh * ow)).reshape(n, m, oh, ow)
     if bias is not None:
         y = y + bias.reshape(1, -1, 1, 1)

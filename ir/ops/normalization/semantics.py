@@ -190,7 +190,7 @@ def instance_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     bshape = (1, c) + (1,) * (x.ndim - 2)
     g = groups(node) if node.op == "GroupNormalization" else c
     cdt = np.float64 if x.dtype == np.float64 else np.float32
-    r = x.astype(cdt).reshape(n, g, -1)
+    r = x.astype(cdt).reshape(n, g, (c // g) * math.prod(x.shape[2:]))  # n may be 0
     mean = r.mean(axis=2, keepdims=True)
     inv = 1 / np.sqrt(((r - mean) ** 2).mean(axis=2, keepdims=True) + eps)
     y = ((r - mean) * inv).reshape(x.shape)

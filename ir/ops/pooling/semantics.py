@@ -211,7 +211,8 @@ def pool_numpy(node: Node, x: np.ndarray) -> list[np.ndarray]:
         sel = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in g.strides)
         sel += tuple(slice(None, None, d) for d in g.dilations)
         w = w[sel]
-        return w.reshape(w.shape[:2 + k] + (-1,))
+        # the window's size spelled out: with an empty batch numpy cannot infer a -1
+        return w.reshape(w.shape[:2 + k] + (math.prod(w.shape[2 + k:]),))
 
     w, m = windows(xp), windows(np.broadcast_to(real, xp.shape))
     if node.op == "MaxPool":

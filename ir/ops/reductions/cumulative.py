@@ -77,9 +77,10 @@ def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     y = np.flip(x, ax) if reverse else x
     with np.errstate(all="ignore"):
         r = fn(y, axis=ax, dtype=x.dtype)
-        if exclusive:
-            ident = np.full_like(np.take(r, [0], axis=ax), 0 if node.op == "CumSum" else 1)
-            r = np.concatenate([ident, np.take(r, range(x.shape[ax] - 1), axis=ax)], axis=ax)
+        if exclusive:  # shift by one along the axis, the identity first (the axis may be empty)
+            ident = np.full(r.shape[:ax] + (1,) + r.shape[ax + 1:],
+                            0 if node.op == "CumSum" else 1, dtype=r.dtype)
+            r = np.take(np.concatenate([ident, r], axis=ax), range(x.shape[ax]), axis=ax)
     return [np.flip(r, ax) if reverse else r]
 
 

@@ -89,11 +89,15 @@ def _gnd_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     if ((ind < -dims) | (ind >= dims)).any():
         raise ModelError("a constant GatherND index is out of range", where=node)
     ind = np.where(ind < 0, ind + dims, ind)
-    batch = math.prod(data.shape[:bd])
-    d2 = data.reshape((batch,) + data.shape[bd:])
-    i2 = ind.reshape(batch, -1, m)
-    out = np.stack([d2[b][tuple(i2[b].T)] for b in range(batch)]) if batch else \
-        np.zeros((0,), data.dtype)
+    # The kernel's view (module docstring): data as [B, prod(d_b..), S], each index tuple a
+    # row offset. Sizes are spelled out (B, the tuple count or m may be 0; m = 0 takes row 0).
+    batch, slab = math.prod(data.shape[:bd]), math.prod(data.shape[bd + m:])
+    d3 = data.reshape(batch, math.prod(data.shape[bd:bd + m]), slab)
+    i2 = ind.reshape(batch, math.prod(ind.shape[bd:-1]), m)
+    row = np.zeros(i2.shape[:2], np.int64)
+    for j in range(m):
+        row = row * int(dims[j]) + i2[..., j]
+    out = d3[np.arange(batch)[:, None], row]
     return [out.reshape(ind.shape[:-1] + data.shape[bd + m:])]
 
 
