@@ -163,3 +163,34 @@ def test_attention_3d_folded_on_empty_batch_or_query(b, sq):
     for got in (onnxjit.compile(folded, cache_dir=False).run(None, {})[0],
                 onnxjit.compile(runtime, cache_dir=False).run(None, arrays)[0]):
         assert got.shape == (b, sq, 8) and got.dtype == np.float32
+
+
+# float16 reductions compute in f32 from the element transform to the final step and round
+# once, as onnxruntime does: ReduceL2([300, 400, -541.5]) is 737, while squares kept in
+# float16 overflow (300^2 > 65504) to inf. Where the f32 result itself overflows float16
+# (ReduceSumSquare here), inf is the answer on both sides.
+_F16 = np.array([300, 400, -541.5], np.float16)
+
+
+@pytest.mark.parametrize("op, x", [
+    ("ReduceL2", _F16),
+    ("ReduceL2", np.array([[300, 400, -541.5], [1, 2, 3]], np.float16).T),
+    ("ReduceSumSquare", np.array([3e2, 4e1, 1e-2], np.float16)),
+    ("ReduceSumSquare", _F16),
+    ("ReduceL1", np.full(3, 30000, np.float16)),
+    ("ReduceMean", np.full(4, 60000, np.float16)),
+    ("ReduceLogSumExp", np.full(4, 12, np.float16)),
+    ("ReduceLogSum", np.full(4, 30000, np.float16)),
+    ("ReduceSum", _F16),
+    ("ReduceProd", np.array([300, 400, 0.001], np.float16)),
+])
+def test_float16_reduction_computes_in_f32(op, x):
+    _both_paths(op, {"x": x}, x.ndim, keepdims=1)
+
+
+@pytest.mark.parametrize("op", ["ReduceL2", "ReduceSumSquare", "ReduceMean", "ReduceL1"])
+def test_float16_reduction_over_rows_computes_in_f32(op):
+    """Reducing the outer axis of (rows, cols) used to accumulate straight into the float16
+    output; the f32 accumulator must be kept in registers instead."""
+    x = np.array([[300, 1, 3e4], [400, 2, 3e4], [-541.5, 3, 3e4]], np.float16)
+    _both_paths(op, {"x": x}, 2, opset=13, axes=[0], keepdims=1)

@@ -14,7 +14,8 @@ op's identity, then `final` (divide by the count, sqrt, log). `emit_reduce` emit
    order accumulating straight into the output buffer (the innermost loop is a contiguous kept
    dim, so it vectorizes), then `final` runs over the block; when no kept dim lies outside the
    first reduced one (a (rows, cols) view reduced over rows) the parallel loop runs over chunks
-   of columns instead, so the work still spreads over threads.
+   of columns instead, so the work still spreads over threads. float16 inputs always take
+   step 2: their accumulators are f32 (`narrow.accumulator`), which the output cannot hold.
 
 `Lanes`: without fast-math a floating-point fold is one serial dependency chain and does not
 vectorize. Keeping L independent partial accumulators (element j goes to lane j % L, the tail
@@ -177,7 +178,9 @@ def emit_reduce(b: Builder, name: str, x: Buffer, y: Buffer, axes: Sequence[int]
     kept = [k for k, (_, _, r) in enumerate(g) if not r]
     out_strides = dict(zip(kept, row_major_strides([g[k][0] for k in kept])))
     count = math.prod(x.shape[a] for a in axes)
-    if kind.lse or not g or g[-1][2] or not any(r for _, _, r in g):
+    # A float16 fold accumulates in f32 registers: it cannot accumulate in the f16 output.
+    if kind.lse or accumulator(x.dtype) != x.dtype or not g or g[-1][2] \
+            or not any(r for _, _, r in g):
         _register_acc(b, kind, x, y, g, out_strides, count, parallel)
     else:
         _into_output(b, kind, x, y, g, out_strides, count, parallel)
@@ -187,8 +190,9 @@ def _register_acc(b: Builder, kind: Kind, x: Buffer, y: Buffer, g: list, out_str
                   count: int, parallel: bool) -> None:
     kept = [k for k, (_, _, r) in enumerate(g) if not r]
     red = [k for k, (_, _, r) in enumerate(g) if r]
-    # float16 folds accumulate in f32 (`narrow.accumulator`); an element transform (|x|, x*x)
-    # still rounds to the input type first, as the reference's elementwise step does.
+    # float16 folds accumulate in f32 (`narrow.accumulator`), and like onnxruntime take the
+    # element transform (|x|, x*x: 300^2 overflows f16) and the final step (mean, sqrt, log)
+    # in f32 too, rounding once at the end.
     wide = D.DOUBLE if kind.lse and not x.dtype.is_float else accumulator(x.dtype)
     # The innermost reduced group is folded by Lanes; any outer reduced groups loop around it.
     inner_n, inner_s = (g[red[-1]][0], g[red[-1]][1]) if red else (1, 0)
@@ -220,9 +224,8 @@ def _register_acc(b: Builder, kind: Kind, x: Buffer, y: Buffer, g: list, out_str
             r = b.op("add", b.op("log", s), shift)
         else:
             acc = fold(identity(kind.combine, wide), kind.combine,
-                       lambda v: _elem(b, kind, v), elem_first=x.dtype.is_float)
-            r = _final(b, kind, b.cast(acc, y.dtype) if wide != y.dtype and
-                       y.dtype.is_float else acc, count)
+                       lambda v: _elem(b, kind, v), elem_first=wide == x.dtype)
+            r = _final(b, kind, acc, count)
         b.store(y, out, b.cast(r, y.dtype))
 
 

@@ -9,7 +9,11 @@ as 1. Negative axes count from the back; repeated axes are a ModelError. An empt
 gives the identity of the combining op: 0 for sums, 1 for ReduceProd, -inf (or the dtype's
 minimum, False for bool) for ReduceMax, the opposite for ReduceMin, NaN for a float ReduceMean
 (0/0), -inf for ReduceLogSum(Exp). Sums accumulate in the element type (f32 in f32, like
-onnxruntime; ints wrap). Integer L2/LogSum/LogSumExp compute the float part in f64 and truncate.
+onnxruntime; ints wrap), except float16: like onnxruntime, a float16 reduction computes in f32
+from the element transform (|x|, x*x) to the final step (mean, sqrt, log) and rounds once, so
+ReduceL2([300, 400, -541.5]) is 737, not inf (300^2 overflows float16). bfloat16 sums round
+every step (`ir.narrow`). Integer L2/LogSum/LogSumExp compute the float part in f64 and
+truncate.
 
 Each reduction is `combine` over `elem(x)` then `final` (`reductions.lowering.KINDS`); the loop
 nests are built by `reductions.lowering.emit_reduce`. A runtime (non-constant) axes input is
@@ -95,6 +99,9 @@ def evaluate_reduce(name: str, x: np.ndarray, axes: tuple[int, ...], keep: bool)
     """numpy semantics of a reduction over normalized `axes` (the op table's `evaluate`)."""
     kind = KINDS[name]
     dt = x.dtype
+    if dt == np.float16:  # computed in f32, rounded once (module docstring)
+        x = x.astype(np.float32)
+    cdt = x.dtype
     with np.errstate(all="ignore"):
         v = x
         if kind.lse:
@@ -110,22 +117,23 @@ def evaluate_reduce(name: str, x: np.ndarray, axes: tuple[int, ...], keep: bool)
         elif kind.elem == "square":
             v = x * x
         if kind.combine == "add":
-            r = np.sum(v, axis=axes, keepdims=keep, dtype=dt)
+            r = np.sum(v, axis=axes, keepdims=keep, dtype=cdt)
         elif kind.combine == "mul":
-            r = np.prod(v, axis=axes, keepdims=keep, dtype=dt)
+            r = np.prod(v, axis=axes, keepdims=keep, dtype=cdt)
         else:
             fn = np.max if kind.combine == "max" else np.min
-            r = fn(v, axis=axes, keepdims=keep, initial=identity(kind.combine, D.from_numpy(dt)))
+            r = fn(v, axis=axes, keepdims=keep, initial=identity(kind.combine, D.from_numpy(cdt)))
+        is_float = D.from_numpy(cdt).is_float  # bfloat16's numpy kind is "V", not "f"
         if kind.final == "mean":
             count = math.prod(x.shape[a] for a in axes)
-            if dt.kind == "f":
-                r = r / np.asarray(count, dtype=dt)
+            if is_float:
+                r = r / np.asarray(count, dtype=cdt)
             else:  # truncating integer division; x / 0 -> 0 like the scalar `div`
                 r = np.trunc(r / count).astype(dt) if count else np.zeros_like(r)
         elif kind.final == "sqrt":
-            r = np.sqrt(r.astype(np.float64) if dt.kind != "f" else r)
+            r = np.sqrt(r if is_float else r.astype(np.float64))
         elif kind.final == "log":
-            r = np.log(r.astype(np.float64) if dt.kind != "f" else r)
+            r = np.log(r if is_float else r.astype(np.float64))
     return _to(r, dt)
 
 
