@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 
 import onnxjit
 from onnxjit.driver import import_model
+from onnxjit.errors import InputError, ModelError
 from onnxjit.options import CompileOptions
 
 RNG = np.random.default_rng(11)
@@ -194,3 +195,41 @@ def test_float16_reduction_over_rows_computes_in_f32(op):
     output; the f32 accumulator must be kept in registers instead."""
     x = np.array([[300, 1, 3e4], [400, 2, 3e4], [-541.5, 3, 3e4]], np.float16)
     _both_paths(op, {"x": x}, 2, opset=13, axes=[0], keepdims=1)
+
+
+# Outputs that stay non-empty when the main output is empty: the lowering returned early and
+# left them unwritten. (Attention's scores with a V head size of 0, LayerNormalization's
+# Mean/InvStdDev over an empty normalized axis, BatchNormalization's running statistics in
+# training mode with an empty batch.) onnxruntime refuses the first two.
+def test_attention_scores_with_empty_value_heads():
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y", "pk", "pv", "qk"],
+                            qk_matmul_output_mode=0)
+    arrays = {"q": _f(1, 2, 3, 4), "k": _f(1, 2, 5, 4), "v": _f(1, 2, 5, 0)}
+    _all_paths(node, arrays, [(_FLT, 4)] * 4, 23, oracle="ref")
+
+
+def test_layer_norm_statistics_over_empty_axis():
+    node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y", "m", "i"], axis=1)
+    _all_paths(node, {"x": _f(3, 0), "s": _f(0), "b": _f(0)}, [(_FLT, 2)] * 3, 17,
+               oracle="ref")
+
+
+def test_batch_norm_training_statistics_with_empty_batch():
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"],
+                            training_mode=1)
+    arrays = {"x": _f(0, 3, 2), "s": _f(3), "b": _f(3), "m": _f(3), "v": np.abs(_f(3))}
+    _all_paths(node, arrays, [(_FLT, 3), (_FLT, 1), (_FLT, 1)], 15)
+
+
+# ReverseSequence over an empty time axis still has one length per batch row, which must be 0:
+# the lowering skipped the check (the fold raised). onnxruntime refuses it too.
+def test_reverse_sequence_empty_time_axis_checks_lengths():
+    node = helper.make_node("ReverseSequence", ["x", "l"], ["y"], time_axis=0, batch_axis=1)
+    arrays = {"x": _f(0, 2, 3), "l": np.array([1, 0], np.int64)}
+    with pytest.raises(InputError, match="ReverseSequence"):
+        onnxjit.compile(_graph_model(node, arrays, [(_FLT, 3)], True, 10),
+                        cache_dir=False).run(None, arrays)
+    with pytest.raises(ModelError, match="ReverseSequence"):
+        onnxjit.compile(_graph_model(node, arrays, [(_FLT, 3)], False, 10), cache_dir=False)
+    arrays["l"][0] = 0
+    _all_paths(node, arrays, [(_FLT, 3)], 10)

@@ -237,13 +237,14 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     vs = _present(ctx, b, node, g, 2, g.dv)
     if b.body:
         ctx.kernel("attention_cache", b.body)
-    if y.numel == 0:
+    qk = ctx.buf(node.outputs[3]) if len(node.outputs) > 3 and node.outputs[3] is not None \
+        else None
+    if y.numel == 0 and (qk is None or qk.numel == 0):  # (V's head size 0 still has scores)
         return
     qs = _Src(q, g.rank, g.hq, g.sq, g.dh)
     ys = _Src(y, g.rank, g.hq, g.sq, g.dv)
     T, sq = g.t, g.sq
     s = ctx.scratch("scores", dt, (g.b * g.hq, sq, max(T, 1)))
-    qk = ctx.buf(node.outputs[3]) if len(node.outputs) > 3 else None
     mask = ctx.buf(node.inputs[3]) if node.input(3) is not None else None
     nonpad = ctx.buf(node.inputs[6]) if node.input(6) is not None else None
     scale = at.scale if at.scale is not None else 1.0 / math.sqrt(g.dh) if g.dh else 1.0
@@ -265,10 +266,10 @@ def _lower(ctx: LowerContext, node: Node) -> None:
         with b.loop(0, sq, hint="i") as i:
             _row(b, node, at, g, s, b.iadd(s_off, b.imul(i, T)), bi, hi, i, mask, nonpad, qk)
         y_off = ys.off(b, bi, hi)
-        if T:
+        if T and g.dv:
             b.emit(Matmul(y, y_off, ys.ld, s, s_off, T, vs.buf, vs.off(b, bi, kh), vs.ld,
                           sq, g.dv, T))
-        else:
+        elif not T:
             with b.loop(0, sq, hint="i") as i:
                 with b.loop(0, g.dv, hint="d") as d:
                     b.store(y, b.iadd(y_off, b.iadd(b.imul(i, ys.ld), d)), const(0, dt))

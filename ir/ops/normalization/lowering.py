@@ -125,11 +125,13 @@ def normalize_rows(b: Builder, x: Buffer, y: Buffer, rows: int, dims: Sequence[i
 
 def layer_lower(ctx: LowerContext, node: Node) -> None:
     x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
-    if y.numel == 0:
-        return
     axis = norm_axis(node, len(x.shape))
     dims = x.shape[axis:]
     rows = math.prod(x.shape[:axis])
+    mo, io = _out(node, 1), _out(node, 2)
+    # Rows over an empty normalized axis still have a Mean and InvStdDev (NaN: 0 / 0).
+    if y.numel == 0 and (rows == 0 or mo is None and io is None):
+        return
     cdt = stash_dtype(node, x.dtype)
     rms = node.op == "RMSNormalization"
 
@@ -141,7 +143,6 @@ def layer_lower(ctx: LowerContext, node: Node) -> None:
         shape = buf.shape[max(0, len(buf.shape) - len(dims)):]
         return Param(buf, broadcast_strides(shape, dims), _zero)
 
-    mo, io = _out(node, 1), _out(node, 2)
     b = Builder()
     normalize_rows(b, x, y, rows, dims, float_attr(node, "epsilon", 1e-5), cdt, rms,
                    param(1), None if rms else param(2),
@@ -181,7 +182,7 @@ def instance_lower(ctx: LowerContext, node: Node) -> None:
 def bn_lower(ctx: LowerContext, node: Node) -> None:
     x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
     scale, bias, mean, var = (ctx.buf(node.inputs[i]) for i in range(1, 5))
-    if y.numel == 0:
+    if y.numel == 0 and not bn_training(node):  # training: the running outputs are not empty
         return
     n, c = x.shape[0], x.shape[1]
     inner = math.prod(x.shape[2:])
