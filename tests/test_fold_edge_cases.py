@@ -233,3 +233,33 @@ def test_reverse_sequence_empty_time_axis_checks_lengths():
         onnxjit.compile(_graph_model(node, arrays, [(_FLT, 3)], False, 10), cache_dir=False)
     arrays["l"][0] = 0
     _all_paths(node, arrays, [(_FLT, 3)], 10)
+
+
+# Narrow floats in folding: numpy's einsum has no bfloat16 loops (Conv, ConvTranspose and
+# Einsum folds raised TypeError), MaxPool's fold took np.iinfo of bfloat16, and float16
+# Conv/Einsum folds summed in float16 (overflowing where the lowering's f32 sum does not).
+# They now compute in f32 and round once, like the lowering and onnxruntime; bfloat16 is
+# judged by onnx.reference (onnxruntime has no bfloat16 kernels for these).
+def _bf16(*shape: int) -> np.ndarray:
+    import ml_dtypes
+
+    return _f(*shape).astype(ml_dtypes.bfloat16)
+
+
+def _f16(*shape: int) -> np.ndarray:
+    return (_f(*shape) * 100).astype(np.float16)
+
+
+@pytest.mark.parametrize("make, oracle", [(_bf16, "ref"), (_f16, "ort")], ids=["bf16", "f16"])
+@pytest.mark.parametrize("op, shapes, attrs", [
+    ("Conv", [(1, 8, 4, 4), (3, 8, 3, 3)], {}),
+    ("ConvTranspose", [(1, 2, 4, 4), (2, 3, 3, 3)], {}),
+    ("Einsum", [(2, 64), (64, 4)], {"equation": "ij,jk->ik"}),
+    ("MaxPool", [(1, 2, 4, 4)], {"kernel_shape": [2, 2]}),
+])
+def test_narrow_float_folds(make, oracle, op, shapes, attrs):
+    arrays = {f"x{k}": make(*s) for k, s in enumerate(shapes)}
+    node = helper.make_node(op, list(arrays), ["y"], **attrs)
+    elem = helper.np_dtype_to_tensor_dtype(arrays["x0"].dtype)
+    _all_paths(node, arrays, [(elem, len(shapes[0]) if op != "Einsum" else 2)],
+               12 if op == "Einsum" else 22, oracle)

@@ -28,6 +28,7 @@ import numpy as np
 
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
+from onnxjit.ir.narrow import is_narrow_array, widen
 from onnxjit.ir.types import Dim
 
 AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
@@ -187,7 +188,12 @@ def transpose_geometry(node: Node, a: ConvAttrs, spatial: Sequence[Dim]
 
 def conv_numpy(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, a: ConvAttrs,
                acc: type = np.float64) -> np.ndarray:
-    """Conv of concrete arrays (dtype of the result: x's, or `acc` when x is an int type)."""
+    """Conv of concrete arrays (dtype of the result: x's, or `acc` when x is an int type).
+    float16/bfloat16 are computed in f32 and rounded once, as the lowering does."""
+    dt, narrow_in = x.dtype, is_narrow_array(x)
+    if narrow_in:
+        x, w = widen(x), widen(w)
+        bias = None if bias is None else widen(bias)
     n, c = x.shape[:2]
     m, kshape = w.shape[0], w.shape[2:]
     g = a.group
@@ -207,7 +213,7 @@ def conv_numpy(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, a: ConvAtt
         y = np.einsum("gmk,ngkp->ngmp", wr, cols).reshape(n, m, *out)  # type: ignore[misc]
         if bias is not None:
             y = y + bias.reshape(1, m, *([1] * len(out)))
-    return np.asarray(y, dtype=x.dtype if x.dtype.kind == "f" else acc)
+    return np.asarray(y, dtype=dt if dt.kind == "f" or narrow_in else acc)
 
 
 # --------------------------------------------------------------------------- shape inference

@@ -14,6 +14,8 @@ Lowering of X (N, C, *in), W (C, M/G, *k), Y (N, M, *out), with P = prod(in):
    columns is a compile-time pair, an outer dim outside the output empties the range
    (a `select` on the loop bounds), and the innermost loop adds a contiguous panel row into
    the output row (stride s).
+float16/bfloat16 operands are widened to f32 scratch copies first and Y is rounded once from an
+f32 result, so no tap's partial sum is rounded (the fold computes the same way).
 Col2Im (opset 18) is step 3 alone on its input, after zero-filling the output: input
 (N, C * prod(block), L) is the panel of N*C channels, L the positions of the block grid
 (`image_shape` and `block_shape` must be constants, or shape values known at compile time).
@@ -29,6 +31,7 @@ from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, row_major_strides
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
+from onnxjit.ir.narrow import is_narrow_array, widen
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.conv.attrs import (
     ConvAttrs,
@@ -51,14 +54,18 @@ from onnxjit.ir.ops.conv.geometry import (
 from onnxjit.ir.ops.elementwise.arithmetic import BF16, FLOATS, Types, accept_same, arity
 from onnxjit.ir.ops.elementwise.inference import check_dtype, dims_of, tensor
 from onnxjit.ir.ops.shape_utils import tensor_input
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import NARROW_FLOATS, DType
 
 _TYPES: Types = ((1, FLOATS), (22, FLOATS | BF16))
 
 
 def conv_transpose_numpy(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                          a: ConvAttrs) -> np.ndarray:
-    """ConvTranspose of concrete arrays: per kernel tap, scatter-add x @ w into the output."""
+    """ConvTranspose of concrete arrays: per kernel tap, scatter-add x @ w into the output
+    (float16/bfloat16 computed in f32, rounded once)."""
+    dt = x.dtype
+    if is_narrow_array(x):
+        x, w = widen(x), widen(w)
     n, c = x.shape[:2]
     g, mg, kshape = a.group, w.shape[1], w.shape[2:]
     out, begin = transpose_geometry(node, a, x.shape[2:])
@@ -79,7 +86,7 @@ def conv_transpose_numpy(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndar
     y = y[(slice(None), slice(None), *crop)]
     if bias is not None:
         y = y + bias.reshape(1, -1, *([1] * len(ins)))
-    return np.ascontiguousarray(y, dtype=x.dtype)
+    return np.ascontiguousarray(y, dtype=dt)
 
 
 def _infer(node: Node) -> list:
@@ -126,11 +133,39 @@ def _col2im(b: Builder, y: Buffer, col: Buffer, a: ConvAttrs, begin: list[int], 
                     b.store(y, at, b.op("add", b.load(y, at), b.load(col, b.iadd(crow, j))))
 
 
+def _cast_copy(ctx: LowerContext, src: Buffer, dst: Buffer, hint: str) -> None:
+    """dst[i] = src[i] converted to dst's element type (one parallel loop)."""
+    b = Builder()
+    with b.loop(0, src.numel, parallel=True, hint="i") as i:
+        b.store(dst, i, b.cast(b.load(src, i), dst.dtype))
+    ctx.kernel(hint, b.body)
+
+
 def _lower(ctx: LowerContext, node: Node) -> None:
     x, w, y = ctx.buf(node.inputs[0]), ctx.buf(node.inputs[1]), ctx.buf(node.outputs[0])
     bias = ctx.buf(node.inputs[2]) if node.input(2) is not None else None
     if y.numel == 0:
         return
+    if y.dtype not in NARROW_FLOATS:
+        _lower_into(ctx, node, x, w, bias, y)
+        return
+    # float16/bfloat16: the products and every tap's sum in f32, one rounding at the end (as
+    # the fold and onnxruntime do; a narrow col2im would round at each tap)
+    wide = []
+    for buf in (x, w, bias):
+        if buf is not None:
+            f = ctx.scratch("convtranspose_f32", DType.FLOAT, buf.shape)
+            _cast_copy(ctx, buf, f, "convtranspose_widen")
+            buf = f
+        wide.append(buf)
+    y32 = ctx.scratch("convtranspose_y32", DType.FLOAT, y.shape)
+    _lower_into(ctx, node, wide[0], wide[1], wide[2], y32)
+    _cast_copy(ctx, y32, y, "convtranspose_round")
+
+
+def _lower_into(ctx: LowerContext, node: Node, x: Buffer, w: Buffer, bias: Buffer | None,
+                y: Buffer) -> None:
+    """Steps 1-3 of the module docstring; all four buffers of one dtype."""
     a = _attrs(node, x.shape, w.shape)
     ins, k, out = list(x.shape[2:]), list(w.shape[2:]), list(y.shape[2:])
     _, begin = transpose_geometry(node, a, ins)

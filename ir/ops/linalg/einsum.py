@@ -15,6 +15,8 @@ Lowering:
    (skipped when it already is).
 2) Everything else: a nest over the output labels (outer loop parallel) and, inside, a nest over
    the summed labels accumulating the product of one element per operand.
+float16/bfloat16 operands are multiplied and summed in f32 and rounded once (the reference's
+rule; numpy's einsum has no bfloat16 loops, so folding widens them too).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Matmul, Operand
+from onnxjit.ir.narrow import is_narrow_array, widen
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.elementwise.arithmetic import BF16, FLOATS, INTS, Types, accept_same
 from onnxjit.ir.ops.elementwise.inference import tensor
 from onnxjit.ir.ops.shape_utils import require_attr, tensor_input
-from onnxjit.ir.types import Dim
+from onnxjit.ir.types import NARROW_FLOATS, Dim, DType
 
 _TYPES: Types = ((12, FLOATS | BF16 | INTS),)
 _ELL = "..."
@@ -133,8 +136,11 @@ def _infer(node: Node) -> list:
 def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     eq = node.attr("equation")
     eq = eq.decode() if isinstance(eq, bytes) else str(eq)
+    dt = inputs[0].dtype
+    if is_narrow_array(inputs[0]):  # numpy's einsum has no loops for bfloat16: sum in f32
+        inputs = [widen(np.asarray(a)) for a in inputs]
     with np.errstate(all="ignore"):
-        return [np.asarray(np.einsum(eq.replace(" ", ""), *inputs), dtype=inputs[0].dtype)]
+        return [np.asarray(np.einsum(eq.replace(" ", ""), *inputs), dtype=dt)]
 
 
 def _strides(term: list[str], shape: tuple, labels: list[str]) -> list[int]:
@@ -196,18 +202,19 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     red_st = [_strides(ins_t, s, red) for ins_t, s in zip(ins, shapes)]
     out_shape = [int(sizes[t]) for t in out]  # type: ignore[arg-type]
     red_shape = [int(sizes[t]) for t in red]  # type: ignore[arg-type]
-    dt = y.dtype
+    # float16/bfloat16 multiply and sum in f32 and round once, as the reference does
+    dt = DType.FLOAT if y.dtype in NARROW_FLOATS else y.dtype
     with b.nest(out_shape, parallel_outer=True) as oi:
         bases = [b.linear(oi, st) for st in out_st]
         acc = b.var(const(0, dt), hint="acc")
         with b.nest(red_shape) as ri:
             prod: Operand | None = None
             for x, base, st in zip(bufs, bases, red_st):
-                v = b.load(x, b.iadd(base, b.linear(ri, st)))
+                v = b.cast(b.load(x, b.iadd(base, b.linear(ri, st))), dt)
                 prod = v if prod is None else b.op("mul", prod, v)
             assert prod is not None
             b.assign(acc, "add", acc, prod)
-        b.store(y, b.linear(oi, row_major_strides(out_shape)), acc)
+        b.store(y, b.linear(oi, row_major_strides(out_shape)), b.cast(acc, y.dtype))
     ctx.kernel("einsum", b.body)
 
 

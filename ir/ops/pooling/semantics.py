@@ -28,6 +28,7 @@ import numpy as np
 
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
+from onnxjit.ir.narrow import is_narrow_array
 from onnxjit.ir.ops.elementwise.arithmetic import (
     BF16,
     FLOATS,
@@ -216,7 +217,7 @@ def pool_numpy(node: Node, x: np.ndarray) -> list[np.ndarray]:
 
     w, m = windows(xp), windows(np.broadcast_to(real, xp.shape))
     if node.op == "MaxPool":
-        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        low = -np.inf if x.dtype.kind == "f" or is_narrow_array(x) else np.iinfo(x.dtype).min
         masked = np.where(m, w, np.asarray(low, dtype=x.dtype))
         y = masked.max(axis=-1)
         if len(node.outputs) < 2:
