@@ -263,3 +263,19 @@ def test_narrow_float_folds(make, oracle, op, shapes, attrs):
     elem = helper.np_dtype_to_tensor_dtype(arrays["x0"].dtype)
     _all_paths(node, arrays, [(elem, len(shapes[0]) if op != "Einsum" else 2)],
                12 if op == "Einsum" else 22, oracle)
+
+
+# RotaryEmbedding reads its caches at position_ids[b, s] (or [b, s]) unchecked: caches or
+# position ids of another shape read out of bounds in the kernel and broadcast in the fold.
+# Both now refuse them at compile time, as onnxruntime does at run time.
+@pytest.mark.parametrize("arrays", [
+    {"x": _f(2, 2, 3, 4), "c": _f(8, 2), "s": _f(8, 2), "p": np.zeros((1, 3), np.int64)},
+    {"x": _f(2, 2, 3, 4), "c": _f(1, 3, 2), "s": _f(1, 3, 2)},
+    {"x": _f(2, 2, 3, 4), "c": _f(8, 2), "s": _f(7, 2), "p": np.zeros((2, 3), np.int64)},
+], ids=["position-ids-batch", "cache-batch", "sin-vs-cos"])
+def test_rotary_embedding_refuses_misshaped_caches(arrays):
+    node = helper.make_node("RotaryEmbedding", list(arrays), ["y"])
+    for as_inputs in (True, False):
+        m = _graph_model(node, arrays, [(_FLT, 4)], as_inputs, 23)
+        with pytest.raises(ModelError, match="RotaryEmbedding"):
+            onnxjit.compile(m, cache_dir=False).run(None, arrays if as_inputs else {})

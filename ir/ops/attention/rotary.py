@@ -74,7 +74,35 @@ def _infer(node: Node) -> list:
         if cs is not None and isinstance(cs[-1], int) and cs[-1] != g.r // 2:
             raise ModelError(f"the last dim of cos_cache ({cs[-1]}) must be "
                              f"rotary_embedding_dim / 2 = {g.r // 2}", where=node)
+        _check_indexing(node, g)
     return tensor(dt, shape)
+
+
+def _check_indexing(node: Node, g: _Geom) -> None:
+    """The caches and position_ids have the shapes the rows are read with (the kernel reads
+    them unchecked): position_ids (batch, seq) with caches (max_pos, R/2), else caches
+    (batch, seq, R/2); sin_cache shaped like cos_cache."""
+    cs, ss = tensor_input(node, 1).shape, tensor_input(node, 2).shape
+
+    def fits(got: tuple | None, want: tuple) -> bool:
+        return got is None or len(got) == len(want) and all(
+            not isinstance(a, int) or w is None or a == w for a, w in zip(got, want))
+
+    if node.input(3) is not None:
+        pid = tensor_input(node, 3).shape
+        if not fits(pid, (g.b, g.s)):
+            raise ModelError(f"position_ids must have shape [batch, seq] = [{g.b}, {g.s}], "
+                             f"got {list(pid)}", where=node)  # type: ignore[arg-type]
+        want: tuple = (None, g.r // 2)
+    else:
+        want = (g.b, g.s, g.r // 2)
+    for name, got in (("cos_cache", cs), ("sin_cache", ss)):
+        if not fits(got, want):
+            form = "[max_position, R/2]" if len(want) == 2 else "[batch, seq, R/2]"
+            raise ModelError(f"{name} must have shape {form} here, got {list(got)}",
+                             where=node)  # type: ignore[arg-type]
+    if cs is not None and ss is not None and not fits(ss, cs):
+        raise ModelError(f"sin_cache {list(ss)} and cos_cache {list(cs)} differ", where=node)
 
 
 def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
