@@ -347,6 +347,9 @@ def _trilu_infer(node: Node) -> list[ValueType | None]:
 def _trilu_eval(node: Node, inputs: list) -> list[np.ndarray]:
     k = 0 if len(inputs) < 2 or inputs[1] is None else int(np.asarray(inputs[1]).reshape(-1)[0])
     x = np.asarray(inputs[0])
+    # numpy's triu/tril overflow on k near the int64 extremes (they compute k - 1): any k
+    # outside [-rows, cols] keeps or clears the whole matrix, as the clamped k does
+    k = max(-x.shape[-2], min(x.shape[-1], k))
     if x.dtype == object:  # strings: the cleared triangle holds "" (a string's zero)
         ones = np.ones(x.shape[-2:], bool)
         keep = np.triu(ones, k) if node.attr("upper", 1) else np.tril(ones, k)

@@ -152,8 +152,8 @@ def _out_dims(node: Node, shape: tuple[Dim, ...], req: Request, s: Settings
         return out, scales
     if req.kind == "scales":
         for a, sc in zip(req.axes, req.values):
-            if not sc > 0:
-                raise ModelError(f"scales must be positive, got {sc}", where=node)
+            if not 0 < sc < math.inf:  # NaN and inf too (an infinite size is no size)
+                raise ModelError(f"scales must be positive and finite, got {sc}", where=node)
             scales[a] = float(sc)
             d = shape[a]
             out[a] = int(sc * d) if isinstance(d, int) else d if sc == 1 else None
