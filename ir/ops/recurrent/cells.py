@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from onnxjit.errors import ModelError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Operand
@@ -205,7 +206,13 @@ def _activations(node: Node, kind: str, dirs: int) -> tuple[tuple[Act, ...], ...
 
 
 def _mismatch(a: Dim, b: Dim) -> bool:
-    return isinstance(a, int) and isinstance(b, int) and a != b
+    """Two sizes that must agree and do not; a symbolic one is assumed to (`ir.symbolic`:
+    the runtime checks it, and a call breaking it takes the shape-specialised path)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a != b
+    if a is not None and b is not None and symbolic.active():
+        symbolic.assume_equal(a, b, "the sizes of a recurrent op's inputs")
+    return False
 
 
 def _txt(shape: tuple) -> str:

@@ -28,12 +28,22 @@ import numpy as np
 
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Matmul, Operand, Stmt, i64, pack_panels
+from onnxjit.ir.loops import (
+    Buffer,
+    Matmul,
+    Operand,
+    Size,
+    Stmt,
+    i64,
+    pack_panels,
+    size_operand,
+)
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.conv.packed_panels import packed_width
 from onnxjit.ir.ops.recurrent.cells import RnnAttrs, attrs_of, rnn_infer
 from onnxjit.ir.ops.recurrent.reference import rnn_evaluate
 from onnxjit.ir.ops.recurrent.steps import StepEmitter
+from onnxjit.ir.symbolic import hint
 from onnxjit.ir.types import DType
 
 #: the widest block product, in gate columns, and the most bytes of its result (N x gates*JB,
@@ -128,14 +138,15 @@ class _Plan:
         self.groups = gate_groups(a)
         self.group_offsets = [sum(len(g) for g in self.groups[:k]) * self.H
                               for k in range(len(self.groups))]
-        self.jb = (block_width(self.H, self.G, self.N, self.dt.itemsize, ctx.num_threads)
+        n_usual = hint(self.N)  # a run-time batch: its usual size (`ir.symbolic.hint`)
+        self.jb = (block_width(self.H, self.G, n_usual, self.dt.itemsize, ctx.num_threads)
                    if self.H else 1)
         self.nfull, self.tail = divmod(self.H, self.jb)
         #: the tiled kernel's panel width when the blocks are stored in panels (`pack_r`)
         self.nr: int | None = None
         widest = max(len(g) for g in self.groups) * self.jb
-        if PANELS and self.N * self.H:
-            nr = packed_width(self.dt, self.N, widest, self.H)
+        if PANELS and n_usual * self.H:
+            nr = packed_width(self.dt, n_usual, widest, self.H)
             self.nr = nr if nr is not None and widest > nr else None
         self.rp: Buffer | None = None  # R packed for the steps (`_lower`)
 
@@ -150,14 +161,15 @@ class _Plan:
         a, N, H = self.a, self.N, self.H
         if a.layout:
             return b.iadd(b.iadd(b.imul(n, a.dirs * H), i64(d * H)), j)
-        return b.iadd(b.iadd(i64(d * N * H), b.imul(n, H)), j)
+        return b.iadd(b.iadd(size_operand(d * N * H), b.imul(n, H)), j)
 
     def y_index(self, b: Builder, d: int, t: Operand, n: Operand, j: Operand) -> Operand:
         a, S, N, H = self.a, self.S, self.N, self.H
         if a.layout:
             row = b.iadd(b.imul(n, S * a.dirs), b.imul(t, a.dirs))
             return b.iadd(b.imul(b.iadd(row, i64(d)), H), j)
-        return b.iadd(b.imul(b.iadd(b.imul(t, a.dirs * N), b.iadd(i64(d * N), n)), H), j)
+        return b.iadd(b.imul(b.iadd(b.imul(t, a.dirs * N), b.iadd(size_operand(d * N), n)), H),
+                      j)
 
 
 def _lower(ctx: LowerContext, node: Node) -> None:
@@ -174,7 +186,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     if a.kind == "GRU" and not a.linear_before_reset:
         sc["rh"] = ctx.scratch("gru_rh", p.dt, (p.N, p.H))
         sc["z"] = ctx.scratch("gru_z", p.dt, (p.N, p.H))
-    if p.S > 0:
+    if _may_run(p.S):
         if p.r is None:
             data = np.asarray(p.r_value.const, dtype=p.dt.numpy).reshape(a.dirs, p.GH, p.H)
             p.rp = ctx.constant(f"{kind}_r_packed", pack_r(data, p.groups, p.jb, p.nr))
@@ -195,11 +207,11 @@ def _lower(ctx: LowerContext, node: Node) -> None:
                           p.I, p.S * p.N, p.GH, p.I, b_trans=True))
         ctx.kernel(f"{kind}_proj", b.body)
         ctx.kernel(f"{kind}_init", _init(p, d, sc["h"], sc.get("c")))
-        if p.S > 0:
+        if _may_run(p.S):
             ctx.kernel(f"{kind}_steps", StepEmitter(p, d, sc).emit())
         b = Builder()
-        final = (p.S % 2) * p.N * p.H  # the half of h the last step wrote
-        for out, st, off in ((p.yh, sc["h"], final), (p.yc, sc.get("c"), 0)):
+        final = size_operand(_parity(p.S) * p.N * p.H)  # the half of h the last step wrote
+        for out, st, off in ((p.yh, sc["h"], final), (p.yc, sc.get("c"), i64(0))):
             if out is None or st is None:
                 continue
             with b.loop(0, p.N, hint="n") as n:
@@ -207,12 +219,23 @@ def _lower(ctx: LowerContext, node: Node) -> None:
                 if p.lens is not None:  # an entry of length 0 ends in state 0 (onnxruntime)
                     live = b.op("gt", b.load(p.lens, n), const(0, DType.INT32))
                 with b.loop(0, p.H, hint="j") as j:
-                    v: Operand = b.load(st, b.iadd(i64(off), b.iadd(b.imul(n, p.H), j)))
+                    v: Operand = b.load(st, b.iadd(off, b.iadd(b.imul(n, p.H), j)))
                     if live is not None:
                         v = b.op("select", live, v, const(0, p.dt))
                     b.store(out, p.state_index(b, d, n, j), v)
         if b.body:
             ctx.kernel(f"{kind}_final", b.body)
+
+
+def _may_run(steps: Size) -> bool:
+    """Whether a step loop of `steps` iterations may run (a run-time count may be 0: then its
+    loop runs no iteration, as the specialised program emits none)."""
+    return not isinstance(steps, int) or steps > 0
+
+
+def _parity(steps: Size) -> Size:
+    """steps % 2, also of a symbolic count (steps - 2 * (steps // 2))."""
+    return steps % 2 if isinstance(steps, int) else steps - 2 * (steps // 2)
 
 
 def _pack_kernel(p: _Plan) -> list[Stmt]:
@@ -255,8 +278,9 @@ def _init(p: _Plan, d: int, h: Buffer, c: Buffer | None) -> list:
     with b.loop(0, p.N, hint="n") as n:
         if p.lens is not None and d == 0:
             ln = b.cast(b.load(p.lens, n), DType.INT64)
-            ok = b.op("and", b.op("ge", ln, i64(0)), b.op("le", ln, i64(p.S)))
-            b.check(ok, f"{p.a.kind}: every sequence_lens entry must be in [0, {p.S}] "
+            ok = b.op("and", b.op("ge", ln, i64(0)), b.op("le", ln, size_operand(p.S)))
+            top = p.S if isinstance(p.S, int) else "seq_length"
+            b.check(ok, f"{p.a.kind}: every sequence_lens entry must be in [0, {top}] "
                         "(the sequence length of X)")
         with b.loop(0, p.H, hint="j") as j:
             at = b.iadd(b.imul(n, p.H), j)
@@ -275,4 +299,5 @@ _DOC = {
 }
 for _name, _versions in (("RNN", (1, 7, 14, 22)), ("GRU", (1, 3, 7, 14, 22)),
                          ("LSTM", (1, 7, 14, 22))):
-    op(_name, _versions, infer=rnn_infer, evaluate=rnn_evaluate, lower=_lower, doc=_DOC[_name])
+    op(_name, _versions, infer=rnn_infer, evaluate=rnn_evaluate, lower=_lower, doc=_DOC[_name],
+       symbolic=True)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Matmul, Operand, Stmt, i64
+from onnxjit.ir.loops import Buffer, Matmul, Operand, Stmt, i64, size_operand
 from onnxjit.ir.ops.recurrent.cells import Act, cell_lstm, cell_rnn, gru_gates, gru_out
 from onnxjit.ir.types import DType
 
@@ -82,7 +82,8 @@ class StepEmitter:
         p, b = self.p, self.b
         nh = p.N * p.H
         with b.loop(0, p.S, hint="s") as s:
-            self.t: Operand = b.op("sub", i64(p.S - 1), s) if p.a.reverse(self.d) else s
+            last = size_operand(p.S - 1)
+            self.t: Operand = b.op("sub", last, s) if p.a.reverse(self.d) else s
             par = b.op("rem", s, i64(2))
             self.hp = b.imul(par, nh)  # this step's input state: half s % 2
             self.hn = b.imul(b.op("sub", i64(1), par), nh)
