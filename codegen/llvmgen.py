@@ -322,17 +322,19 @@ class KernelTranslator:
                                        where=f"kernel {self.kernel.name}")
             emit_narrow_matmul(self.b, self.scalar, s, ptrs, offs, sizes)  # type: ignore
             return False
+        m_hint = 0
         if sizes:  # run-time sizes (a symbolic program)
-            m_hint = self.kernel.size_hints.get(s.m, 64) if isinstance(s.m, Var) else s.m
-            return emit_matmul(self.b, s, ptrs, offs, where=f"kernel {self.kernel.name}",
-                               epilogue=epilogue, sizes=sizes, m_hint=int(m_hint))
+            m_hint = int(self.kernel.size_hints.get(s.m, 64) if isinstance(s.m, Var) else s.m)
+            if epilogue is not None or not (OUTLINE_PRODUCTS and self.math_heavy):
+                return emit_matmul(self.b, s, ptrs, offs, where=f"kernel {self.kernel.name}",
+                                   epilogue=epilogue, sizes=sizes, m_hint=m_hint)
         if epilogue is None and OUTLINE_PRODUCTS and self.math_heavy and uses_tiles(s):
             emit_outlined(self.b, s, ptrs, offs, f"{self.fn.name}.mm{self.n_products}",
-                          where=f"kernel {self.kernel.name}")
+                          where=f"kernel {self.kernel.name}", sizes=sizes, m_hint=m_hint)
             self.n_products += 1
             return False
         return emit_matmul(self.b, s, ptrs, offs, where=f"kernel {self.kernel.name}",
-                           epilogue=epilogue)
+                           epilogue=epilogue, sizes=sizes, m_hint=m_hint)
 
 
 #: the Matmul fields that may be run-time sizes

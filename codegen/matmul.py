@@ -263,23 +263,27 @@ def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequ
 
 
 def emit_outlined(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
-                  offs: Sequence[ir.Value], name: str, where: object = None) -> None:
+                  offs: Sequence[ir.Value], name: str, where: object = None,
+                  sizes: dict | None = None, m_hint: int = 0) -> None:
     """Emit `s` (no epilogue) as an internal function `name` of its own, taking the C, A, B
-    pointers and their offsets, and call it at the builder's position. Its register tile is
-    allocated there with nothing else live: inline, LLVM hoists the splat constants of a nest
-    after the product (an LSTM cell's polynomial coefficients) above it, and the allocator
-    spilled the tile's accumulators rather than them."""
+    pointers and their offsets (then the run-time `sizes`, in their order), and call it at the
+    builder's position. Its register tile is allocated there with nothing else live: inline,
+    LLVM hoists the splat constants of a nest after the product (an LSTM cell's polynomial
+    coefficients) above it, and the allocator spilled the tile's accumulators rather than
+    them."""
+    sizes = sizes or {}
     fn = ir.Function(b.module, ir.FunctionType(ir.VoidType(), [ir.PointerType()] * 3
-                                               + [ir.IntType(64)] * 3), name)
+                                               + [ir.IntType(64)] * (3 + len(sizes))), name)
     fn.linkage = "internal"
     for attr in ("nounwind", "noinline"):
         fn.attributes.add(attr)
     entry = fn.append_basic_block("entry")  # the kernel's stack buffers, then the body
     body = ir.IRBuilder(fn.append_basic_block("body"))
-    emit_matmul(body, s, fn.args[:3], fn.args[3:], where=where)
+    inner = dict(zip(sizes, fn.args[6:]))
+    emit_matmul(body, s, fn.args[:3], fn.args[3:6], where=where, sizes=inner, m_hint=m_hint)
     body.ret_void()
     ir.IRBuilder(entry).branch(fn.blocks[1])
-    b.call(fn, [*ptrs, *offs])
+    b.call(fn, [*ptrs, *offs, *sizes.values()])
 
 
 def emit_runtime(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequence[ir.Value],
