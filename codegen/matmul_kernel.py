@@ -393,17 +393,42 @@ class TileGemm:
         for_range(b, 0, self.v(self.K), self.kc, depth, "pc")
 
     def runtime_rows(self, tile: Callable[..., None]) -> None:
-        """Tiles over a run-time m: MR-row tiles from row 0, the last one keeping only the
-        rows that are C's (`micro`'s `valid`), except that 1 or 2 rows left over (all of a
-        decoder step's m = 1) run as 1-row tiles, which do no FMA for rows not stored. Two tile
-        bodies whatever m is (MR rows and 1 row), where a concrete m has up to three."""
-        b, mr = self.b, self.mr
-        rem = b.urem(self.M, i64c(mr))
-        tiled = b.select(b.icmp_unsigned(">", rem, i64c(SINGLE_ROWS)), self.M,
-                         b.sub(self.M, rem))
-        for_range(b, 0, tiled, mr, lambda i: tile(i, mr, imin(b, i64c(mr), b.sub(self.M, i))),
-                  "ir")
-        for_range(b, tiled, self.M, 1, lambda i: tile(i, 1), "i1")
+        """Tiles over a run-time m: MR-row tiles from row 0, then the rows left over (rem):
+        - 1 or 2 past whole tiles: `row_tiles`' balanced pair, the last whole tile and they
+          as two tiles of H rows, so B is streamed once a tile, not once a row (8 rows: 4 + 4,
+          not 6 + 1 + 1; measured, two threads, interleaved: the bench LSTM's symbolic
+          program, whose steps multiply 8 x 256 x 256 blocks, 1.14-1.19x);
+        - up to SINGLE_ROWS alone (all of a decoder step's m = 1): 1-row tiles, which do no
+          FMA for rows not stored;
+        - up to H: one H-row tile (16 rows: 6 + 6 + 4, not a third 6-row tile);
+        - more: one MR-row tile.
+        A tile taller than its rows keeps only the rows that are C's (`micro`'s `valid`).
+        Three tile bodies whatever m is (MR, H and 1 rows), where a concrete m has up to
+        three."""
+        b, mr, m = self.b, self.mr, self.M
+        high = (mr + 3) // 2  # row_tiles' taller tile for 1 or 2 rows over
+        rem = b.urem(m, i64c(mr))
+        whole = b.sub(m, rem)
+        few = b.and_(b.icmp_unsigned(">", rem, i64c(0)),
+                     b.icmp_unsigned("<=", rem, i64c(SINGLE_ROWS)))
+        # where the H-row tiles start and end (the 1-row tiles run from that end to m)
+        h_from, h_to = whole, b.select(few, whole, m)
+        if BALANCED_TAIL and high < mr:
+            pair = b.and_(b.and_(few, b.icmp_unsigned("<=", rem, i64c(2))),
+                          b.icmp_unsigned(">", m, i64c(mr)))
+            h_from = b.select(pair, b.sub(whole, i64c(mr)), whole)
+            h_to = b.select(pair, m, h_to)
+        big = b.icmp_unsigned(">", rem, i64c(high)) if high < mr else b.not_(few)
+        h_from = b.select(big, m, h_from)
+        h_to = b.select(big, m, h_to)
+
+        def rows(top: int) -> Callable[[ir.Value], None]:
+            return lambda i: tile(i, top, imin(b, i64c(top), b.sub(m, i)))
+
+        for_range(b, 0, h_from, mr, rows(mr), "ir")
+        if high < mr:
+            for_range(b, h_from, h_to, high, rows(high), "ih")
+        for_range(b, h_to, m, 1, lambda i: tile(i, 1), "i1")
 
     def pack(self, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
              lanes: list, width: Any = None) -> None:

@@ -118,3 +118,30 @@ def test_mlp_epilogue_symbolic_rows():
         assert y.shape == (n, 40)
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     _one_program(fn)
+
+
+@pytest.mark.parametrize("n", [64, 256])
+def test_every_row_tail(n):
+    """Rows 0-20 and 25-26 of one symbolic product, whose last rows run as the tiles the
+    run-time row plan picks (whole tiles, a balanced pair, one shorter tile, single rows),
+    over a B read in place (n = 64: few columns) and a B prepacked at compile time, with and
+    without a bias and Relu in the stores."""
+    w = RNG.standard_normal((96, n)).astype(np.float32) / 8
+    bias = RNG.standard_normal(n).astype(np.float32)
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["h"]),
+                helper.make_node("Add", ["h", "b"], ["h2"]),
+                helper.make_node("Relu", ["h2"], ["y"]),
+                helper.make_node("MatMul", ["x", "w"], ["z"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 96])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", n]),
+                helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", n])],
+               [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias, "b")])
+    fn = _compile(m)
+    for rows in [*range(21), 25, 26]:
+        x = _data((rows, 96), TensorProto.FLOAT)
+        y, z = fn(x)
+        ref = x.astype(np.float64) @ w
+        np.testing.assert_allclose(z, ref, rtol=1e-4, atol=1e-4, err_msg=str(rows))
+        np.testing.assert_allclose(y, np.maximum(ref + bias, 0), rtol=1e-4, atol=1e-4,
+                                   err_msg=str(rows))
+    _one_program(fn)
