@@ -20,6 +20,13 @@ hidden H and G gates (semantics and shapes: `recurrent.cells`):
 5) `<op>_final`: Y_h (and Y_c) from the state (h's half S % 2; 0 for an entry of sequence
    length 0).
 Omitted outputs (empty names) are not written.
+
+Symbolic programs (`ir.symbolic`): S and N may be run-time sizes (hidden and input sizes are
+R's and W's, constants or fixed dims). Then the projection's m (S*N) and each step's product m
+(N) are run-time sizes (the tiled kernel's run-time rows), the step loop runs a run-time trip
+count (none for S = 0, as the specialised program emits no step), Y_h's half of h is
+S - 2*(S // 2), and the block width and panel layout are chosen for N's size hint: they are
+layouts, right for every N.
 """
 
 from __future__ import annotations
