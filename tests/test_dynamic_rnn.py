@@ -3,10 +3,10 @@
 Each case is a one-node recurrent model (`test_ops_rnn.make`: weights constant, so hidden and
 input sizes stay fixed) whose X, sequence_lens and initial states declare the symbolic dims S
 (sequence) and N (batch). It is compiled once with `specialize="dynamic"` and once with
-`"shape"`, then called at sizes that matter: no step (S = 0), one step, batch 1, and batches
-around the step product's row tiles (3: one short tile, 8 and 13: a balanced pair after whole
-tiles, 40: several tiles); both must give the same outputs, and `reasons() == []` asserts that
-one symbolic program served every call (nothing fell back to a shape-specialised compile).
+`"shape"`, then called at sizes that matter: no step (S = 0), one step, batch 1 and 0, and
+batches around the step product's row tiles (3: one short tile, 8 and 13: a balanced pair after
+whole tiles, 40: several tiles); both must give the same outputs, and `reasons() == []` asserts
+that one symbolic program served every call (nothing fell back to a shape-specialised compile).
 One case runs against onnxruntime too; a call whose initial state's batch differs from X's
 breaks a relation the symbolic program assumes and must fail as the specialised program does;
 and a small CRNN head (MatMul -> Transpose -> LSTM -> Squeeze -> MatMul -> Softmax) runs
@@ -24,7 +24,7 @@ from test_ops_rnn import make, run_ort
 import onnxjit
 
 #: (seq, batch) of the calls
-SIZES = [(5, 3), (1, 1), (0, 2), (7, 1), (3, 8), (2, 13), (4, 40)]
+SIZES = [(5, 3), (1, 1), (0, 2), (7, 1), (3, 8), (2, 13), (4, 40), (3, 0)]
 
 #: name -> (op, arguments of `make`, sequence_lens given)
 CASES = {
@@ -143,7 +143,8 @@ def test_initial_state_of_another_batch_fails_alike():
     dyn, spec, _ = compile_case(op, kw, False, batch="M")
     good = feeds_at(op, kw, False, 4, 3)
     assert_same(dyn(**good), spec(**good), "matching batches")
-    bad = dict(good, H0=feeds_at(op, kw, False, 4, 2)["H0"])
+    other = feeds_at(op, kw, False, 4, 2)
+    bad = dict(good, H0=other["H0"], C0=other["C0"])
     want = outcome(spec, bad)
     assert isinstance(want, type) and issubclass(want, onnxjit.OnnxJitError)
     assert outcome(dyn, bad) is want
@@ -192,4 +193,33 @@ def test_crnn_head():
             np.testing.assert_allclose(got[0].sum(-1), 1, rtol=1e-5)
             np.testing.assert_allclose(got[0], run_ort(model, {"x": x})[0], rtol=1e-4,
                                        atol=1e-5)
+    assert dyn._symbolic.reasons() == [], dyn._symbolic.reasons()
+
+
+def test_weights_as_inputs_every_dim_symbolic():
+    """W, R and B as graph inputs and every dim symbolic (the ONNX backend tests' form): the
+    sizes hidden_size fixes are assumed of R, W and B, and the input size is a run-time depth
+    of the projection."""
+    model, _ = make("GRU", dirs=2, lens=[1, 1, 1])
+    g = model.graph
+    for t in list(g.initializer):
+        g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    del g.initializer[:]
+    for inp in g.input:
+        for k, d in enumerate(inp.type.tensor_type.shape.dim):
+            d.Clear()
+            d.dim_param = f"{inp.name}_{k}"
+    for out in g.output:
+        for d in out.type.tensor_type.shape.dim:
+            d.Clear()
+    dyn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
+    spec = onnxjit.compile(model, cache_dir=False, specialize="shape")
+    for seq, batch, inp in [(5, 3, 4), (1, 1, 7), (0, 2, 4), (3, 8, 1)]:
+        mdl, feeds = make("GRU", S=seq, N=batch, I=inp, dirs=2, lens=[seq] * batch, seed=inp)
+        feeds.update({t.name: numpy_helper.to_array(t) for t in mdl.graph.initializer})
+        assert_same(dyn(**feeds), spec(**feeds), (seq, batch, inp))
+    bad = dict(feeds, R=feeds["R"][:, :, :5])  # hidden_size is 6
+    want = outcome(spec, bad)
+    assert isinstance(want, type) and issubclass(want, onnxjit.OnnxJitError)
+    assert outcome(dyn, bad) is want
     assert dyn._symbolic.reasons() == [], dyn._symbolic.reasons()

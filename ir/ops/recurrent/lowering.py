@@ -21,12 +21,14 @@ hidden H and G gates (semantics and shapes: `recurrent.cells`):
    length 0).
 Omitted outputs (empty names) are not written.
 
-Symbolic programs (`ir.symbolic`): S and N may be run-time sizes (hidden and input sizes are
-R's and W's, constants or fixed dims). Then the projection's m (S*N) and each step's product m
-(N) are run-time sizes (the tiled kernel's run-time rows), the step loop runs a run-time trip
-count (none for S = 0, as the specialised program emits no step), Y_h's half of h is
-S - 2*(S // 2), and the block width and panel layout are chosen for N's size hint: they are
-layouts, right for every N.
+Symbolic programs (`ir.symbolic`): S and N may be run-time sizes. Then the projection's m
+(S*N) and each step's product m (N) are run-time sizes (the tiled kernel's run-time rows), the
+step loop runs a run-time trip count (none for S = 0, as the specialised program emits no
+step), Y_h's half of h is S - 2*(S // 2), and the block width and panel layout are chosen for
+N's size hint: they are layouts, right for every N. The hidden size must be fixed (hidden_size,
+or R's shape); weights given as inputs of symbolic shape are assumed to have the sizes it and
+the attributes fix (inference records it), and an input size known only at run time is the
+projection's run-time depth.
 """
 
 from __future__ import annotations
@@ -138,8 +140,15 @@ class _Plan:
         self.dt = self.x.dtype
         xs = self.x.shape
         self.S, self.N = (xs[1], xs[0]) if a.layout else (xs[0], xs[1])
-        self.I = xs[2]
-        self.H = int(self.r_value.type.shape[2])
+        # sizes the weights fix are taken from them (inference assumed X's and the states'
+        # equal), so only S and N stay symbolic when the weights are constants
+        w_in = self.w_value.type.shape[2]
+        self.I = w_in if isinstance(w_in, int) else xs[2]
+        hid = a.hidden if a.hidden is not None else self.r_value.type.shape[2]
+        if not isinstance(hid, int):
+            raise TypeError("a symbolic hidden size (no hidden_size attribute, R of symbolic "
+                            "shape)")
+        self.H = hid
         self.G = a.gates
         self.GH = self.G * self.H
         self.groups = gate_groups(a)
@@ -207,11 +216,12 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     for d in range(a.dirs):
         b = Builder()
         if wt is not None:
-            b.emit(Matmul(sc["xw"], i64(0), p.GH, p.x, i64(0), p.I, wt, i64(d * p.GH * p.I),
-                          p.GH, p.S * p.N, p.GH, p.I))
+            b.emit(Matmul(sc["xw"], i64(0), p.GH, p.x, i64(0), p.I, wt,
+                          size_operand(d * p.GH * p.I), p.GH, p.S * p.N, p.GH, p.I))
         else:
-            b.emit(Matmul(sc["xw"], i64(0), p.GH, p.x, i64(0), p.I, p.w, i64(d * p.GH * p.I),
-                          p.I, p.S * p.N, p.GH, p.I, b_trans=True))
+            b.emit(Matmul(sc["xw"], i64(0), p.GH, p.x, i64(0), p.I, p.w,
+                          size_operand(d * p.GH * p.I), p.I, p.S * p.N, p.GH, p.I,
+                          b_trans=True))
         ctx.kernel(f"{kind}_proj", b.body)
         ctx.kernel(f"{kind}_init", _init(p, d, sc["h"], sc.get("c")))
         if _may_run(p.S):
