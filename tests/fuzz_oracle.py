@@ -1,0 +1,269 @@
+"""The differential fuzzer's oracle: run a generated case on onnxjit and the references, and
+decide a verdict.
+
+Algorithm, per case (`judge`):
+1. Compile with onnxjit: `specialize="auto"` always, and `"dynamic"` too when the model has
+   symbolic dims; each compiled model is called once per feeds dict (2-3 shapes for symbolic
+   models). `UnsupportedError` at any point makes the case "unsupported"; any other exception
+   is an "error".
+2. Reference results per call: onnxruntime (CPU) and `onnx.reference.ReferenceEvaluator`.
+   A reference that raises is left out.
+3. Per output, `close` compares with a dtype-scaled tolerance (rtol 1e-2 / 1e-4 / 1e-7 for
+   float16 / 32 / 64, atol = rtol * max(1, max |finite expected|), ints and bools exact),
+   equal shapes and dtypes, NaN at the same places, infinities equal.
+4. If both references ran and agree: onnxjit must match them ("pass"), else "mismatch". If they
+   disagree or only one ran, a third vote is added: the reference evaluator on the model
+   converted to float64 (`to_float64`), its outputs cast back. onnxjit fails ("mismatch") when
+   two votes agree with each other and both differ from it; it passes when it matches one vote
+   and no two votes agree against it; if it matches none and no two votes agree, the case is
+   "disagree" (recorded, not counted). No vote at all: "noref".
+The worst verdict over calls and specialize modes is the case's.
+"""
+
+from __future__ import annotations
+
+import copy
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+
+ORDER = ["pass", "unsupported", "precision", "noref", "disagree", "unconfirmed", "mismatch",
+         "error"]
+RTOL = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-7}
+
+
+@dataclass
+class Verdict:
+    status: str
+    detail: str = ""
+    refs_agree: bool | None = None
+    notes: list = field(default_factory=list)
+
+
+def close(got, want, loose: bool = False) -> bool:
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    if want.dtype.kind not in "fc":
+        return bool(np.array_equal(got, want))
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if not np.array_equal(np.isnan(g), np.isnan(w)):
+        return False
+    inf = np.isinf(w) | np.isinf(g)
+    if not np.array_equal(g[inf], w[inf]):
+        return False
+    fin = ~(np.isnan(w) | inf)
+    if not fin.any():
+        return True
+    rtol = max(RTOL.get(want.dtype, 1e-4), 1e-3 if loose else 0)
+    atol = rtol * max(1.0, float(np.abs(w[fin]).max()))
+    return bool(np.all(np.abs(g[fin] - w[fin]) <= atol + rtol * np.abs(w[fin])))
+
+
+def all_close(got, want, loose: bool = False) -> bool:
+    return want is not None and len(got) == len(want) and all(
+        close(g, w, loose) for g, w in zip(got, want))
+
+
+def convert(model: onnx.ModelProto, to: int = TensorProto.DOUBLE) -> onnx.ModelProto:
+    """The model with every other float type (types, constants, cast targets) made `to`."""
+    m = copy.deepcopy(model)
+    floats = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE} - {to}
+    np_to = helper.tensor_dtype_to_np_dtype(to)
+
+    def tensor(t: onnx.TensorProto) -> None:
+        if t.data_type in floats:
+            with np.errstate(all="ignore"):
+                a = numpy_helper.to_array(t).astype(np_to)
+            t.CopyFrom(numpy_helper.from_array(a, t.name))
+
+    g = m.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.tensor_type.elem_type in floats:
+            vi.type.tensor_type.elem_type = to
+    for t in g.initializer:
+        tensor(t)
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                tensor(a.t)
+            elif a.name == "to" and a.i in floats:
+                a.i = to
+    return m
+
+
+def _cast_feeds(feeds_list, np_to):
+    with np.errstate(all="ignore"):
+        return [{k: v.astype(np_to) if v.dtype.kind == "f" else v for k, v in f.items()}
+                for f in feeds_list]
+
+
+def _cast_outs(outs, dtypes):
+    with np.errstate(all="ignore"):
+        return [None if o is None else [np.asarray(x).astype(d) for x, d in zip(o, dtypes)]
+                for o in outs]
+
+
+def _run_ort(model, feeds_list):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    try:
+        s = ort.InferenceSession(model.SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
+    except Exception:
+        return [None] * len(feeds_list)
+    out = []
+    for f in feeds_list:
+        try:
+            out.append(s.run(None, f))
+        except Exception:
+            out.append(None)
+    return out
+
+
+def _run_ref(model, feeds_list):
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        ev = ReferenceEvaluator(model)
+    except Exception:
+        return [None] * len(feeds_list)
+    out = []
+    for f in feeds_list:
+        try:
+            with np.errstate(all="ignore"):
+                out.append([np.asarray(x) for x in ev.run(None, f)])
+        except Exception:
+            out.append(None)
+    return out
+
+
+def _out_dtypes(model):
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    return [tensor_dtype_to_np_dtype(o.type.tensor_type.elem_type) for o in model.graph.output]
+
+
+def run_onnxjit(model, feeds_list, specialize: str):
+    """Outputs per call, or the exception onnxjit raised."""
+    try:
+        fn = onnxjit.compile(model, cache_dir=False, specialize=specialize)
+        return [list(fn.run(None, f)) for f in feeds_list]
+    except Exception as e:  # judged by the caller
+        e.trace = traceback.format_exc()[-1500:]
+        return e
+
+
+UPCAST = ("float64", "ort32")  # votes from a converted model
+# Only votes of different implementations can outvote onnxjit together: a float64 run shares
+# onnx.reference's mistakes (its Slice clamping, its LpNormalization p=1).
+FAMILY = {"ort": "ort", "ort32": "ort", "ref": "ref", "float64": "ref"}
+
+
+def _overflows(got, want) -> bool:
+    """onnxjit has inf or nan where `want` is finite."""
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.dtype.kind == "f" and g.shape == w.shape and np.any(
+                ~np.isfinite(g.astype(np.float64)) & np.isfinite(w.astype(np.float64))):
+            return True
+    return False
+
+
+def _vote(got, votes: dict) -> tuple[str, str]:
+    """Votes of the references on one call's outputs -> (status, why)."""
+    names = [n for n, v in votes.items() if v is not None]
+    loose = {n: n == "ort32" for n in names}
+    agree = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]
+             if FAMILY[a] != FAMILY[b] and all_close(votes[a], votes[b], "ort32" in (a, b))]
+    matches = [n for n in names if all_close(got, votes[n], loose[n])]
+    against = [(a, b) for a, b in agree if a not in matches and b not in matches]
+    native = [n for n in matches if n not in UPCAST]
+    for a, b in against:
+        why = f"{a} and {b} agree, onnxjit differs"
+        if a not in UPCAST and b not in UPCAST or not native:
+            return "mismatch", why
+        # onnxjit matches a reference at the model's own precision; a converted run alone
+        # is not trusted, except for an inf/nan where the native one agrees on finite values
+        if a not in UPCAST and _overflows(got, votes[a]):
+            return "mismatch", why + " (non-finite where they are finite)"
+        return ("precision" if a in UPCAST else "disagree"), why + f"; it matches {native}"
+    if matches:
+        return "pass", ""
+    if len({FAMILY[n] for n in names}) == 1:
+        return "unconfirmed", f"only {names} ran and onnxjit differs"
+    return ("disagree", f"no two of {names} agree and onnxjit matches none") if names \
+        else ("noref", "no reference ran")
+
+
+def _types(model):
+    return [vi.type.tensor_type for vi in list(model.graph.input) + list(model.graph.output)]
+
+
+def _shapes(outs) -> list | None:
+    return None if outs is None else [np.asarray(o).shape for o in outs]
+
+
+def judge(model: onnx.ModelProto, feeds_list: list, symbolic: bool,
+          spec_shapes: list | None = None) -> Verdict:
+    """The verdict of one case (see the module docstring); `spec_shapes[k]` lists the output
+    shapes of call k by the ONNX spec, as the generator computed them."""
+    ort_out = _run_ort(model, feeds_list)
+    ref_out = _run_ref(model, feeds_list)
+    f64 = ort32 = None
+    worst = Verdict("pass")
+    agree_all = True
+    for mode in (["auto", "dynamic"] if symbolic else ["auto"]):
+        got = run_onnxjit(model, feeds_list, mode)
+        if isinstance(got, onnxjit.UnsupportedError):
+            return Verdict("unsupported", f"{mode}: {got}")
+        if isinstance(got, Exception):
+            if all(o is None for o in ort_out + ref_out):
+                return Verdict("noref", f"no reference ran; onnxjit: {got!r}")
+            return Verdict("error", f"{mode}: {type(got).__name__}: {got}\n{got.trace}")
+        for k, g in enumerate(got):
+            votes = {"ort": ort_out[k], "ref": ref_out[k]}
+            both = all(v is not None for v in votes.values())
+            agree = both and all_close(votes["ort"], votes["ref"])
+            agree_all &= agree
+            status, why = "pass", ""
+            spec = spec_shapes[k] if spec_shapes else None
+            if spec and not agree and any(_shapes(v) == spec for v in votes.values()):
+                # a reference that breaks the spec's shapes is out (onnx.reference's Slice)
+                for n, v in votes.items():
+                    if v is not None and _shapes(v) != spec:
+                        worst.notes.append(f"call {k}: {n} output shapes {_shapes(v)} are "
+                                           f"not the spec's {spec}")
+                        votes[n] = None
+                if _shapes(g) != spec:
+                    status, why = "mismatch", f"output shapes {_shapes(g)}, spec {spec}"
+            if agree and not (all_close(g, votes["ort"]) or all_close(g, votes["ref"])):
+                status, why = "mismatch", "ort and ref agree, onnxjit differs"
+            if not agree and status == "pass":
+                if votes["ref"] is not None or ref_out[k] is None:
+                    if f64 is None:
+                        f64 = _cast_outs(_run_ref(convert(model), _cast_feeds(
+                            feeds_list, np.float64)), _out_dtypes(model))
+                    votes["float64"] = f64[k]
+                if ort_out[k] is None and any(t.elem_type in (TensorProto.FLOAT16,
+                                                              TensorProto.DOUBLE)
+                                              for t in _types(model)):
+                    if ort32 is None:
+                        ort32 = _cast_outs(_run_ort(convert(model, TensorProto.FLOAT),
+                                                    _cast_feeds(feeds_list, np.float32)),
+                                           _out_dtypes(model))
+                    votes["ort32"] = ort32[k]
+                status, why = _vote(g, votes)
+                if both:
+                    worst.notes.append(f"call {k}: references disagree")
+            if ORDER.index(status) > ORDER.index(worst.status):
+                worst.status, worst.detail = status, f"{mode}, call {k}: {why}"
+    worst.refs_agree = agree_all
+    return worst

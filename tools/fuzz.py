@@ -1,0 +1,159 @@
+"""Long differential fuzzing runs of onnxjit (issue 26), and triage of a failing case.
+
+    python tools/fuzz.py --cases 3000 --seed 100000 --out /tmp/fuzz   # a long run
+    python tools/fuzz.py --triage 1234                 # where case 1234 goes wrong
+
+Algorithm: cases `seed .. seed+cases-1` (`tests/fuzz_graphs.generate`) are judged
+(`tests/fuzz_oracle.judge`) in child processes of `--batch` cases each, so a crash or hang in
+one case costs only its batch: the child reports one JSON line per case as it finishes, and the
+parent restarts after the last reported case, recording the one that killed the child as
+"crash". Every case whose verdict is not pass/unsupported/precision is written to --out as
+`<seed>.onnx`, `<seed>.npz` (feeds of call k under "k/<name>") and `<seed>.json`
+(verdict, ops, and the known bug it hits by `tests/fuzz_known.known_bug`); `summary.json`
+holds the counts, known bugs apart.
+
+Triage (`--triage SEED`) prints the first value onnxjit gets wrong (`fuzz_known.first_failure`:
+each value in turn as the only output of the model cut down to what it needs), its node and
+the dims of its inputs, and the known bug it is put down to, if any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+sys.path.insert(0, str(TESTS))
+COUNTED = ("pass", "unsupported", "precision")
+
+
+def child(first: int, count: int, out: Path) -> None:
+    from fuzz_graphs import generate
+    from fuzz_known import known_bug
+    from fuzz_oracle import judge
+
+    for seed in range(first, first + count):
+        print(json.dumps({"seed": seed, "start": True}), flush=True)
+        case = None
+        try:
+            case = generate(seed)
+            v = judge(case.model, case.feeds, case.symbolic, case.spec_shapes())
+            rec = {"seed": seed, "status": v.status, "detail": v.detail[:3000],
+                   "refs_agree": v.refs_agree, "notes": v.notes[:6], "ops": case.ops}
+            if v.status in ("mismatch", "error"):
+                rec["known"] = known_bug(case, v)
+        except Exception as e:  # a generator or oracle bug: report, go on
+            rec = {"seed": seed, "status": "harness", "detail": repr(e)[:2000]}
+        if rec["status"] not in COUNTED:
+            save(out, rec, case)
+        print(json.dumps(rec), flush=True)
+
+
+def save(out: Path, rec: dict, case=None) -> None:
+    import numpy as np
+    from fuzz_graphs import generate
+
+    case = case or generate(rec["seed"])
+    (out / f"{rec['seed']}.onnx").write_bytes(case.model.SerializeToString())
+    np.savez(out / f"{rec['seed']}.npz", **{f"{k}/{n}": a for k, f in enumerate(case.feeds)
+                                            for n, a in f.items()})
+    (out / f"{rec['seed']}.json").write_text(json.dumps(rec, indent=1))
+
+
+def run(first: int, cases: int, out: Path, batch: int, timeout: float) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    counts: collections.Counter = collections.Counter()
+    known: collections.Counter = collections.Counter()
+    refs_agree_bad = 0
+    seed, end, t0 = first, first + cases, time.time()
+    log = (out / "log.jsonl").open("a")
+    while seed < end:
+        n = min(batch, end - seed)
+        proc = subprocess.Popen([sys.executable, __file__, "--child", str(seed), str(n),
+                                 "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        last_start, done = None, seed
+        try:
+            for line in proc.stdout:
+                try:
+                    rec = json.loads(line)
+                except ValueError:  # something else printed to stdout
+                    continue
+                if rec.get("start"):
+                    last_start = rec["seed"]
+                    continue
+                done = rec["seed"] + 1
+                status = rec["status"] + (" (known)" if rec.get("known") else "")
+                counts[status] += 1
+                if rec.get("known"):
+                    known[rec["known"]] += 1
+                log.write(line)
+                log.flush()
+                if rec["status"] in ("mismatch", "error", "harness") and not rec.get("known"):
+                    refs_agree_bad += bool(rec.get("refs_agree"))
+                    print(f"{rec['seed']}: {rec['status']}: {rec['detail'][:200]}", flush=True)
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if proc.returncode not in (0, None) and last_start is not None and last_start >= done:
+            rec = {"seed": last_start, "status": "crash", "detail": f"rc {proc.returncode}"}
+            counts["crash"] += 1
+            log.write(json.dumps(rec) + "\n")
+            save(out, rec)
+            print(f"{last_start}: crash ({proc.returncode})", flush=True)
+            done = last_start + 1
+        seed = max(done, seed + 1) if done == seed else done
+    summary = {"first": first, "cases": cases, "counts": dict(counts), "known": dict(known),
+               "new_failures_where_references_agree": refs_agree_bad,
+               "seconds": round(time.time() - t0)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def triage(seed: int) -> None:
+    from fuzz_graphs import generate
+    from fuzz_known import first_failure, known_bug
+    from fuzz_oracle import judge
+    from onnx import helper
+
+    case = generate(seed)
+    v = judge(case.model, case.feeds, case.symbolic, case.spec_shapes())
+    print(f"case {seed}: {v.status}: {v.detail[:1500]}\n  notes: {v.notes}")
+    node, fv = first_failure(case)
+    if node is None:
+        print("no single value fails")
+        return
+    print(f"first failing value {node.output[0]}: {node.op_type} "
+          f"{ {a.name: helper.get_attribute_value(a) for a in node.attribute} }\n"
+          f"  inputs {[(i, case.dims.get(i)) for i in node.input]}\n"
+          f"  {fv.status}: {fv.detail[:1500]}\n  known: {known_bug(case, v)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0, help="the first case's seed")
+    ap.add_argument("--out", type=Path, default=Path("fuzz-out"))
+    ap.add_argument("--batch", type=int, default=50, help="cases per child process")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per batch")
+    ap.add_argument("--triage", type=int, help="localize the failure of one case")
+    ap.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    os.environ.setdefault("ONNXJIT_CACHE_DIR", "")
+    if a.child:
+        a.out.mkdir(parents=True, exist_ok=True)
+        child(*a.child, a.out)
+    elif a.triage is not None:
+        triage(a.triage)
+    else:
+        print(json.dumps(run(a.seed, a.cases, a.out, a.batch, a.timeout), indent=1))
+
+
+if __name__ == "__main__":
+    main()
