@@ -36,6 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 F16, F32, F64, I64, I32, BOOL = (TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE,
                                  TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL)
 FLOATS = (F16, F32, F64)
+INTS = (I64, I32)
 NP = {F16: np.float16, F32: np.float32, F64: np.float64, I64: np.int64, I32: np.int32,
       BOOL: np.bool_}
 EXTREMES = [0.0, -0.0, 1e38, -1e38, 1e20, -1e20, 1e-40, -1e-40, 6e-8, 65504.0, 89.5, -89.5,
@@ -65,6 +66,8 @@ class Input:
     dims: Dims
     kind: str
     init: np.ndarray | None = None  # an overridable initializer's own value
+    high: int = 5  # ints of class "index" are below it
+    preset: list | None = None  # the value of each call, fixed when the graph needs it
 
 
 @dataclass
@@ -166,8 +169,7 @@ class Builder:
     def graph_input(self, dtype: int, dims: Dims, kind: str = "tame", hint="x",
                     high: int = 5) -> Value:
         name = self.fresh(hint)
-        self.inputs.append(Input(name, dtype, [tuple(d) for d in dims], kind))
-        self.inputs[-1].high = high
+        self.inputs.append(Input(name, dtype, [tuple(d) for d in dims], kind, high=high))
         return self.add_value(name, dtype, dims, "tame" if kind in ("positive", "nonzero")
                               else kind)
 
@@ -178,8 +180,15 @@ class Builder:
         name = self.fresh(hint)
         mode = mode or self.rng.choice(["init", "init", "node"])
         if mode == "node":
-            self.nodes.append(helper.make_node("Constant", [], [name],
-                                               value=numpy_helper.from_array(array, name)))
+            attrs = {"value": numpy_helper.from_array(array, name)}
+            if self.opset >= 13 and self.rng.random() < 0.3:  # the typed attribute forms
+                if array.dtype == np.int64 and array.ndim == 1 and array.size:
+                    attrs = {"value_ints": [int(v) for v in array]}
+                elif array.dtype == np.int64 and array.ndim == 0:
+                    attrs = {"value_int": int(array)}
+                elif array.dtype == np.float32 and array.ndim == 0:
+                    attrs = {"value_float": float(array)}
+            self.nodes.append(helper.make_node("Constant", [], [name], **attrs))
         else:
             self.inits.append(numpy_helper.from_array(array, name))
             if mode == "override":
@@ -210,6 +219,13 @@ class Builder:
         name = self.const(arr, "w", mode)
         return self.add_value(name, dtype, [(s,) * self.calls for s in shape],
                               "wild" if mode == "override" else kind)
+
+    def preset_input(self, dims: Dims, arrays: list, hint: str = "p") -> Value:
+        """A graph input whose value in call k is arrays[k] (shapes from data, NonZero)."""
+        v = self.graph_input(helper.np_dtype_to_tensor_dtype(arrays[0].dtype), dims, "tame",
+                             hint)
+        self.inputs[-1].preset = arrays
+        return v
 
     def ints(self, values, hint="k", mode=None) -> str:
         return self.const(np.asarray(values, np.int64), hint, mode)
@@ -253,9 +269,10 @@ class Builder:
                         continue  # the initializer's own value
                     kind = "wild" if self.rng.random() < 0.3 else "tame"
                     f[i.name] = make_array(self.nrng, i.dtype, shape, kind)
+                elif i.preset is not None:
+                    f[i.name] = i.preset[k]
                 else:
-                    f[i.name] = make_array(self.nrng, i.dtype, shape, i.kind,
-                                           getattr(i, "high", 5))
+                    f[i.name] = make_array(self.nrng, i.dtype, shape, i.kind, i.high)
             feeds.append(f)
         return Case(self.seed, model, feeds, self.calls > 1, list(self.ops),
                     {v.name: v.dims for v in self.values})
@@ -267,7 +284,7 @@ def generate(seed: int) -> Case:
 
     b = Builder(seed)
     rank = b.rng.choice([0, 1, 2, 2, 3, 3, 4, 4])
-    dtype = b.rng.choice([F32, F32, F32, F16, F64, I64])
+    dtype = b.rng.choice([F32, F32, F32, F16, F64, I64, I32])
     kind = "wild" if b.rng.random() < 0.3 else "tame"
     b.graph_input(dtype, [b.dim() for _ in range(rank)], kind)
     if b.rng.random() < 0.5:

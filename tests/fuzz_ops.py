@@ -13,7 +13,21 @@ result is bounded by its tame operands; accumulating ops and casts to ints take 
 from __future__ import annotations
 
 import numpy as np
-from fuzz_graphs import BOOL, F16, F32, F64, FLOATS, I64, Builder, Skip, make_array, static
+from fuzz_graphs import (
+    BOOL,
+    F16,
+    F32,
+    F64,
+    FLOATS,
+    I32,
+    I64,
+    INTS,
+    NP,
+    Builder,
+    Skip,
+    make_array,
+    static,
+)
 
 CATALOGUE: dict = {}
 WEIGHTS: list = []
@@ -63,7 +77,7 @@ def out_kind(*vals, bounded: bool = True) -> str:
 def constant_source(b: Builder):
     """A constant tensor (initializer, Constant node or overridable initializer) that later
     ops use, so folding meets every op, empty constants included."""
-    dtype = b.rng.choice([F32, F32, F16, F64, I64])
+    dtype = b.rng.choice([F32, F32, F16, F64, I64, I32])
     shape = tuple(b.rng.choice([0, 1, 2, 3, 4]) for _ in range(b.rng.randint(0, 4)))
     kind = "wild" if b.rng.random() < 0.3 else "tame"
     mode = b.rng.choice(["init", "node", "override"])
@@ -115,14 +129,14 @@ def unary_float(b: Builder):
 
 @entry(1.0)
 def unary_int(b: Builder):
-    x = need(b.pick([I64]))
+    x = need(b.pick(INTS))
     op = b.rng.choice(["Abs", "Neg", "Sign", "Relu", "BitwiseNot"])
     if op == "BitwiseNot" and b.opset < 18:
         op = "Neg"
     if op == "Relu" and b.opset < 14:
         op = "Abs"
     (y,) = b.node(op, [x.name])
-    b.add_value(y, I64, x.dims, x.kind if x.kind != "index" else "tame")
+    b.add_value(y, x.dtype, x.dims, x.kind if x.kind != "index" else "tame")
 
 
 @entry(1.0)
@@ -154,10 +168,12 @@ def _second(b: Builder, x, kind: str = "wild"):
 
 @entry(6.0)
 def binary(b: Builder):
-    x = need(b.pick(FLOATS + (I64,)))
+    x = need(b.pick(FLOATS + INTS))
     floats = x.dtype in FLOATS
     ops = ["Add", "Sub", "Mul", "Max", "Min", "Div", "Pow", "Mod", "PRelu", "Sum", "Mean"]
-    if not floats:
+    if x.dtype == I32:
+        ops = ["Add", "Sub", "Mul", "Max", "Min", "Div", "Mod"]
+    elif not floats:
         ops = ["Add", "Sub", "Mul", "Max", "Min", "Div", "Mod", "BitwiseAnd", "BitwiseOr",
                "BitwiseXor"]
     op = b.rng.choice(ops)
@@ -169,10 +185,10 @@ def binary(b: Builder):
             raise Skip
         dims = [d if b.rng.random() < 0.7 else (1,) * b.calls for d in x.dims]
         if b.rng.random() < 0.5 or not all(static(d) for d in dims):
-            y = b.graph_input(I64, dims, "nonzero")
+            y = b.graph_input(x.dtype, dims, "nonzero")
         else:
-            arr = make_array(b.nrng, I64, tuple(d[0] for d in dims), "nonzero")
-            y = b.add_value(b.const(arr, "w", b.rng.choice(["init", "node"])), I64, dims)
+            arr = make_array(b.nrng, x.dtype, tuple(d[0] for d in dims), "nonzero")
+            y = b.add_value(b.const(arr, "w", b.rng.choice(["init", "node"])), x.dtype, dims)
     else:
         y = _second(b, x)
     attrs = {"fmod": 1} if op == "Mod" and floats else {}
@@ -195,7 +211,7 @@ def binary(b: Builder):
 
 @entry(2.0)
 def compare(b: Builder):
-    x = need(b.pick(FLOATS + (I64,)))
+    x = need(b.pick(FLOATS + INTS))
     op = b.rng.choice(["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"])
     if op == "Equal" and x.dtype == F16 and b.opset < 19:
         op = "Less"
@@ -220,7 +236,7 @@ def logical(b: Builder):
 @entry(2.0)
 def where(b: Builder):
     c = need(b.pick([BOOL]))
-    x = need(b.pick(FLOATS + (I64,), cond=lambda v: bcast(c.dims, v.dims) is not None))
+    x = need(b.pick(FLOATS + INTS, cond=lambda v: bcast(c.dims, v.dims) is not None))
     y = _second(b, x)
     dims = bcast(bcast(c.dims, x.dims), y.dims)
     if dims is None:
@@ -231,8 +247,8 @@ def where(b: Builder):
 
 @entry(2.0)
 def clip(b: Builder):
-    x = need(b.pick(FLOATS + (I64,)))
-    dt = {F16: np.float16, F32: np.float32, F64: np.float64, I64: np.int64}[x.dtype]
+    x = need(b.pick(FLOATS + INTS))
+    dt = NP[x.dtype]
     lo, hi = sorted(b.rng.sample([-3, -1, 0, 1, 2, 5, 100], 2))
     args = [x.name, "", ""]
     if b.rng.random() < 0.8:
@@ -248,11 +264,13 @@ def clip(b: Builder):
 
 @entry(2.0)
 def cast(b: Builder):
-    x = need(b.pick(FLOATS + (I64, BOOL)))
-    to = b.rng.choice([F16, F32, F64, I64, BOOL])
-    if to in (I64,) and x.dtype in FLOATS and x.kind != "tame":
+    x = need(b.pick(FLOATS + INTS + (BOOL,)))
+    to = b.rng.choice([F16, F32, F64, I64, I32, BOOL])
+    if to == I32 and x.dtype in FLOATS:
+        to = I64  # a float chain can leave int32's range even from tame values
+    if to in INTS and x.dtype in FLOATS and x.kind != "tame":
         raise Skip  # float -> int is undefined for non-finite or out-of-range values
-    if x.dtype == I64 and to == F16 and x.kind == "wild":
+    if x.dtype in INTS and to == F16 and x.kind == "wild":
         to = F32
     kind = x.kind if x.kind != "mask" else "tame"
     if to == BOOL:
@@ -260,10 +278,9 @@ def cast(b: Builder):
     elif x.dtype == BOOL:
         kind = "tame"
     elif to == F16 and x.dtype != F16:
-        kind = "wild" if kind == "wild" or x.dtype == I64 else "tame"
+        kind = "wild" if kind == "wild" or x.dtype in INTS else "tame"
     if b.rng.random() < 0.3 and x.dtype != BOOL and to != BOOL and b.opset >= 15:
-        like = b.const(np.zeros((), {F16: np.float16, F32: np.float32, F64: np.float64,
-                                     I64: np.int64}[to]))
+        like = b.const(np.zeros((), NP[to]))
         (y,) = b.node("CastLike", [x.name, like])
     else:
         (y,) = b.node("Cast", [x.name], to=to)
@@ -280,7 +297,7 @@ NONEMPTY = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceLogSumExp", "ReduceLo
 def reduce(b: Builder):
     op = b.rng.choice(REDUCE)
     wild_ok = op in ("ReduceMax", "ReduceMin")
-    x = need(b.pick(FLOATS + (I64,) if op in ("ReduceSum", "ReduceMax", "ReduceMin",
+    x = need(b.pick(FLOATS + INTS if op in ("ReduceSum", "ReduceMax", "ReduceMin",
                                                "ReduceProd") else FLOATS, rank=(1, 5),
                     kinds=None if wild_ok else ("tame", "index")))
     axes = sorted(b.rng.sample(range(x.rank), b.rng.randint(1, x.rank)))
@@ -308,7 +325,7 @@ def reduce(b: Builder):
 
 @entry(1.5)
 def arg_reduce(b: Builder):
-    x = need(b.pick(FLOATS + (I64,), rank=(1, 5), kinds=("tame", "index"),
+    x = need(b.pick(FLOATS + INTS, rank=(1, 5), kinds=("tame", "index"),
                     cond=lambda v: any(min(d) > 0 for d in v.dims)))
     axis = b.rng.choice([k for k, d in enumerate(x.dims) if min(d) > 0])
     keep = b.rng.choice([0, 1])
@@ -332,7 +349,7 @@ def softmax(b: Builder):
 
 @entry(1.5)
 def cumsum(b: Builder):
-    x = need(b.pick(FLOATS + (I64,), rank=(1, 5), kinds=("tame", "index"),
+    x = need(b.pick(FLOATS + INTS, rank=(1, 5), kinds=("tame", "index"),
                     cond=lambda v: v.dtype != F16 or b.opset >= 14))
     axis = b.rng.randrange(-x.rank, x.rank)
     attrs = {k: 1 for k in ("exclusive", "reverse") if b.rng.random() < 0.4}
@@ -342,7 +359,7 @@ def cumsum(b: Builder):
 
 @entry(1.0)
 def topk(b: Builder):
-    x = need(b.pick(FLOATS + (I64,), rank=(1, 4), kinds=("tame", "index"),
+    x = need(b.pick(FLOATS + INTS, rank=(1, 4), kinds=("tame", "index"),
                     cond=lambda v: any(min(d) > 0 for d in v.dims)))
     axis = b.rng.choice([k for k, d in enumerate(x.dims) if min(d) > 0])
     k = b.rng.randint(1, min(x.dims[axis]))
@@ -379,5 +396,6 @@ def shape_of(b: Builder):
         b.add_value(z, dt, x.dims, "tame")
 
 
+import fuzz_ops_more  # noqa: E402,F401
 import fuzz_ops_nn  # noqa: E402,F401  (registers its entries)
 import fuzz_ops_shape  # noqa: E402,F401

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from fuzz_graphs import BOOL, F16, F32, F64, FLOATS, I64, NP, Builder, Skip, static
+from fuzz_graphs import BOOL, F16, F32, F64, FLOATS, I32, I64, NP, Builder, Skip, static
 from fuzz_ops import entry, need
 
-ANY = FLOATS + (I64, BOOL)
+ANY = FLOATS + (I64, I32, BOOL)
 BIG = [2**62, -(2**62), 2**63 - 1, -(2**63)]
 
 
@@ -251,7 +251,7 @@ def expand_tile(b: Builder):
 
 @entry(1.5)
 def pad(b: Builder):
-    x = need(b.pick(FLOATS + (I64,), rank=(1, 4)))
+    x = need(b.pick(FLOATS + (I64, I32), rank=(1, 4)))
     mode = b.rng.choice(["constant", "constant", "edge", "reflect"])
     axes = list(range(x.rank))
     if b.opset >= 18 and b.rng.random() < 0.3:

@@ -89,6 +89,11 @@ def convert(model: onnx.ModelProto, to: int = TensorProto.DOUBLE) -> onnx.ModelP
     for t in g.initializer:
         tensor(t)
     for n in g.node:
+        if n.op_type == "Constant" and n.attribute[0].name == "value_float":
+            v = n.attribute[0].f
+            del n.attribute[:]
+            n.attribute.append(helper.make_attribute("value", numpy_helper.from_array(
+                np.array(v, np.float32))))
         for a in n.attribute:
             if a.type == onnx.AttributeProto.TENSOR:
                 tensor(a.t)
