@@ -147,6 +147,36 @@ def test_lppool(p: int) -> None:
           strides=[2, 1], pads=[1, 0, 1, 1], rtol=1e-4)
 
 
+@pytest.mark.parametrize("op, shape, attrs", [
+    ("AveragePool", (1, 2, 9), {"kernel_shape": [3], "strides": [2]}),
+    ("AveragePool", (1, 2, 6, 9), {"kernel_shape": [2, 3], "pads": [1, 0, 0, 1]}),
+    ("AveragePool", (1, 3, 6, 12), {"kernel_shape": [2, 3], "strides": [2, 2]}),  # flat rows
+    ("LpPool", (1, 2, 6, 7), {"kernel_shape": [2, 2], "p": 2}),
+    ("LpPool", (1, 2, 9), {"kernel_shape": [3], "p": 1}),
+])
+def test_float16_pools_sum_in_float32(op: str, shape: tuple, attrs: dict) -> None:
+    # Windows of values near 3e4 sum past float16's 65504: the sums (and squares) are
+    # float32, and only the result is rounded, as in onnxruntime (found by the differential
+    # fuzzer, issue 26: AveragePool gave inf where onnxruntime and onnx.reference give 3e4).
+    a = (3e4 + 100 * RNG.standard_normal(shape)).astype(np.float16)
+    m = model(op, [a], 18, **attrs)
+    got, = onnxjit.compile(m, cache_dir=False)(a)
+    m64 = model(op, [a.astype(np.float64)], 18, **attrs)
+    want = ReferenceEvaluator(m64).run(None, {"in0": a.astype(np.float64)})[0].astype(np.float16)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3)
+    np.testing.assert_allclose(run_via_loop_ir(m, [a])[0].astype(np.float64), want, rtol=2e-3)
+    # folded: the pool of a constant, added to an input
+    folded = model(op, [a], 18, consts={0: a}, **attrs)
+    folded.graph.node.append(helper.make_node("Add", ["out0", "z"], ["sum"]))
+    folded.graph.input.append(helper.make_tensor_value_info("z", TensorProto.FLOAT16,
+                                                            list(want.shape)))
+    folded.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "sum", TensorProto.FLOAT16, list(want.shape)))
+    got, = onnxjit.compile(folded, cache_dir=False)(np.zeros(want.shape, np.float16))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3)
+
+
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
 def test_global_pools(op: str) -> None:
     if op != "GlobalLpPool":

@@ -17,7 +17,8 @@ Windowed pools (MaxPool, AveragePool, LpPool), one kernel per node. Algorithm:
    (`pooling.flat`);
 3) AveragePool divides by the per-window count (real taps, or taps inside [-pb, D + pe) with
    count_include_pad), a product of per-dim counts from the same range formulas; LpPool takes
-   the p-th root.
+   the p-th root. For float16/bfloat16 both run on f32 copies of X and Y and round once, as
+   onnxruntime does (a window sum of float16 values overflows long before their mean).
 Integer division in the loop IR truncates toward zero, so a ceil of a possibly negative
 numerator is taken as max(0, (n + d - 1) / d) for lo (which only needs n >= 0 exact) and
 min(K, ...) for hi, where a non-positive result correctly means an empty range.
@@ -59,6 +60,7 @@ from onnxjit.ir.ops.pooling.semantics import (
     unpool_shape,
 )
 from onnxjit.ir.ops.reductions.lowering import emit_reduce
+from onnxjit.ir.types import NARROW_FLOATS, DType
 
 #: Kernel widths up to this are unrolled inside the loop over the output width.
 UNROLL_TAPS = 8
@@ -266,13 +268,32 @@ def pool_lower(ctx: LowerContext, node: Node) -> None:
     if y.numel == 0:
         return
     g = geometry(node, x.shape[2:])
+    wide = node.op != "MaxPool" and x.dtype in NARROW_FLOATS
+    if wide:  # sum in f32, round once: a float16 window sum overflows long before its mean
+        x, y = _widened(ctx, x), ctx.scratch("pool_f32", DType.FLOAT, y.shape)
     b = Builder()
     pool = _Pool(b, node, x, y, ind, g)
     if flat_applies(pool):  # rows too short to vectorize: `pooling.flat`
         lower_flat(ctx, pool)
-        return
-    pool.emit()
-    ctx.kernel(node.op.lower(), b.body)
+    else:
+        pool.emit()
+        ctx.kernel(node.op.lower(), b.body)
+    if wide:
+        _copy_cast(ctx, y, ctx.buf(node.outputs[0]))
+
+
+def _widened(ctx: LowerContext, x: Buffer) -> Buffer:
+    """An f32 copy of the narrow-float buffer x."""
+    w = ctx.scratch("pool_in_f32", DType.FLOAT, x.shape)
+    _copy_cast(ctx, x, w)
+    return w
+
+
+def _copy_cast(ctx: LowerContext, src: Buffer, dst: Buffer) -> None:
+    b = Builder()
+    with b.loop(0, src.numel, parallel=True, hint="i") as i:
+        b.store(dst, i, b.cast(b.load(src, i), dst.dtype))
+    ctx.kernel("pool_cast", b.body)
 
 
 def global_lower(ctx: LowerContext, node: Node) -> None:

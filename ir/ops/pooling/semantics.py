@@ -244,7 +244,11 @@ def pool_numpy(node: Node, x: np.ndarray) -> list[np.ndarray]:
 
 
 def pool_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
-    return pool_numpy(node, inputs[0])
+    x = inputs[0]
+    if node.op != "MaxPool" and x.dtype.kind == "f" and x.dtype.itemsize < 4 or \
+            x.dtype.name == "bfloat16":  # as the lowering: sum in f32, round once
+        return [y.astype(x.dtype) for y in pool_numpy(node, x.astype(np.float32))]
+    return pool_numpy(node, x)
 
 
 def global_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
