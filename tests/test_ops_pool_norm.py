@@ -177,6 +177,31 @@ def test_float16_pools_sum_in_float32(op: str, shape: tuple, attrs: dict) -> Non
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3)
 
 
+@pytest.mark.parametrize("p", [1, 2])
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_float16_lpnormalization_norm_in_float32(p: int, axis: int) -> None:
+    # squares (p=2) and sums of float16 values near 3e4 overflow float16, and x / inf gave 0
+    # where onnxruntime gives x / ||x|| (found by the differential fuzzer, issue 26)
+    a = (3e4 * RNG.standard_normal((2, 3, 5))).clip(-6e4, 6e4).astype(np.float16)
+    w = a.astype(np.float64)
+    nrm = np.abs(w).sum(axis, keepdims=True) if p == 1 else np.sqrt((w * w).sum(
+        axis, keepdims=True))
+    want = (w / nrm).astype(np.float16)
+    m = model("LpNormalization", [a], 18, axis=axis, p=p)
+    got, = onnxjit.compile(m, cache_dir=False)(a)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=1e-4)
+    np.testing.assert_allclose(run_via_loop_ir(m, [a])[0].astype(np.float64), want,
+                               rtol=2e-3, atol=1e-4)
+    folded = model("LpNormalization", [a], 18, consts={0: a}, axis=axis, p=p)
+    folded.graph.node.append(helper.make_node("Add", ["out0", "z"], ["sum"]))
+    folded.graph.input.append(helper.make_tensor_value_info("z", TensorProto.FLOAT16,
+                                                            list(a.shape)))
+    folded.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "sum", TensorProto.FLOAT16, list(a.shape)))
+    got, = onnxjit.compile(folded, cache_dir=False)(np.zeros(a.shape, np.float16))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=1e-4)
+
+
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
 def test_global_pools(op: str) -> None:
     if op != "GlobalLpPool":

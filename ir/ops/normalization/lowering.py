@@ -19,7 +19,8 @@ LRN: per (n, c) (parallel), the channel window's sum of squares accumulates into
 (contiguous spatial loops), then y = x / (bias + alpha/size * sum)^beta in place.
 MeanVarianceNormalization: the reduction nests of `reductions.lowering` (mean, then the mean of
 the squared deviation) into scratch buffers, with broadcast elementwise passes between them.
-LpNormalization: along a contiguous last axis, a `Lanes` fold per row then y = x * (1/norm);
+LpNormalization: along a contiguous last axis, a `Lanes` fold per row then y = x * (1/norm)
+(the norm of float16/bfloat16 in f32);
 otherwise per (outer) block the norms of the `inner` columns accumulate in a scratch row
 (contiguous over inner), then y = x / norm; 0 wherever the norm is 0.
 """
@@ -60,7 +61,7 @@ from onnxjit.ir.ops.normalization.semantics import (
     unary_infer,
 )
 from onnxjit.ir.ops.reductions.lowering import Lanes, emit_reduce, size_value
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import NARROW_FLOATS, DType
 
 
 @dataclass
@@ -329,15 +330,17 @@ def lp_lower(ctx: LowerContext, node: Node) -> None:
     outer, n, inner = (math.prod(x.shape[:axis]), x.shape[axis],
                        math.prod(x.shape[axis + 1:]))
     p = int_attr(node, "p", 2)
-    dt = x.dtype
+    # float16/bfloat16 sum (and square) in f32: 300**2 overflows float16, the norm does not
+    dt = DType.FLOAT if x.dtype in NARROW_FLOATS else x.dtype
     zero = const(0, dt)
     b = Builder()
 
     def elem(v: Operand) -> Operand:
+        v = b.cast(v, dt) if v.dtype != dt else v
         return b.op("abs", v) if p == 1 else b.op("mul", v, v)
 
     if inner == 1:
-        _lp_rows(b, x, y, outer, n, elem, p)
+        _lp_rows(b, x, y, outer, n, elem, p, dt)
         ctx.kernel("lpnormalization", b.body)
         return
     acc = ctx.scratch("lp_norm", dt, (outer, inner))
@@ -359,15 +362,19 @@ def lp_lower(ctx: LowerContext, node: Node) -> None:
             with b.loop(0, inner, hint="i") as i:
                 nrm = b.load(acc, b.iadd(abase, i))
                 at = b.iadd(row, i)
-                q = b.op("div", b.load(x, at), nrm)
-                b.store(y, at, b.op("select", b.op("eq", nrm, zero), zero, q))
+                q = b.op("div", _as(b, b.load(x, at), dt), nrm)
+                b.store(y, at, _as(b, b.op("select", b.op("eq", nrm, zero), zero, q), y.dtype))
     ctx.kernel("lpnormalization", b.body)
 
 
+def _as(b: Builder, v: Operand, dt: DType) -> Operand:
+    return v if v.dtype == dt else b.cast(v, dt)
+
+
 def _lp_rows(b: Builder, x: Buffer, y: Buffer, rows: int, n: int,
-             elem: Callable[[Operand], Operand], p: int) -> None:
-    """LpNormalization along a contiguous last axis: a Lanes fold per row, then one pass."""
-    dt = x.dtype
+             elem: Callable[[Operand], Operand], p: int, dt: DType) -> None:
+    """LpNormalization along a contiguous last axis: a Lanes fold per row, then one pass
+    (the norm in dtype dt)."""
     zero = const(0, dt)
     with b.loop(0, rows, parallel=True, hint="r") as r:
         base = b.imul(r, n)
@@ -379,7 +386,7 @@ def _lp_rows(b: Builder, x: Buffer, y: Buffer, rows: int, n: int,
         inv = b.op("select", b.op("eq", nrm, zero), zero, b.op("div", const(1, dt), nrm))
         with b.loop(0, n, hint="j") as j:
             at = b.iadd(base, j)
-            b.store(y, at, b.op("mul", b.load(x, at), inv))
+            b.store(y, at, _as(b, b.op("mul", _as(b, b.load(x, at), dt), inv), y.dtype))
 
 
 # --------------------------------------------------------------------------- registration

@@ -324,9 +324,10 @@ def unary_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
         elif node.op == "LpNormalization":
             axis = norm_axis(node, x.ndim)
             p = int_attr(node, "p", 2)
-            nrm = np.abs(x).sum(axis=axis, keepdims=True) if p == 1 else np.sqrt(
-                (x * x).sum(axis=axis, keepdims=True))
-            y = np.where(nrm == 0, 0, x / nrm)
+            w = x.astype(np.float32) if x.dtype.itemsize < 4 else x  # as the lowering
+            nrm = np.abs(w).sum(axis=axis, keepdims=True) if p == 1 else np.sqrt(
+                (w * w).sum(axis=axis, keepdims=True))
+            y = np.where(nrm == 0, 0, w / nrm)
         else:
             axes = tuple(mvn_axes(node, x.ndim))
             mean = x.mean(axis=axes, keepdims=True)
