@@ -93,14 +93,30 @@ def _slice_neg_start(case, node) -> bool:
                zip(axes, c[node.input[1]], c[node.input[4]])) if dims else False
 
 
+def _folded(case, name: str) -> bool:
+    """Whether the value `name` depends on no graph input (so onnxjit folds it)."""
+    g = case.model.graph
+    producer = {o: n for n in g.node for o in n.output}
+    inputs = {i.name for i in g.input}
+    todo, seen = [name], set()
+    while todo:
+        v = todo.pop()
+        if v in inputs:
+            return False
+        if v in seen or v not in producer:
+            continue
+        seen.add(v)
+        todo += list(producer[v].input)
+    return True
+
+
 def _const_operand(case, node) -> bool:
-    c = _consts(case)
-    return node.input[0] in c
+    return _folded(case, node.input[0])
 
 
 def _empty_const(case, node) -> bool:
-    c = _consts(case)
-    return node.input[0] in c and c[node.input[0]].size == 0
+    dims = case.dims.get(node.input[0])
+    return bool(dims) and any(0 in d for d in dims) and _folded(case, node.input[0])
 
 
 def _symbolic(case, node) -> bool:
@@ -126,7 +142,10 @@ KNOWN = [
     # LpPool and AveragePool fold through MaxPool's window code
     ({"MaxPool", "AveragePool", "LpPool", "CumSum"}, _empty_const,
      "wt_fold: MaxPool/CumSum folding of empty constants"),
-    ({"ReduceL2"}, _f16, "wt_fold: ReduceL2 float16 overflow"),
+    # the fix computes every float16 reduction in f32; the global pools lower as reductions
+    ({"ReduceL2", "ReduceL1", "ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceLogSum",
+      "ReduceLogSumExp", "ReduceProd", "GlobalAveragePool", "GlobalLpPool"}, _f16,
+     "wt_fold: ReduceL2 float16 overflow (float16 reductions in f32)"),
 ]
 
 

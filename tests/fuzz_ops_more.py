@@ -4,7 +4,9 @@ Entries as in `fuzz_ops`. NonZero and Compress make shapes that depend on values
 is a graph input whose value in each call is fixed when the graph is built
 (`Builder.preset_input`), so the output sizes are known per call, and onnxjit must run the
 graph in stages. Also: Einsum (matmul, transpose, reduction equations), Identity, Dropout in
-inference, ScatterND with distinct indices, EyeLike, variadic Sum/Mean/Max/Min.
+inference, ScatterND with distinct indices, EyeLike, variadic Sum/Mean/Max/Min, shapes computed
+from Shape/Size (Reshape targets, Range limits, ConstantOfShape), Reshape with allowzero,
+Pow with an integer exponent.
 """
 
 from __future__ import annotations
@@ -133,3 +135,55 @@ def variadic(b: Builder):
     b.add_value(y, x.dtype, dims, "wild" if wild or op == "Sum" else "tame")
 
 
+
+
+@entry(1.5)
+def computed_shape(b: Builder):
+    """Shape arithmetic as exporters write it: a Reshape target, a Range limit or a
+    ConstantOfShape shape computed from Shape/Size of a value with symbolic dims."""
+    x = need(b.pick(rank=(1, 4)))
+    form = b.rng.choice(["reshape", "reshape", "range", "fill"])
+    (shape,) = b.node("Shape", [x.name])
+    if form == "range":
+        (n,) = b.node("Size", [x.name])
+        first = b.rng.choice([0, 1])
+        start = b.const(np.array(first, np.int64), "r", b.rng.choice(["init", "node"]))
+        (y,) = b.node("Range", [start, n, b.const(np.array(1, np.int64), "r", "init")])
+        size = [max(0, int(np.prod([d[k] for d in x.dims])) - first) for k in range(b.calls)]
+        b.add_value(y, I64, [tuple(size)], "index")
+        return
+    k = b.rng.randint(1, x.rank)
+    (head,) = b.node("Slice", [shape, b.ints([0], "starts"), b.ints([k], "ends")])
+    if form == "fill":
+        (y,) = b.node("ConstantOfShape", [head])
+        b.add_value(y, F32, list(x.dims[:k]), "tame")
+        return
+    if any(np.prod([d[c] for d in x.dims[:k]]) == 0 for c in range(b.calls)):
+        raise Skip  # -1 beside a 0-size dim is ambiguous
+    (target,) = b.node("Concat", [head, b.ints([-1], "rest")], axis=0)
+    (y,) = b.node("Reshape", [x.name, target])
+    rest = tuple(int(np.prod([d[c] for d in x.dims[k:]])) for c in range(b.calls))
+    b.add_value(y, x.dtype, list(x.dims[:k]) + [rest], x.kind)
+
+
+@entry(0.5)
+def reshape_allowzero(b: Builder):
+    x = need(b.pick(rank=(1, 3), cond=lambda v: all(static(d) for d in v.dims)))
+    if b.opset < 14:
+        raise Skip
+    shape = [d[0] for d in x.dims]
+    if 0 in shape:  # a 0 in the target is a 0-size dim, not a copy
+        target = list(shape)
+        b.rng.shuffle(target)
+    else:
+        target = [int(np.prod(shape))]
+    (y,) = b.node("Reshape", [x.name, b.ints(target, "shape")], allowzero=1)
+    b.add_value(y, x.dtype, [(t,) * b.calls for t in target], x.kind)
+
+
+@entry(0.7)
+def pow_int_exponent(b: Builder):
+    x = need(b.pick(FLOATS))
+    e = b.operand(I64, x.dims, "tame")
+    (y,) = b.node("Pow", [x.name, e.name])
+    b.add_value(y, x.dtype, bcast(x.dims, e.dims), "wild")
