@@ -73,8 +73,9 @@ def squeeze_unsqueeze(b: Builder):
         given = [a - x.rank if b.rng.random() < 0.3 else a for a in axes]
         args = [x.name] + ([b.ints(given, "axes")] if b.opset >= 13 else [])
         attrs = {} if b.opset >= 13 else {"axes": given}
-        if b.rng.random() < 0.2 and len(ones) == len(axes):
-            args, attrs = [x.name], {}  # all dims of size 1
+        others_above_1 = all(min(d) > 1 for k, d in enumerate(x.dims) if k not in ones)
+        if b.rng.random() < 0.2 and len(ones) == len(axes) and others_above_1:
+            args, attrs = [x.name], {}  # all dims of size 1, in every call
         (y,) = b.node("Squeeze", args, **attrs)
         b.add_value(y, x.dtype, [d for k, d in enumerate(x.dims) if k not in axes], x.kind)
         return
