@@ -372,30 +372,6 @@ def topk(b: Builder):
     b.add_value(idx, I64, dims, "index")
 
 
-@entry(1.0)
-def shape_of(b: Builder):
-    x = need(b.pick())
-    attrs = {}
-    if b.opset >= 15 and b.rng.random() < 0.4 and x.rank:
-        attrs = {"start": b.rng.randint(-x.rank - 1, x.rank)}
-    if b.rng.random() < 0.3:
-        (y,) = b.node("Size", [x.name])
-        b.add_value(y, I64, [], "tame")
-        return
-    (y,) = b.node("Shape", [x.name], **attrs)
-    s = attrs.get("start", 0)
-    s = max(0, s + x.rank if s < 0 else s)
-    b.add_value(y, I64, [(max(0, x.rank - min(s, x.rank)),) * b.calls], "tame")
-    if b.rng.random() < 0.5 and not attrs:  # a tensor of x's (maybe symbolic) dims
-        dt = b.rng.choice([F32, I64, F16])
-        from onnx import numpy_helper
-        value = numpy_helper.from_array(np.array([b.rng.choice([0, 1, 2.5])],
-                                                 {F32: np.float32, I64: np.int64,
-                                                  F16: np.float16}[dt]))
-        (z,) = b.node("ConstantOfShape", [y], value=value)
-        b.add_value(z, dt, x.dims, "tame")
-
-
 import fuzz_ops_more  # noqa: E402,F401
 import fuzz_ops_nn  # noqa: E402,F401  (registers its entries)
 import fuzz_ops_shape  # noqa: E402,F401

@@ -6,13 +6,13 @@ is a graph input whose value in each call is fixed when the graph is built
 graph in stages. Also: Einsum (matmul, transpose, reduction equations), Identity, Dropout in
 inference, ScatterND with distinct indices, EyeLike, variadic Sum/Mean/Max/Min, shapes computed
 from Shape/Size (Reshape targets, Range limits, ConstantOfShape), Reshape with allowzero,
-Pow with an integer exponent.
+Pow with an integer exponent, Shape (with start), Size and ConstantOfShape.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from fuzz_graphs import BOOL, F32, FLOATS, I64, INTS, NP, Builder, Skip, static
+from fuzz_graphs import BOOL, F16, F32, FLOATS, I64, INTS, NP, Builder, Skip, static
 from fuzz_ops import bcast, entry, need
 
 
@@ -187,3 +187,27 @@ def pow_int_exponent(b: Builder):
     e = b.operand(I64, x.dims, "tame")
     (y,) = b.node("Pow", [x.name, e.name])
     b.add_value(y, x.dtype, bcast(x.dims, e.dims), "wild")
+
+
+@entry(1.0)
+def shape_of(b: Builder):
+    x = need(b.pick())
+    attrs = {}
+    if b.opset >= 15 and b.rng.random() < 0.4 and x.rank:
+        attrs = {"start": b.rng.randint(-x.rank - 1, x.rank)}
+    if b.rng.random() < 0.3:
+        (y,) = b.node("Size", [x.name])
+        b.add_value(y, I64, [], "tame")
+        return
+    (y,) = b.node("Shape", [x.name], **attrs)
+    s = attrs.get("start", 0)
+    s = max(0, s + x.rank if s < 0 else s)
+    b.add_value(y, I64, [(max(0, x.rank - min(s, x.rank)),) * b.calls], "tame")
+    if b.rng.random() < 0.5 and not attrs:  # a tensor of x's (maybe symbolic) dims
+        dt = b.rng.choice([F32, I64, F16])
+        from onnx import numpy_helper
+        value = numpy_helper.from_array(np.array([b.rng.choice([0, 1, 2.5])],
+                                                 {F32: np.float32, I64: np.int64,
+                                                  F16: np.float16}[dt]))
+        (z,) = b.node("ConstantOfShape", [y], value=value)
+        b.add_value(z, dt, x.dims, "tame")
