@@ -105,7 +105,10 @@ def run(first: int, cases: int, out: Path, batch: int, timeout: float) -> dict:
             rec = {"seed": last_start, "status": "crash", "detail": f"rc {proc.returncode}"}
             counts["crash"] += 1
             log.write(json.dumps(rec) + "\n")
-            save(out, rec)
+            try:  # the parent must outlive whatever broke the child
+                save(out, rec)
+            except Exception as e:
+                print(f"{last_start}: could not save the reproducer: {e!r}", flush=True)
             print(f"{last_start}: crash ({proc.returncode})", flush=True)
             done = last_start + 1
         seed = max(done, seed + 1) if done == seed else done
