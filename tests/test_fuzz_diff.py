@@ -5,11 +5,12 @@
    `fuzz_ops*.py`, symbolic dims called with 2-3 shapes, zero-size dims, float16/32/64 and
    int64, initializers, overridable initializers and Constant nodes, extreme and non-finite
    values), judged by `fuzz_oracle.judge`. A mismatch or error fails the test, unless
-   `fuzz_known.known_bug` puts it down to one of the bugs of issue 26 still being fixed on
-   another branch (then it is an xfail that names the bug). For long runs use
-   `tools/fuzz.py --cases N --seed S`, which also survives crashes and saves reproducers.
-2. `test_issue26_case_is_caught`: each wrong answer of the issue, as a small model, is not
-   judged "pass" while its fix is pending (a strict xfail: once the fix lands, remove the mark).
+   `fuzz_known.known_bug` puts it down to a bug listed there as being fixed elsewhere (an
+   xfail naming it; the list is empty now that the fixes of issue 26 are on main). For long
+   runs use `tools/fuzz.py --cases N --seed S`, which also survives crashes and saves
+   reproducers.
+2. `test_issue26_case_passes`: each wrong answer of the issue, as a small model, which the
+   oracle judged "mismatch" or "error" before the fixes, now passes.
 3. The generator itself: it covers the op set, its models pass the onnx checker, and the
    output shapes it computes by the spec are onnxruntime's.
 4. The oracle's verdicts on synthetic votes.
@@ -45,11 +46,10 @@ def test_random_model_matches_references(seed):
         f"localize: python tools/fuzz.py --triage {seed}")
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"issue 26, fix pending on {b}"))
-    for n, (_, b, _) in CASES.items()])
-def test_issue26_case_is_caught(name):
-    build, _, spec = CASES[name]
+@pytest.mark.parametrize("name", list(CASES))
+def test_issue26_case_passes(name):
+    # before the fixes (b1722b2) the oracle judged each of these "mismatch" or "error"
+    build, spec = CASES[name]
     model, feeds, symbolic = build()
     v = judge(model, feeds, symbolic, spec)
     assert v.status == "pass", f"{v.status}: {v.detail}"
