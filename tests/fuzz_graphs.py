@@ -176,9 +176,11 @@ class Builder:
         return self.add_value(name, dtype, dims, "tame" if kind in ("positive", "nonzero")
                               else kind)
 
-    def const(self, array, hint: str = "c", mode: str | None = None) -> str:
+    def const(self, array, hint: str = "c", mode: str | None = None,
+              wild: bool = True) -> str:
         """A constant operand: an initializer, a Constant node or (mode "override", data
-        only) an overridable initializer whose calls pass other values."""
+        only) an overridable initializer whose calls pass other values (extremes too, when
+        `wild`)."""
         array = np.asarray(array)
         name = self.fresh(hint)
         mode = mode or self.rng.choice(["init", "init", "node"])
@@ -197,7 +199,7 @@ class Builder:
             if mode == "override":
                 dt = helper.np_dtype_to_tensor_dtype(array.dtype)
                 self.inputs.append(Input(name, dt, [(s,) * self.calls for s in array.shape],
-                                         "tame", init=array))
+                                         "wild" if wild else "tame", init=array))
         return name
 
     def operand(self, dtype: int, dims: Dims, kind: str = "tame", broadcast: bool = True,
@@ -270,8 +272,8 @@ class Builder:
                 if i.init is not None:
                     if self.rng.random() < 0.2:
                         continue  # the initializer's own value
-                    kind = "wild" if self.rng.random() < 0.3 else "tame"
-                    f[i.name] = make_array(self.nrng, i.dtype, shape, kind)
+                    wild = i.kind == "wild" and self.rng.random() < 0.3
+                    f[i.name] = make_array(self.nrng, i.dtype, shape, "wild" if wild else "tame")
                 elif i.preset is not None:
                     f[i.name] = i.preset[k]
                 else:

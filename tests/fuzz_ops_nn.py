@@ -18,7 +18,9 @@ def _weight(b: Builder, dtype: int, shape: tuple, kind: str = "tame", hint: str 
             positive: bool = False) -> str:
     arr = make_array(b.nrng, dtype, shape, "positive" if positive else kind)
     mode = b.rng.choice(["init", "init", "node", "override"]) if not positive else "init"
-    return b.const(arr, hint, mode)
+    # no inf/nan weights: onnxjit skips the taps on padding, where 0 * inf is nan in
+    # onnxruntime and onnx.reference (reported, not a bug this fuzzer hunts)
+    return b.const(arr, hint, mode, wild=False)
 
 
 @entry(3.0)
