@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from loop_harness import run_via_loop_ir
+from models import node_model
 from onnx import helper, numpy_helper
 
 # importing registers the op tables under test
@@ -127,6 +128,23 @@ def test_legacy_broadcast_attribute():
         run("Add", [a, b], opset=6)
     with pytest.raises(UnsupportedError, match="axis"):
         run("Add", [a, np.array([1, 2], np.float32)], opset=6, broadcast=1, axis=0)
+
+
+def test_float16_sum_and_mean_add_in_float32():
+    # 65500 + 43.8 overflows float16, their mean does not: onnxruntime adds in f32 and
+    # rounds once (found by the differential fuzzer, issue 26: Mean gave inf, not 21848)
+    a = np.array([65500, 60000, 1], np.float16)
+    b = np.array([43.84, 60000, 2], np.float16)
+    c = np.array([0.1, -60000, 3], np.float16)
+    for op, want in (("Mean", (a.astype(np.float64) + b + c) / 3),
+                     ("Sum", a.astype(np.float64) + b + c)):
+        m, _ = node_model(op, [a, b, c], opset=13)
+        got = onnxjit.compile(m, cache_dir=False)(a, b, c)[0]
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float16), rtol=1e-3,
+                                   err_msg=op)
+        np.testing.assert_allclose(run(op, [a, b, c], onnx.TensorProto.FLOAT16, 13)
+                                   .astype(np.float64), want.astype(np.float16), rtol=1e-3,
+                                   err_msg=op)
 
 
 def test_variadic_broadcast_nan_and_single_input():

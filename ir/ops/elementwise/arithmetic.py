@@ -15,7 +15,8 @@ Ops: Add Sub Mul Div Pow Mod Neg Abs Reciprocal Sign Clip Min Max Sum Mean. The 
 elementwise.cast) register through `unary`/`binary`. Pow computes in the base type (in f32 for a
 narrow base, in the exponent's type if that is a wider float: `_pow_type`); an int base with a float
 exponent goes through f64 and is truncated back (exact for int32 and for int64 results below 2**53).
-Integer arithmetic wraps; integer Div truncates toward zero (the scalar `div`); Mod with fmod=0 is
+Sum and Mean of f16/bf16 add in f32 and round once. Integer arithmetic wraps; integer Div
+truncates toward zero (the scalar `div`); Mod with fmod=0 is
 Python's `%` (sign of the divisor), built from the C remainder plus a sign fix-up.
 """
 
@@ -363,7 +364,9 @@ def _variadic(name: str, types: Types, fold: str, mean: bool = False) -> None:
         return acc if len(a) > 1 else b.op("copy", acc)
 
     versions = (1, 6, 8, 12, 13) if name in ("Min", "Max") else (1, 6, 8, 13)
-    op(name, versions, infer=infer, scalar=rule,
+    # f16/bf16 sums add in f32 and round once, like onnxruntime: 65500 + 44 overflows f16,
+    # the mean of the two does not
+    op(name, versions, infer=infer, scalar=in_f32(rule) if fold == "add" else rule,
        doc=f"elementwise {name.lower()} of any number of broadcast inputs")
 
 
