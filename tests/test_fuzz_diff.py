@@ -104,6 +104,10 @@ def test_close_compares_nan_inf_and_tolerance():
     assert not close(np.array([1, 2], np.int64), np.array([1, 3], np.int64))
     assert close(np.array([1.004], np.float16), np.array([1.0], np.float16))
     assert not close(np.array([1.1], np.float16), np.array([1.0], np.float16))
+    # in a model holding float16, f32 and int outputs are judged at float16's tolerance
+    assert not close(np.array([1.002], f), np.array([1.0], f))
+    assert close(np.array([1.002], f), np.array([1.0], f), floor=1e-2)
+    assert close(np.array([-2750], np.int64), np.array([-2749], np.int64), floor=1e-2)
 
 
 def test_vote_needs_two_implementations_against_onnxjit():
