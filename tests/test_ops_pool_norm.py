@@ -202,6 +202,31 @@ def test_float16_lpnormalization_norm_in_float32(p: int, axis: int) -> None:
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=1e-4)
 
 
+def test_float16_mean_variance_normalization_in_float32() -> None:
+    # (x - mean)**2 of float16 values near 1e4 overflows float16, so the std was inf and the
+    # output 0 where onnxruntime normalizes (found by the differential fuzzer, issue 26)
+    a = (1e4 * RNG.standard_normal((2, 3, 4, 5))).astype(np.float16)
+    w = a.astype(np.float64)
+    mean = w.mean(axis=(0, 2, 3), keepdims=True)
+    want = ((w - mean) / (np.sqrt(((w - mean) ** 2).mean(axis=(0, 2, 3), keepdims=True))
+                          + 1e-9)).astype(np.float16)
+    m = model("MeanVarianceNormalization", [a], 13)
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("out0", TensorProto.FLOAT16,
+                                                             list(a.shape)))
+    got, = onnxjit.compile(m, cache_dir=False)(a)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=5e-3, atol=5e-3)
+    np.testing.assert_allclose(run_via_loop_ir(m, [a])[0].astype(np.float64), want,
+                               rtol=5e-3, atol=5e-3)
+    folded = model("MeanVarianceNormalization", [a], 13, consts={0: a})
+    folded.graph.node.append(helper.make_node("Add", ["out0", "z"], ["sum"]))
+    folded.graph.input.append(helper.make_tensor_value_info("z", TensorProto.FLOAT16,
+                                                            list(a.shape)))
+    folded.graph.output[0].CopyFrom(helper.make_tensor_value_info(
+        "sum", TensorProto.FLOAT16, list(a.shape)))
+    got, = onnxjit.compile(folded, cache_dir=False)(np.zeros(a.shape, np.float16))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=5e-3, atol=5e-3)
+
+
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
 def test_global_pools(op: str) -> None:
     if op != "GlobalLpPool":

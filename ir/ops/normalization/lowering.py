@@ -294,9 +294,16 @@ def lrn_lower(ctx: LowerContext, node: Node) -> None:
 
 
 def mvn_lower(ctx: LowerContext, node: Node) -> None:
-    x, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
-    if y.numel == 0:
+    x, out = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
+    if out.numel == 0:
         return
+    y = out
+    if x.dtype in NARROW_FLOATS:  # in f32, rounded once: (x - mean)**2 overflows float16
+        wide = ctx.scratch("mvn_x", DType.FLOAT, x.shape)
+        b = Builder()
+        elementwise(b, wide, [x], lambda b, a: b.cast(a[0], DType.FLOAT))
+        ctx.kernel("mvn_widen", b.body)
+        x, y = wide, ctx.scratch("mvn_y", DType.FLOAT, out.shape)
     axes = mvn_axes(node, len(x.shape))
     kshape = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
     count = math.prod(x.shape[k] for k in axes)
@@ -320,6 +327,10 @@ def mvn_lower(ctx: LowerContext, node: Node) -> None:
 
     elementwise(b, y, [y, var], scale)
     ctx.kernel("mvn_scale", b.body)
+    if y is not out:
+        b = Builder()
+        elementwise(b, out, [y], lambda b, a: b.cast(a[0], out.dtype))
+        ctx.kernel("mvn_round", b.body)
 
 
 def lp_lower(ctx: LowerContext, node: Node) -> None:

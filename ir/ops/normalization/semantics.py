@@ -330,7 +330,8 @@ def unary_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
             y = np.where(nrm == 0, 0, w / nrm)
         else:
             axes = tuple(mvn_axes(node, x.ndim))
-            mean = x.mean(axis=axes, keepdims=True)
-            std = np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True))
-            y = (x - mean) / (std + 1e-9)
+            w = x.astype(np.float32) if x.dtype.itemsize < 4 else x  # as the lowering
+            mean = w.mean(axis=axes, keepdims=True)
+            std = np.sqrt(((w - mean) ** 2).mean(axis=axes, keepdims=True))
+            y = (w - mean) / (std + 1e-9)
     return [np.asarray(y, dtype=x.dtype)]
