@@ -12,7 +12,8 @@ Requires concrete shapes (it runs per signature). One forward sweep over the nod
    only the last two dims (the `Matmul` statement reads a transposed window), else (with
    `FOLD_VIEWS`) with `a_perm`/`b_perm` when the transposed operand still has a contiguous dim among
    its last two (attention's heads: Transpose(Reshape(x), [0,2,1,3]) or [0,2,3,1];
-   `ir/ops/linalg/strided_views.py` reads it as strided windows); a Gemm whose A or B is a 2-D
+   `ir/ops/linalg/strided_views.py` reads it as strided windows), unless K is a known 0 (the
+   FusedMatMul lowering needs K > 0; the plain MatMul zero-fills); a Gemm whose A or B is a 2-D
    Transpose toggles transA/transB instead;
 4) (with `FOLD_VIEWS`) a Transpose that is the only reader of a float MatMul's (or an
    epilogue-free FusedMatMul's) product, keeping the last dim last, is dropped: the product is
@@ -111,8 +112,8 @@ def _operand(v: Value) -> tuple[Value, int, tuple[int, ...] | None] | None:
 def _fold_into_matmul(node: Node) -> Node | None:
     a, b = node.inputs[0], node.inputs[1]
     if a.shape is None or b.shape is None or len(a.shape) < 2 or len(b.shape) < 2 or \
-            node.outputs[0].dtype not in _FLOATS:
-        return None
+            node.outputs[0].dtype not in _FLOATS or a.shape[-1] == 0:
+        return None  # (K = 0: the plain MatMul zero-fills; a FusedMatMul needs K > 0)
     folds = [_operand(a), _operand(b)]
     if folds == [None, None]:
         return None

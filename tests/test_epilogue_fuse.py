@@ -227,3 +227,23 @@ def test_product_beside_math_nest_is_its_own_function(case: str, threads: int, t
         outlined = [d for d in ll.splitlines() if d.startswith("define") and ".mm0" in d]
         assert len(outlined) == (1 if on else 0)
     np.testing.assert_array_equal(outs[True], outs[False])
+
+
+@pytest.mark.parametrize("k", [0, "k"])
+def test_transposed_operand_with_no_inner_dim_takes_no_epilogue(k) -> None:
+    # Transpose(A) folds into a FusedMatMul reading A with trans_a; with K = 0 (A is (0, 2))
+    # the epilogue pass fused the Sigmoid into it anyway and lowering refused it, a
+    # CompileError on a valid model (found by the differential fuzzer, issue 26)
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["a"], ["t"], perm=[1, 0]),
+         helper.make_node("MatMul", ["t", "b"], ["m"]),
+         helper.make_node("Sigmoid", ["m"], ["y"])], "g",
+        [vi("a", TensorProto.FLOAT, [k, 2]), vi("b", TensorProto.FLOAT, [k, 3])],
+        [vi("y", TensorProto.FLOAT, [2, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 10
+    a, b = np.zeros((0, 2), np.float32), np.zeros((0, 3), np.float32)
+    for spec in ("shape", "auto", "dynamic"):
+        y, = onnxjit.compile(m, cache_dir=False, specialize=spec)(a, b)
+        np.testing.assert_array_equal(y, np.full((2, 3), 0.5, np.float32), err_msg=spec)
