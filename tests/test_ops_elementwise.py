@@ -199,6 +199,18 @@ def test_clip_input_forms():
 # --------------------------------------------------------------------------- math
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_round_keeps_the_sign_of_zero(dtype):
+    # Round(-0.45) is -0.0 (x / Round(x) is then +inf): floor(x) + 1 gave +0.0 (found by the
+    # differential fuzzer, issue 26, where onnxruntime and onnx.reference agree)
+    x = np.array([-0.45, -0.3, -0.5, -0.0, 0.3, -1e-30, -2.5, 2.5, -0.7, 0.5], dtype)
+    m, _ = node_model("Round", [x], opset=22)
+    for got in (onnxjit.compile(m, cache_dir=False)(x)[0],
+                run("Round", [x], NP2ONNX[np.dtype(dtype)], 22)):
+        np.testing.assert_array_equal(got, np.round(x))
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(np.round(x)))
+
+
 def test_round_half_to_even():
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4, 2.6, -2.6, 1e30, np.inf, np.nan],
                  np.float32)

@@ -64,7 +64,9 @@ def round_half_even(b: Builder, x: Operand) -> Operand:
                   c(0, x))
     tie = b.op("select", f_even, f, up)
     lower = b.op("select", b.op("lt", d, half), f, tie)
-    return b.op("select", b.op("gt", d, half), up, lower)
+    r = b.op("select", b.op("gt", d, half), up, lower)
+    # a 0 takes x's sign: floor(-0.45) + 1 is +0.0, Round(-0.45) is -0.0
+    return b.op("select", b.op("eq", r, c(0, x)), b.op("mul", x, c(0, x)), r)
 
 
 _ROUND = ((11, FLOATS), (22, FLOATS | BF16))
