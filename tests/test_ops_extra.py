@@ -386,3 +386,20 @@ def test_unseeded_random_shapes_dtypes_and_ranges():
     assert abs((s[0] == 0).mean() - 0.7) < 0.05 and (s[1] == 2).all()
     with pytest.raises(ModelError, match="dtype"):
         infer("RandomUniformLike", [TensorType(DType.INT64, (2,))])
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_ranks_nan_above_every_number(largest: int) -> None:
+    # onnxruntime and onnx.reference (numpy's sort) rank NaN above every number; onnxjit's
+    # comparisons were false for NaN and kept it in a wrong place ([1, nan] for the top 2 of
+    # [1, nan, 3, 2]; found by the differential fuzzer, issue 26)
+    import onnxruntime as ort
+
+    x = np.array([[1.0, np.nan, 3.0, 2.0, np.nan, -1.0]], np.float32)
+    m, _ = node_model("TopK", [x, np.array([4])], n_out=2, consts=(1,), opset=18,
+                      largest=largest)
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"in0": x})
+    got = onnxjit.compile(m, cache_dir=False)(x)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])

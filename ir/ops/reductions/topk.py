@@ -7,10 +7,10 @@ p on shift one place (the last one falls off), and x[j] goes to position p. Once
 are kept, an x[j] that does not beat the last one is rejected at once: the bounds of the
 inner loops become 0 (a loop bound is the only branch the loop IR has), so typical rows cost
 O(n) and the worst case O(n * k). Every conditional write is a store of a `select`. Ties
-never displace a kept element, and NaNs compare false (a NaN is kept only while fewer than
-k elements are). k comes from the `k` attribute (opset 1) or the constant `K` input (opset
-10+); an unknown K gives an unknown dim, which the staged runtime resolves once K's value is
-known.
+never displace a kept element. A NaN ranks above every number, as in onnxruntime and numpy's
+sort (first among the largest, last among the smallest). k comes from the `k` attribute
+(opset 1) or the constant `K` input (opset 10+); an unknown K gives an unknown dim, which the
+staged runtime resolves once K's value is known.
 """
 
 from __future__ import annotations
@@ -115,8 +115,17 @@ def _topk_lower(ctx: LowerContext, node: Node) -> None:
     k = yv.shape[ax]
     if yv.numel == 0:
         return
-    better = "gt" if largest else "lt"
     b = Builder()
+
+    def beats(v: Operand, w: Operand) -> Operand:
+        """v ranks before w: larger (smaller), a NaN counting as larger than any number."""
+        if not x.dtype.is_float:
+            return b.op("gt" if largest else "lt", v, w)
+        nan_v, nan_w = b.op("isnan", v), b.op("isnan", w)
+        if largest:
+            return b.op("or", b.op("gt", v, w), b.op("and", nan_v, b.op("not", nan_w)))
+        return b.op("or", b.op("lt", v, w), b.op("and", nan_w, b.op("not", nan_v)))
+
     with b.loop(0, outer, parallel=True, hint="o") as o:
         with b.loop(0, inner, hint="i") as i:
             xb = b.iadd(b.imul(o, n * inner), i)
@@ -131,14 +140,13 @@ def _topk_lower(ctx: LowerContext, node: Node) -> None:
                 # Once k elements are kept, v enters only if it beats the last one; the loops
                 # below then run 0 times (a loop bound is the only conditional the IR has).
                 full = b.op("ge", cnt, i64(k))
-                enters = b.op("or", b.op("not", full),
-                              b.op(better, v, b.load(yv, yat(i64(k - 1)))))
+                enters = b.op("or", b.op("not", full), beats(v, b.load(yv, yat(i64(k - 1)))))
                 stop = b.op("select", enters, i64(k), i64(0))
                 # p = number of kept elements at least as good as v (they stay ahead of it).
                 p = b.var(b.op("select", enters, i64(0), i64(k)), hint="p")
                 with b.loop(0, stop, hint="t") as t:
                     keep = b.op("and", b.op("lt", t, cnt),
-                                b.op("not", b.op(better, v, b.load(yv, yat(t)))))
+                                b.op("not", beats(v, b.load(yv, yat(t)))))
                     b.assign(p, "add", p, b.op("select", keep, i64(1), i64(0)))
                 # Shift kept[p..cnt) one place right (t runs k-1 down to 1), then insert at p.
                 with b.loop(0, b.op("min", stop, i64(k - 1)), hint="u") as u:
