@@ -27,9 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxjit.errors import ModelError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node
 from onnxjit.ir.narrow import is_narrow_array, widen
-from onnxjit.ir.types import Dim
+from onnxjit.ir.types import Dim, Sym, sym_max
 
 AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 
@@ -114,12 +115,16 @@ def conv_out_dims(node: Node, a: ConvAttrs, spatial: Sequence[Dim]) -> tuple[Dim
             raise ModelError(f"spatial dim {j}: input size {d} with kernel {k}, dilation {dl} "
                              f"and pads {a.pads[j]}+{a.pads[j + a.rank]} leaves no output "
                              "position", where=node)
+        if isinstance(o, Sym) and symbolic.active():  # a call breaking it is specialised,
+            symbolic.assume_equal(sym_max(o, 1), o,  # which names the error
+                                  f"{node.op} output dim {j} >= 1")
         out.append(o)
     return tuple(out)
 
 
-def conv_pads(a: ConvAttrs, spatial: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Concrete (begin, end) pads of a Conv for concrete input dims."""
+def conv_pads(a: ConvAttrs, spatial: Sequence[Dim]) -> tuple[list[Dim], list[Dim]]:
+    """(begin, end) pads of a Conv for known input dims: ints, or with SAME_* padding and a
+    stride > 1 `Sym`s of symbolic input dims (the total padding depends on d mod s)."""
     rank = a.rank
     if a.auto_pad == "VALID":
         return [0] * rank, [0] * rank
@@ -128,8 +133,12 @@ def conv_pads(a: ConvAttrs, spatial: Sequence[int]) -> tuple[list[int], list[int
     begin, end = [], []
     for j, d in enumerate(spatial):
         k, s, dl = int(a.kernel[j]), a.strides[j], a.dilations[j]  # type: ignore[arg-type]
-        out = -(-d // s)
-        total = max(0, (out - 1) * s + dl * (k - 1) + 1 - d)
+        if isinstance(d, Sym):
+            total: Dim = dl * (k - 1) if s == 1 else sym_max(
+                0, (d + (s - 1)) // s * s + (dl * (k - 1) + 1 - s) - d)
+        else:
+            out = -(-d // s)  # type: ignore[operator]
+            total = max(0, (out - 1) * s + dl * (k - 1) + 1 - d)  # type: ignore[operator]
         head = (total + 1) // 2 if a.auto_pad == "SAME_LOWER" else total // 2
         begin.append(head)
         end.append(total - head)

@@ -27,6 +27,8 @@ P = prod(out):
    Strided convs read X split into phase rows (`conv.input_phases`), not with strided loads.
 3) C/G == 1 (depthwise, any channel multiplier): a direct nest (`conv.depthwise_direct`), or
    stride-phased plane copies for small images (`conv.depthwise_phased`).
+A symbolic program's conv (run-time batch or spatial sizes) lowers through
+`conv.runtime_sizes` instead (blocks of positions of run-time count and width).
 Bias: Y is first filled with B (per channel), and the `Matmul`s accumulate onto it.
 Epilogue hook (used by `fused.linear.FusedConv`): `lower_gemm_conv` / `lower_depthwise`
 take an optional callback run on each block of Y right after it is computed, inside the same
@@ -72,6 +74,7 @@ from onnxjit.ir.ops.conv.geometry import (
 )
 from onnxjit.ir.ops.conv.input_phases import Source, input_source
 from onnxjit.ir.ops.conv.packed_panels import emit_packed_panel, packed_width
+from onnxjit.ir.ops.conv.runtime_sizes import lower_conv_node
 from onnxjit.ir.ops.conv.strided_pointwise import strided_pointwise
 from onnxjit.ir.ops.conv.winograd import applies as winograd_applies
 from onnxjit.ir.ops.conv.winograd import lower_winograd
@@ -329,6 +332,9 @@ def conv_buffers(ctx: LowerContext, node: Node
 
 def _conv_lower(ctx: LowerContext, node: Node) -> None:
     x, w, y, bias, gm = conv_buffers(ctx, node)
+    if not (x.is_static and y.is_static):  # a symbolic program's run-time batch and sizes
+        lower_conv_node(ctx, node, x, w, y, bias, gm, [])
+        return
     if y.numel == 0:
         return
     if gm.cg == 1 and gm.kk > 0:
@@ -343,4 +349,5 @@ def _conv_lower(ctx: LowerContext, node: Node) -> None:
 
 
 op("Conv", (1, 11, 22), infer=_conv_infer, evaluate=_conv_evaluate, lower=_conv_lower,
+   symbolic=True,
    doc="N-D convolution with groups, strides, dilations, pads/auto_pad and optional bias")

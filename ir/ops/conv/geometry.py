@@ -19,8 +19,9 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
-from onnxjit.ir.loops import Buffer, Const, Operand, Var, i64
+from onnxjit.ir.loops import Buffer, Const, Operand, Size, SymVal, Var, i64, size_operand
 from onnxjit.ir.ops.conv.attrs import ConvAttrs, conv_pads
+from onnxjit.ir.types import Sym, sym_max, sym_min
 
 #: Largest im2col/col2im panel (bytes) built for several images at once.
 PANEL_BYTES = 64 << 20
@@ -72,32 +73,46 @@ def taps(b: Builder, kw: int) -> Iterator[int | Operand]:
         yield v
 
 
-def operand(v: int | Operand) -> Operand:
-    return i64(v) if isinstance(v, int) else v
+def operand(v: Size | Operand) -> Operand:
+    return size_operand(v) if isinstance(v, (int, Sym)) else v
 
 
-def tap_shift(b: Builder, tw: int | Operand, dl: int, pad: int) -> int | Operand:
-    """`tw*dl - pad`: an int for an unrolled tap, else an operand."""
+def smin(a: Size, b: Size) -> Size:
+    """min of two sizes (ints, or `Sym`s in a symbolic program)."""
+    return min(a, b) if isinstance(a, int) and isinstance(b, int) else sym_min(a, b)
+
+
+def smax(a: Size, b: Size) -> Size:
+    return max(a, b) if isinstance(a, int) and isinstance(b, int) else sym_max(a, b)
+
+
+def is_static(*sizes: object) -> bool:
+    return all(isinstance(d, int) for d in sizes)
+
+
+def tap_shift(b: Builder, tw: int | Operand, dl: int, pad: Size) -> Size | Operand:
+    """`tw*dl - pad`: a size for an unrolled tap (a `Sym` when the pad is), else an operand."""
     if isinstance(tw, int):
         return tw * dl - pad
-    return b.iadd(b.imul(tw, dl), i64(-pad))
+    return b.iadd(b.imul(tw, dl), operand(0 - pad))
 
 
-def tap_bounds(b: Builder, valid: Operand | None, shift: int | Operand, s: int, size: int,
-               n: int) -> tuple[Operand, Operand]:
-    """`row_bounds` of `valid_range` for a compile-time or run-time shift."""
-    if isinstance(shift, int):
+def tap_bounds(b: Builder, valid: Operand | None, shift: Size | Operand, s: int, size: Size,
+               n: Size) -> tuple[Operand, Operand]:
+    """`row_bounds` of `valid_range` for a compile-time (or symbolic) or run-time shift."""
+    if isinstance(shift, (int, Sym)):
         return row_bounds(b, valid, *valid_range(shift, s, size, n), n)
+    size_op, n_op = operand(size), operand(n)
     big = (1 << 40) // s  # ceil(a / s) = (a + s*big + s - 1) // s - big for |a| < 2**40
 
     def ceil_div(a: Operand) -> Operand:
         return b.op("sub", b.op("div", b.op("add", a, i64(s * big + s - 1)), i64(s)), i64(big))
 
-    lo = b.op("min", b.op("max", ceil_div(b.op("neg", shift)), i64(0)), i64(n))
-    hi = b.op("min", b.op("max", ceil_div(b.op("sub", i64(size), shift)), lo), i64(n))
+    lo = b.op("min", b.op("max", ceil_div(b.op("neg", shift)), i64(0)), n_op)
+    hi = b.op("min", b.op("max", ceil_div(b.op("sub", size_op, shift)), lo), n_op)
     if valid is None:
         return lo, hi
-    return b.op("select", valid, lo, i64(n)), b.op("select", valid, hi, i64(n))
+    return b.op("select", valid, lo, n_op), b.op("select", valid, hi, n_op)
 
 
 def tap_row(b: Builder, col: Buffer, row: Operand, load: Callable, x_at: Operand, s: int,
@@ -118,21 +133,25 @@ def tap_row(b: Builder, col: Buffer, row: Operand, load: Callable, x_at: Operand
             b.store(col, b.iadd(row, z), zero)
 
 
-def tap_edges(lo: Operand, hi: Operand, n: int) -> tuple[bool, bool]:
+def tap_edges(lo: Operand, hi: Operand, n: Size) -> tuple[bool, bool]:
     """Which zero loops of a tap row over [0, n) with valid range [lo, hi) can be non-empty."""
     return (not (isinstance(lo, Const) and lo.value == 0),
-            not (isinstance(hi, Const) and hi.value == n))
+            not (isinstance(hi, Const) and hi.value == n
+                 or isinstance(hi, SymVal) and hi.expr == n))
 
 
-def valid_range(shift: int, s: int, size: int, n: int) -> tuple[int, int]:
-    """[lo, hi) of the o in [0, n) with 0 <= o*s + shift < size (lo == hi when empty)."""
-    lo = min(n, max(0, -(shift // s)))  # ceil(-shift / s)
-    hi = min(n, max(lo, -((shift - size) // s)))  # ceil((size - shift) / s)
-    return lo, hi
+def valid_range(shift: Size, s: int, size: Size, n: Size) -> tuple[Size, Size]:
+    """[lo, hi) of the o in [0, n) with 0 <= o*s + shift < size (lo == hi when empty); the
+    sizes may be `Sym`s (a symbolic program: bounds fixed for a call, not per element)."""
+    if is_static(shift, size, n):
+        lo = min(n, max(0, -(shift // s)))  # ceil(-shift / s)
+        return lo, min(n, max(lo, -((shift - size) // s)))  # ceil((size - shift) / s)
+    lo = smin(n, smax(0, (s - 1 - shift) // s))
+    return lo, smin(n, smax(lo, (size - shift + (s - 1)) // s))
 
 
 def outer_positions(b: Builder, o: Sequence[Operand], t: Sequence[Operand], a: ConvAttrs,
-                    begin: Sequence[int], sizes: Sequence[int], iters: Sequence[int],
+                    begin: Sequence[Size], sizes: Sequence[Size], iters: Sequence[Size],
                     kernel: Sequence[int]) -> tuple[Operand | None, Operand]:
     """For the outer spatial dims (all but the last): positions `o*s + t*dl - pad` in a tensor
     of spatial `sizes` (o < iters, t < kernel); returns (bool "all inside", or None when that
@@ -142,21 +161,23 @@ def outer_positions(b: Builder, o: Sequence[Operand], t: Sequence[Operand], a: C
     strides = row_major_strides(sizes)
     for j, (oj, tj) in enumerate(zip(o, t)):
         s, dl = a.strides[j], a.dilations[j]
-        pos = b.iadd(b.iadd(b.imul(oj, s), b.imul(tj, dl)), i64(-begin[j]))
+        pos = b.iadd(b.iadd(b.imul(oj, s), b.imul(tj, dl)), operand(0 - begin[j]))
         off = b.iadd(off, b.imul(pos, strides[j]))
-        if begin[j] <= 0 and (iters[j] - 1) * s + (kernel[j] - 1) * dl - begin[j] < sizes[j]:
+        if is_static(begin[j], sizes[j], iters[j]) and begin[j] <= 0 and \
+                (iters[j] - 1) * s + (kernel[j] - 1) * dl - begin[j] < sizes[j]:
             continue
-        v = b.op("and", b.op("ge", pos, i64(0)), b.op("lt", pos, i64(sizes[j])))
+        v = b.op("and", b.op("ge", pos, i64(0)), b.op("lt", pos, operand(sizes[j])))
         valid = v if valid is None else b.op("and", valid, v)
     return valid, off
 
 
-def row_bounds(b: Builder, valid: Operand | None, lo: int, hi: int, n: int
+def row_bounds(b: Builder, valid: Operand | None, lo: Size, hi: Size, n: Size
                ) -> tuple[Operand, Operand]:
     """Bounds of a row's valid range: empty (n, n) when an outer dim is outside."""
     if valid is None:
-        return i64(lo), i64(hi)
-    return b.op("select", valid, i64(lo), i64(n)), b.op("select", valid, i64(hi), i64(n))
+        return operand(lo), operand(hi)
+    return (b.op("select", valid, operand(lo), operand(n)),
+            b.op("select", valid, operand(hi), operand(n)))
 
 
 class Nest:

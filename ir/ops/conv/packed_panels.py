@@ -71,39 +71,45 @@ def emit_packed_panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: 
     chans = chans or (i64(0), i64(gm.cg))
     if full:
         with b.loop(0, full, hint="pn") as pi:
-            _panel(b, col, colbase, x, gm, img, g, q, pi, nr, nr, src, chans)
+            emit_panel_at(b, col, colbase, x, gm, img, g, q, pi, nr, nr, src, chans)
     if rest:
-        _panel(b, col, colbase, x, gm, img, g, q, i64(full), nr, rest, src, chans)
+        emit_panel_at(b, col, colbase, x, gm, img, g, q, i64(full), nr, rest, src,
+                      chans)
 
 
-def _panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry, img: Operand,
-           g: Operand, q: Operand, pi: Operand, nr: int, width: int, src: Source,
-           chans: tuple[Operand, Operand]) -> None:
-    """Panel `pi` (of `width` columns) of the block starting at flat position q."""
+def emit_panel_at(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry,
+                  img: Operand, g: Operand, q: Operand, pi: Operand, nr: int,
+                  width: int | Operand, src: Source, chans: tuple[Operand, Operand]) -> None:
+    """Panel `pi` (of `width` columns: a compile-time int, or a run-time count for the edge
+    panel of a block of a symbolic program) of the block starting at flat position q."""
     a, zero = gm.a, const(0, col.dtype)
     ow, kw, sw, dw = gm.out[-1], gm.k[-1], a.strides[-1], a.dilations[-1]
     pw, iw = gm.begin[-1], gm.ins[-1]
     outer = gm.out[:-1]
     base = b.iadd(colbase, b.imul(pi, nr * gm.kk))
     q0 = b.iadd(q, b.imul(pi, nr))
-    r0 = b.op("div", q0, i64(ow))
-    r1 = b.iadd(b.op("div", b.iadd(q0, i64(width - 1)), i64(ow)), i64(1))
+    ow_op = operand(ow)
+    last = i64(width - 1) if isinstance(width, int) else b.op("sub", width, i64(1))
+    r0 = b.op("div", q0, ow_op)
+    r1 = b.iadd(b.op("div", b.iadd(q0, last), ow_op), i64(1))
     with b.loop(chans[0], chans[1], hint="c") as c:
         ch = b.iadd(b.imul(img, gm.c), b.iadd(b.imul(g, gm.cg), c))
         xbase = b.imul(ch, gm.in_plane)
         with Nest(b, gm.k[:-1], "t") as t, b.loop(r0, r1, hint="r") as r:
-            o = [r if len(outer) == 1 else b.op("rem", b.op("div", r, i64(st)), i64(n))
+            o = [r if len(outer) == 1 else b.op("rem", b.op("div", r, operand(st)), operand(n))
                  for n, st in zip(outer, row_major_strides(outer))]
             valid, off = outer_positions(b, o, t, a, gm.begin, gm.ins, gm.out, gm.k)
             xrow = b.iadd(xbase, off)
             rstart = b.op("sub", b.imul(r, ow), q0)  # panel column of the row's pixel 0
             s0 = b.op("max", b.op("neg", rstart), i64(0))
-            s1 = b.op("min", b.op("sub", i64(width), rstart), i64(ow))
+            s1 = b.op("min", b.op("sub", operand(width), rstart), ow_op)
             tap = b.iadd(b.imul(c, gm.kprod),
                          b.imul(b.linear(t, row_major_strides(gm.k[:-1])), kw))
             for tw in taps(b, kw):
                 shift = tap_shift(b, tw, dw, pw)
-                row = b.iadd(base, b.iadd(b.imul(b.iadd(tap, operand(tw)), width), rstart))
+                tap_at = b.iadd(tap, operand(tw))
+                row = b.iadd(base, b.iadd(b.imul(tap_at, width) if isinstance(width, int)
+                                          else b.op("mul", tap_at, width), rstart))
                 lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
                 lo_c = b.op("min", b.op("max", lo, s0), s1)
                 hi_c = b.op("min", b.op("max", hi, lo_c), s1)

@@ -67,6 +67,11 @@ def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
     from onnxjit.ir.ops.conv.conv import conv_buffers, lower_depthwise, lower_gemm_conv
 
     x, w, y, bias, gm = conv_buffers(ctx, node)
+    if not (x.is_static and y.is_static):
+        from onnxjit.ir.ops.conv.runtime_sizes import lower_conv_node
+
+        lower_conv_node(ctx, node, x, w, y, bias, gm, list(node.inputs[3:]))
+        return
     if y.numel == 0:
         return
     if gm.kk == 0:
@@ -83,7 +88,7 @@ def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
 
 
 op("FusedConv", (1,), domain=FUSED_DOMAIN, infer=_fused_conv_infer, lower=_fused_conv_lower,
-   doc="Conv whose bias/activation/residual epilogue runs on each output block")
+   symbolic=True, doc="Conv whose bias/activation/residual epilogue runs on each output block")
 
 # --------------------------------------------------------------------------- FusedMatMul
 

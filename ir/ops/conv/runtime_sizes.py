@@ -1,0 +1,216 @@
+"""Conv with run-time sizes: one lowering for every batch, height and width of a symbolic program.
+
+In a symbolic program (`ir.symbolic`) X's batch and spatial dims may be `Sym`s, so the
+compile-time choices of `conv.conv` (blocks that divide the output, tap ranges as int pairs)
+are not available. Channels, kernel and weights stay static (the weights are packed as ever);
+only the position counts are run-time. Algorithm:
+
+1) general convs (C/G > 1, not pointwise): the flat output positions P = prod(out) of each
+   (image, group) are cut into blocks of `cols` positions, a compile-time multiple of the
+   GEMM's packed panel width NR chosen from the size hints (`_block_cols`: a panel of about
+   BLOCK_BYTES, as `conv.blocking.block_rows` does); the number of blocks ceil(P / cols) and a
+   block's width min(cols, P - q) are run-time. A block's im2col panel is written in the
+   packed-B layout (`packed_panels.emit_panel_at`: whole NR-column panels, then an edge panel
+   of run-time width), multiplied by one `Matmul` W_g (M/G x K) x panel -> Y[q, q + width)
+   (run-time n, ldc = P), and the epilogue (bias, fused activation) runs on that block while
+   it is in cache. Tap ranges are `Sym` expressions of the input sizes
+   (`geometry.valid_range`), loaded once per kernel from the dims table.
+   Scratch: the blocks are dealt to `parts` parallel iterations (PARTS_PER_THREAD per
+   thread), each running its share in order in one panel of its own, so the scratch is a few
+   panels whatever the image size. When the hints give fewer blocks than `blocking.MIN_TASKS`
+   (a deep layer of a small image), every panel is built first (in parallel over blocks and
+   chunks of input channels, `blocking.c_split`), then the products run in parallel over
+   chunks of output channels (`blocking.m_split`), as the specialised lowering does.
+2) pointwise convs (1x1, stride 1, no padding): X's channels already are the panel; per block
+   of positions one `Matmul` reads X in place (ldb = P), then the epilogue.
+3) depthwise (C/G == 1): `conv.depthwise_runtime`.
+Bias: through the epilogue (`fused.epilogue.Epilogue`), so the products overwrite Y.
+"""
+
+from __future__ import annotations
+
+from onnxjit.ir.loop_builder import Builder
+from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
+from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops.conv.blocking import (
+    BLOCK_BYTES,
+    MIN_BLOCK_COLS,
+    MIN_PANEL_COLS,
+    MIN_TASKS,
+    SPLIT_WORK,
+    WEIGHT_BYTES,
+    c_split,
+    for_chunk,
+    m_split,
+)
+from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, operand, smin
+from onnxjit.ir.ops.conv.input_phases import Source
+from onnxjit.ir.ops.conv.packed_panels import emit_panel_at
+from onnxjit.ir.symbolic import hint
+from onnxjit.ir.types import DType
+
+#: Parallel iterations per thread the blocks of a conv are dealt to (each with its own panel).
+PARTS_PER_THREAD = 2
+
+
+def _nr(dtype: DType) -> int:
+    from onnxjit.codegen.kernel_shapes import panel_width  # lazy: ir/ must not load llvmlite
+
+    return panel_width(dtype.itemsize)
+
+
+def _block_cols(gm: Geometry, itemsize: int, nr: int) -> int:
+    """Positions per block: a panel of about BLOCK_BYTES, at least MIN_PANEL_COLS (or
+    MIN_BLOCK_COLS with large weights), at most the hinted P, in whole NR panels."""
+    fits = BLOCK_BYTES // max(1, gm.kk * itemsize)
+    need = MIN_BLOCK_COLS if gm.mg * gm.kk * itemsize > WEIGHT_BYTES else MIN_PANEL_COLS
+    cols = max(fits, need)
+    cols = min(cols, hint(gm.p))
+    return max(nr, -(-cols // nr) * nr)
+
+
+class _Blocks:
+    """Block u = (image, group, block of `cols` positions) of a conv of run-time P."""
+
+    def __init__(self, gm: Geometry, cols: int):
+        self.gm, self.cols = gm, cols
+        self.nblk = (gm.p + (cols - 1)) // cols
+        self.tasks = gm.n * gm.g * self.nblk
+
+    def split(self, b: Builder, u: Operand) -> tuple[Operand, Operand, Operand, Operand]:
+        """(image, group, first position, width) of block u."""
+        gm = self.gm
+        nblk = operand(self.nblk)
+        blk, rest = b.op("rem", u, nblk), b.op("div", u, nblk)
+        g = b.op("rem", rest, i64(gm.g)) if gm.g > 1 else i64(0)
+        img = b.op("div", rest, i64(gm.g)) if gm.g > 1 else rest
+        q = b.imul(blk, self.cols)
+        width = b.op("min", i64(self.cols), b.op("sub", operand(gm.p), q))
+        return img, g, q, width
+
+
+def _panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry, img: Operand,
+           g: Operand, q: Operand, width: Operand, nr: int, src: Source,
+           chans: tuple[Operand, Operand]) -> None:
+    """The packed panel of positions [q, q + width): whole NR panels, then the edge one."""
+    full = b.op("div", width, i64(nr))
+    with b.loop(0, full, hint="pn") as pi:
+        emit_panel_at(b, col, colbase, x, gm, img, g, q, pi, nr, nr, src, chans)
+    rest = b.op("sub", width, b.imul(full, nr))
+    has_rest = b.op("select", b.op("gt", rest, i64(0)), i64(1), i64(0))
+    with b.loop(0, has_rest, hint="edge"):
+        emit_panel_at(b, col, colbase, x, gm, img, g, q, full, nr, rest, src, chans)
+
+
+def _product(b: Builder, gm: Geometry, y: Buffer, w: Buffer, bm: Buffer, b_off: Operand,
+             ldb: object, img: Operand, g: Operand, q: Operand, width: Operand,
+             m0: Operand, rows: int, packed: bool, epilogue: EpilogueHook | None) -> None:
+    """Y[img, g*mg + m0 + (0..rows), q..q+width] = W rows x B, then the epilogue."""
+    row0 = b.iadd(b.imul(g, gm.mg), m0)
+    c_off = b.iadd(b.iadd(b.imul(img, gm.m * gm.p), b.imul(row0, gm.p)), q)
+    b.emit(Matmul(y, c_off, gm.p, w, b.imul(row0, gm.kk), gm.kk, bm, b_off, ldb,  # type: ignore
+                  rows, width, gm.kk, b_packed=packed))  # type: ignore[arg-type]
+    if epilogue is not None:
+        epilogue(b, c_off, gm.p, rows, width, row0)  # type: ignore[arg-type]
+
+
+def lower_runtime_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
+                       load: Load, epilogue: EpilogueHook | None) -> None:
+    """Conv with C/G > 1 of run-time positions (see the module docstring, 1 and 2)."""
+    isz = y.dtype.itemsize
+    work = hint(gm.n) * gm.g * gm.mg * hint(gm.p) * gm.kk
+    if gm.pointwise:
+        _pointwise(ctx, gm, x, w, y, epilogue, work)
+        return
+    nr = _nr(y.dtype)
+    cols = _block_cols(gm, isz, nr)
+    blocks = _Blocks(gm, cols)
+    panel = gm.kk * cols
+    src = Source(load, gm.a.strides[-1])
+    tasks_hint = hint(blocks.tasks)
+    ms, mc = m_split(gm, tasks_hint, work, isz)
+    if ms > 1 and tasks_hint < MIN_TASKS and work >= SPLIT_WORK:
+        _split_channels(ctx, gm, x, w, y, src, blocks, nr, ms, mc, epilogue, tasks_hint)
+        return
+    parts = smin(blocks.tasks, PARTS_PER_THREAD * ctx.num_threads)
+    col = ctx.scratch("col", y.dtype, (PARTS_PER_THREAD * ctx.num_threads, panel))
+    b = Builder()
+    with b.loop(0, parts, parallel=True, hint="t") as t:
+        u0 = b.op("div", b.op("mul", t, operand(blocks.tasks)), operand(parts))
+        u1 = b.op("div", b.op("mul", b.iadd(t, i64(1)), operand(blocks.tasks)), operand(parts))
+        colbase = b.imul(t, panel)
+        with b.loop(u0, u1, hint="u") as u:
+            img, g, q, width = blocks.split(b, u)
+            _panel(b, col, colbase, x, gm, img, g, q, width, nr, src, (i64(0), i64(gm.cg)))
+            _product(b, gm, y, w, col, colbase, nr, img, g, q, width, i64(0), gm.mg, True,
+                     epilogue)
+    ctx.kernel("conv_im2col_gemm", b.body)
+
+
+def _split_channels(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
+                    src: Source, blocks: _Blocks, nr: int, ms: int, mc: int,
+                    epilogue: EpilogueHook | None, tasks_hint: int) -> None:
+    """Few blocks: every panel first (parallel over blocks and channel chunks), then the
+    products parallel over (block, chunk of output channels)."""
+    panel = gm.kk * blocks.cols
+    col = ctx.scratch("col", y.dtype, (blocks.tasks, panel))
+    cs = c_split(gm, tasks_hint)
+    cc = gm.cg // cs
+    b = Builder()
+    with b.loop(0, b.imul(operand(blocks.tasks), cs) if cs > 1 else blocks.tasks,
+                parallel=True, hint="v") as v:
+        u, ci = (b.op("div", v, i64(cs)), b.op("rem", v, i64(cs))) if cs > 1 else (v, i64(0))
+        img, g, q, width = blocks.split(b, u)
+        c0 = b.imul(ci, cc)
+        _panel(b, col, b.imul(u, panel), x, gm, img, g, q, width, nr, src,
+               (c0, b.iadd(c0, i64(cc))))
+    ctx.kernel("conv_im2col", b.body)
+    b = Builder()
+    with b.loop(0, blocks.tasks * ms, parallel=True, hint="v") as v:
+        u, mi = b.op("div", v, i64(ms)), b.op("rem", v, i64(ms))
+        img, g, q, width = blocks.split(b, u)
+        for_chunk(b, mi, ms, mc, gm.mg, lambda m0, rows: _product(
+            b, gm, y, w, col, b.imul(u, panel), nr, img, g, q, width, m0, rows, True,
+            epilogue))
+    ctx.kernel("conv_im2col_gemm", b.body)
+
+
+def _pointwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
+               epilogue: EpilogueHook | None, work: int) -> None:
+    """1x1 stride-1 unpadded conv: per block of positions, W_g x X's columns in place."""
+    isz = y.dtype.itemsize
+    fits = (BLOCK_BYTES // 2) // max(1, gm.mg * isz)
+    cols = max(64, min(fits, hint(gm.p)) // 16 * 16)
+    blocks = _Blocks(gm, cols)
+    tasks_hint = hint(blocks.tasks)
+    ms, mc = m_split(gm, tasks_hint, work, isz)
+    b = Builder()
+    with b.loop(0, blocks.tasks * ms if ms > 1 else blocks.tasks, parallel=True,
+                hint="v") as v:
+        u, mi = (b.op("div", v, i64(ms)), b.op("rem", v, i64(ms))) if ms > 1 else (v, i64(0))
+        img, g, q, width = blocks.split(b, u)
+        x_off = b.iadd(b.iadd(b.imul(img, gm.c * gm.p), b.imul(g, gm.kk * gm.p)), q)
+        for_chunk(b, mi, ms, mc, gm.mg, lambda m0, rows: _product(
+            b, gm, y, w, x, x_off, gm.p, img, g, q, width, m0, rows, False, epilogue))
+    ctx.kernel("conv_gemm", b.body)
+
+
+def lower_conv_node(ctx: LowerContext, node: object, x: Buffer, w: Buffer, y: Buffer,
+                    bias: Buffer | None, gm: Geometry, extras: list) -> None:
+    """A Conv or FusedConv (epilogue inputs `extras`) of a symbolic program."""
+    from onnxjit.ir.ops.conv.depthwise_runtime import lower_depthwise_runtime
+    from onnxjit.ir.ops.fused.epilogue import Epilogue
+
+    if y.dtype not in (DType.FLOAT, DType.DOUBLE) or gm.kk == 0 or len(gm.out) > 2:
+        # a TypeError is how a lowering says "not for symbolic sizes" (`lower_to_loops`)
+        raise TypeError(f"conv of {y.dtype.short} with K = {gm.kk} and {len(gm.out)} spatial "
+                        "dims has no lowering for run-time sizes")
+    has_body = node.attr("epilogue") is not None  # type: ignore[attr-defined]
+    if gm.cg == 1:
+        epi = Epilogue(ctx, node, extras, y, chan_axis=1) if has_body else None  # type: ignore
+        lower_depthwise_runtime(ctx, gm, x, w, y, bias, epi)
+        return
+    hook = None
+    if has_body or bias is not None:
+        hook = Epilogue(ctx, node, extras, y, chan_axis=1, bias=bias).emit  # type: ignore
+    lower_runtime_conv(ctx, gm, x, w, y, lambda bb, i: bb.load(x, i), hook)

@@ -1,0 +1,152 @@
+"""Convolutional models as one symbolic program against the programs specialised per shape.
+
+Each case is a small model whose batch, height and width are symbolic (`N`, `H`, `W`), with
+random constant weights: convs of every padding mode, stride, dilation and group form
+(depthwise, grouped, pointwise, strided pointwise, wide kernels, 1-D), with the bias and
+activation epilogues the fuse passes build, residual adds, pools. It is compiled once with
+`specialize="dynamic"` and once with `"shape"`, then called with odd sizes, size-1 spatial
+dims, wide images, batches > 1 and images too small for the kernel. The symbolic program must
+give the specialised program's outputs and raise `InputError` where it does, and serve every
+valid size from one compile.
+"""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+
+RNG = np.random.default_rng(5)
+
+
+def _w(*shape):
+    return (RNG.standard_normal(shape) * 0.3).astype(np.float32)
+
+
+def _model(nodes, inits, c, out="y", rank=2, opset=17):
+    spatial = ["H", "W"][2 - rank:] if rank <= 2 else ["D", "H", "W"]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", c, *spatial])
+    y = helper.make_tensor_value_info(out, TensorProto.FLOAT, [None] * (rank + 2))
+    g = helper.make_graph(nodes, "g", [x], [y],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _conv(name, x, w, b=None, out=None, **attrs):
+    return helper.make_node("Conv", [x, w] + ([b] if b else []), [out or name], name=name,
+                            **attrs)
+
+
+def conv_case(cin, cout, k, with_bias=True, act="Relu", **attrs):
+    kh, kw = (k, k) if isinstance(k, int) else k
+    group = attrs.get("group", 1)
+    inits = {"w": _w(cout, cin // group, kh, kw)}
+    if with_bias:
+        inits["b"] = _w(cout)
+    nodes = [_conv("c", "x", "w", "b" if with_bias else None, out="t" if act else "y", **attrs)]
+    if act:
+        nodes.append(helper.make_node(act, ["t"], ["y"]))
+    return _model(nodes, inits, cin)
+
+
+def residual_case(c):
+    """pointwise expand, depthwise, pointwise project, residual add (a MobileNetV2 block)."""
+    inits = {"w1": _w(4 * c, c, 1, 1), "b1": _w(4 * c), "w2": _w(4 * c, 1, 3, 3),
+             "b2": _w(4 * c), "w3": _w(c, 4 * c, 1, 1), "b3": _w(c)}
+    nodes = [_conv("c1", "x", "w1", "b1", out="t1"), helper.make_node("Relu", ["t1"], ["r1"]),
+             _conv("c2", "r1", "w2", "b2", out="t2", group=4 * c, pads=[1, 1, 1, 1]),
+             helper.make_node("Clip", ["t2", "lo", "hi"], ["r2"]),
+             _conv("c3", "r2", "w3", "b3", out="t3"), helper.make_node("Add", ["t3", "x"], ["y"])]
+    inits["lo"], inits["hi"] = np.array(0, np.float32), np.array(6, np.float32)
+    return _model(nodes, inits, c)
+
+
+def conv1d_case():
+    inits = {"w": _w(6, 4, 5), "b": _w(6)}
+    return _model([_conv("c", "x", "w", "b", out="y", pads=[2, 1], strides=[2])], inits, 4,
+                  rank=1)
+
+
+SHAPES = [(1, 5, 6), (2, 1, 1), (1, 7, 33), (3, 16, 16), (1, 2, 40), (1, 9, 3)]
+
+CASES = {
+    "pad1_bias_relu": (lambda: conv_case(3, 8, 3, pads=[1, 1, 1, 1]), SHAPES),
+    "valid_no_bias": (lambda: conv_case(4, 6, 3, with_bias=False, act=None), SHAPES),
+    "stride2_dilation2": (lambda: conv_case(5, 7, 3, strides=[2, 2], dilations=[2, 2],
+                                            pads=[2, 1, 2, 2]), SHAPES),
+    "same_upper_stride2": (lambda: conv_case(3, 4, 3, auto_pad="SAME_UPPER", strides=[2, 2]),
+                           SHAPES),
+    "same_lower_k4": (lambda: conv_case(3, 5, 4, auto_pad="SAME_LOWER"), SHAPES),
+    "auto_valid_stride2": (lambda: conv_case(2, 3, (3, 2), auto_pad="VALID", strides=[1, 2]),
+                           SHAPES),
+    "grouped": (lambda: conv_case(8, 12, 3, group=4, pads=[1, 0, 1, 2]), SHAPES),
+    "depthwise_s1": (lambda: conv_case(6, 6, 3, group=6, pads=[1, 1, 1, 1]), SHAPES),
+    "depthwise_s2_mult2": (lambda: conv_case(4, 8, 3, group=4, strides=[2, 2],
+                                             pads=[1, 1, 1, 1], act="Sigmoid"), SHAPES),
+    "depthwise_same_5x5": (lambda: conv_case(3, 3, 5, group=3, auto_pad="SAME_UPPER",
+                                             strides=[2, 2]), SHAPES),
+    "pointwise": (lambda: conv_case(8, 16, 1), SHAPES),
+    "pointwise_stride2": (lambda: conv_case(8, 4, 1, strides=[2, 2]), SHAPES),
+    "stem_7x7_s2": (lambda: conv_case(3, 16, 7, strides=[2, 2], pads=[3, 3, 3, 3]), SHAPES),
+    "wide_kernel_1x19": (lambda: conv_case(2, 3, (1, 19), pads=[0, 9, 0, 9]), SHAPES),
+    "kernel_2x1": (lambda: conv_case(4, 4, (2, 1), strides=[2, 1], act=None), SHAPES),
+    "mobilenet_block": (lambda: residual_case(4), SHAPES),
+    "conv1d": (lambda: [conv1d_case()][0], [(1, 9), (2, 1), (1, 40), (3, 2)]),
+}
+
+
+def _run(fn, x):
+    try:
+        return fn(x)
+    except onnxjit.OnnxJitError as e:
+        return type(e)
+
+
+def _check(model, shapes, c):
+    dyn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
+    spec = onnxjit.compile(model, cache_dir=False, specialize="shape")
+    served = 0
+    for shape in shapes:
+        x = RNG.standard_normal((shape[0], c, *shape[1:])).astype(np.float32)
+        before = dyn.cache_info()["misses"]
+        got = _run(dyn, x)
+        compiled = dyn.cache_info()["misses"] - before
+        want = _run(spec, x)
+        if isinstance(want, type):
+            assert got is want is onnxjit.InputError, (shape, got, want)
+            continue
+        assert compiled == (0 if served else 1), (shape, "not served by the symbolic program")
+        assert not isinstance(got, type), (shape, got)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, shape
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=str(shape))
+        served += 1
+    assert dyn._symbolic.reasons() == [], dyn._symbolic.reasons()
+    assert len([p for p in dyn._symbolic.programs.values() if p is not None]) == 1
+    return dyn, served
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_symbolic_conv_matches_specialised(name):
+    make, shapes = CASES[name]
+    model = make()
+    c = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+    _, served = _check(model, shapes, c)
+    assert served >= 2
+
+
+def test_one_compile_serves_many_sizes():
+    fn = onnxjit.compile(residual_case(4), cache_dir=False, specialize="dynamic")
+    before = fn.cache_info()["misses"]
+    for n, h, w in [(1, 8, 8), (2, 5, 17), (1, 1, 1), (4, 31, 9), (1, 3, 120), (2, 64, 48)]:
+        fn(RNG.standard_normal((n, 4, h, w)).astype(np.float32))
+    assert fn.cache_info()["misses"] - before == 1
+
+
+def test_image_smaller_than_kernel_is_an_input_error():
+    fn = onnxjit.compile(conv_case(3, 4, 3, act=None), cache_dir=False, specialize="dynamic")
+    fn(np.ones((1, 3, 5, 5), np.float32))
+    with pytest.raises(onnxjit.InputError, match="no output position"):
+        fn(np.ones((1, 3, 2, 5), np.float32))
