@@ -69,6 +69,13 @@ def conv1d_case():
                   rank=1)
 
 
+def pool_case(op, c=3, **attrs):
+    """A conv, then the pool (so the pool reads a symbolic temp, as in a network)."""
+    nodes = [_conv("c", "x", "w", "b", out="t", pads=[1, 1, 1, 1]),
+             helper.make_node(op, ["t"], ["y"], **attrs)]
+    return _model(nodes, {"w": _w(c, c, 3, 3), "b": _w(c)}, c)
+
+
 SHAPES = [(1, 5, 6), (2, 1, 1), (1, 7, 33), (3, 16, 16), (1, 2, 40), (1, 9, 3)]
 
 CASES = {
@@ -93,6 +100,22 @@ CASES = {
     "wide_kernel_1x19": (lambda: conv_case(2, 3, (1, 19), pads=[0, 9, 0, 9]), SHAPES),
     "kernel_2x1": (lambda: conv_case(4, 4, (2, 1), strides=[2, 1], act=None), SHAPES),
     "mobilenet_block": (lambda: residual_case(4), SHAPES),
+    "maxpool_2x2": (lambda: pool_case("MaxPool", kernel_shape=[2, 2], strides=[2, 2]), SHAPES),
+    "maxpool_3x3_s2_pad_ceil": (lambda: pool_case("MaxPool", kernel_shape=[3, 3],
+                                                  strides=[2, 2], pads=[1, 1, 1, 1],
+                                                  ceil_mode=1), SHAPES),
+    "maxpool_same_upper": (lambda: pool_case("MaxPool", kernel_shape=[3, 2], strides=[2, 2],
+                                             auto_pad="SAME_UPPER"), SHAPES),
+    "maxpool_2x1_crnn": (lambda: pool_case("MaxPool", kernel_shape=[2, 1], strides=[2, 1]),
+                         SHAPES),
+    "avgpool_include_pad": (lambda: pool_case("AveragePool", kernel_shape=[3, 3],
+                                              pads=[1, 1, 1, 1], count_include_pad=1), SHAPES),
+    "avgpool_exclude_pad_ceil": (lambda: pool_case("AveragePool", kernel_shape=[2, 3],
+                                                   strides=[2, 2], pads=[0, 1, 1, 0],
+                                                   ceil_mode=1), SHAPES),
+    "lppool": (lambda: pool_case("LpPool", kernel_shape=[2, 2], p=2), SHAPES),
+    "global_average": (lambda: pool_case("GlobalAveragePool"), SHAPES),
+    "global_max": (lambda: pool_case("GlobalMaxPool"), SHAPES),
     "conv1d": (lambda: [conv1d_case()][0], [(1, 9), (2, 1), (1, 40), (3, 2)]),
 }
 

@@ -40,8 +40,9 @@ import numpy as np
 
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
-from onnxjit.ir.loops import Buffer, Operand, i64
+from onnxjit.ir.loops import Buffer, Operand, Size, i64
 from onnxjit.ir.opdef import LowerContext, op
+from onnxjit.ir.ops.conv.geometry import operand, smax, smin
 from onnxjit.ir.ops.elementwise.arithmetic import int_attr
 from onnxjit.ir.ops.normalization.lowering import Lanes
 from onnxjit.ir.ops.pooling import fused_rows as fused
@@ -85,15 +86,17 @@ class _Pool:
             cs[i] = cs[i - 1] * self.spatial[i - 1]
         self.colmajor = ind is not None and int_attr(node, "storage_order", 0) == 1
         self.cs = cs
+        self.symbolic = not (x.is_static and y.is_static)  # run-time sizes: general rows
 
     # tap ranges ------------------------------------------------------------------------------
     def tap_range(self, i: int, o: Operand, end: int) -> tuple[Operand, Operand]:
         """[lo, hi) of the taps of dim i at output index o landing in [-pb, end - pb)."""
         b, g = self.b, self.g
         s, d, pb, kk = g.strides[i], g.dilations[i], g.pb[i], g.kernel[i]
-        start = b.op("sub", b.imul(o, s), i64(pb))  # o*s - pb
+        start = b.op("sub", b.imul(o, s), operand(pb))  # o*s - pb
         lo = b.op("max", i64(0), b.op("div", b.op("sub", i64(d - 1), start), i64(d)))
-        hi = b.op("min", i64(kk), b.op("div", b.op("sub", i64(end + d - 1), start), i64(d)))
+        hi = b.op("min", i64(kk), b.op("div", b.op("sub", operand(end + (d - 1)), start),
+                                          i64(d)))
         return lo, hi
 
     def count(self, i: int, o: Operand) -> Operand:
@@ -134,8 +137,7 @@ class _Pool:
         take = b.op("gt", v, acc)
         if self.colmajor:
             assert pos is not None
-            flat = b.iadd(b.imul(plane, self.x.numel // self.x.shape[0] // self.x.shape[1]),
-                          b.linear(pos, self.cs))
+            flat = b.iadd(b.imul(plane, math.prod(self.spatial)), b.linear(pos, self.cs))
         else:
             flat = xi  # the flat input index is the row-major Indices value
         b.store(self.ind, at, b.op("select", take, flat, b.load(self.ind, at)))
@@ -144,11 +146,11 @@ class _Pool:
     # the nest ----------------------------------------------------------------------------------
     def emit(self) -> None:
         b, g, x = self.b, self.g, self.x
-        out = [int(o) for o in g.out]
+        out = list(g.out)
         os_ = row_major_strides(out)
         xplane, oplane = math.prod(self.spatial), math.prod(out)
         planes = x.shape[0] * x.shape[1]
-        fusable = fused.fusable(self)
+        fusable = not self.symbolic and fused.fusable(self)
         with b.loop(0, planes, parallel=True, hint="p") as pl:
             xb, yb = b.imul(pl, xplane), b.imul(pl, oplane)
             with b.nest(out[:-1]) as oo:
@@ -167,7 +169,7 @@ class _Pool:
     def _general_row(self, oo: list, xb: Operand, ybase: Operand, pl: Operand) -> None:
         """One output row, any geometry: identity, then each outer tap folded in."""
         b, y = self.b, self.y
-        with b.loop(0, int(self.g.out[-1]), hint="w") as w:
+        with b.loop(0, self.g.out[-1], hint="w") as w:
             b.store(y, b.iadd(ybase, w), self.identity())
             if self.ind is not None:
                 b.store(self.ind, b.iadd(ybase, w), i64(0))
@@ -176,11 +178,14 @@ class _Pool:
         if self.mode != "max":
             self._finish(oo, ybase)
 
-    def interior(self) -> tuple[int, int]:
+    def interior(self) -> tuple[Size, Size]:
         """[first, stop): the output columns whose taps all lie inside the input row
-        (o*s - pb >= 0 and o*s - pb + (K-1)*d <= n - 1)."""
+        (o*s - pb >= 0 and o*s - pb + (K-1)*d <= n - 1); `Sym`s in a symbolic program."""
         g = self.g
         s, d, pb, kk, n = g.strides[-1], g.dilations[-1], g.pb[-1], g.kernel[-1], self.spatial[-1]
+        if self.symbolic:
+            first = smin(g.out[-1], (pb + (s - 1)) // s)
+            return first, smax(first, smin(g.out[-1], (n - 1 - (kk - 1) * d + pb) // s + 1))
         ow_n = int(g.out[-1])
         first = min(ow_n, -(-pb // s))
         last_num = n - 1 - (kk - 1) * d + pb
@@ -194,7 +199,7 @@ class _Pool:
             return
         lo, hi = ranges[i]
         with b.loop(lo, hi, hint=f"t{i}") as t:
-            p = b.iadd(b.op("sub", b.imul(oo[i], g.strides[i]), i64(g.pb[i])),
+            p = b.iadd(b.op("sub", b.imul(oo[i], g.strides[i]), operand(g.pb[i])),
                        b.imul(t, g.dilations[i]))
             self._outer_taps(i + 1, ranges, oo, taps + [t], pos + [p],
                              b.iadd(xrow, b.imul(p, self.xs[i])), ybase, pl)
@@ -202,15 +207,15 @@ class _Pool:
     def _width(self, xrow: Operand, ybase: Operand, pos: list, pl: Operand) -> None:
         b, g, k = self.b, self.g, self.k - 1
         s, d, pb, kk, n = g.strides[k], g.dilations[k], g.pb[k], g.kernel[k], self.spatial[k]
-        ow_n = int(g.out[k])
+        ow_n = g.out[k]
         first, stop = self.interior()
 
         def col(o: Operand, t: Operand) -> tuple[Operand, Operand]:
-            c = b.iadd(b.op("sub", b.imul(o, s), i64(pb)), b.imul(t, d))
+            c = b.iadd(b.op("sub", b.imul(o, s), operand(pb)), b.imul(t, d))
             return c, b.iadd(xrow, c)
 
-        def border(lo_o: int, hi_o: int) -> None:
-            if lo_o >= hi_o:
+        def border(lo_o: Size, hi_o: Size) -> None:
+            if not self.symbolic and lo_o >= hi_o:
                 return
             with b.loop(lo_o, hi_o, hint="w") as o:
                 at = b.iadd(ybase, o)
@@ -222,7 +227,7 @@ class _Pool:
                 b.store(self.y, at, acc)
 
         border(0, first)
-        if first < stop:
+        if self.symbolic or first < stop:
             if kk <= UNROLL_TAPS:
                 with b.loop(first, stop, hint="w") as o:
                     at = b.iadd(ybase, o)
@@ -247,14 +252,14 @@ class _Pool:
             rows = i64(1)
             for i in range(k):
                 rows = b.op("mul", rows, self.count(i, oo[i]))
-            with b.loop(0, int(self.g.out[k]), hint="w") as o:
+            with b.loop(0, self.g.out[k], hint="w") as o:
                 at = b.iadd(ybase, o)
                 cnt = b.cast(b.op("mul", rows, self.count(k, o)), dt)
                 b.store(y, at, b.op("div", b.load(y, at), cnt))
             return
         if self.p == 1:
             return
-        with b.loop(0, int(self.g.out[k]), hint="w") as o:
+        with b.loop(0, self.g.out[k], hint="w") as o:
             at = b.iadd(ybase, o)
             v = b.load(y, at)
             r = b.op("sqrt", v) if self.p == 2 else b.op("pow", v, const(1.0 / self.p, dt))
@@ -273,7 +278,9 @@ def pool_lower(ctx: LowerContext, node: Node) -> None:
         x, y = _widened(ctx, x), ctx.scratch("pool_f32", DType.FLOAT, y.shape)
     b = Builder()
     pool = _Pool(b, node, x, y, ind, g)
-    if flat_applies(pool):  # rows too short to vectorize: `pooling.flat`
+    if pool.symbolic and any(p is None for p in g.pb + g.pe):
+        raise TypeError("pads that depend on symbolic sizes")  # `lower_to_loops`: NotSymbolic
+    if not pool.symbolic and flat_applies(pool):  # rows too short to vectorize: `pooling.flat`
         lower_flat(ctx, pool)
     else:
         pool.emit()
@@ -308,6 +315,8 @@ def global_lower(ctx: LowerContext, node: Node) -> None:
         name = "ReduceL1" if p == 1 else "ReduceL2"
     if name is not None:
         emit_reduce(b, name, x, y, axes)
+    elif not x.is_static:
+        raise TypeError("GlobalLpPool of p other than 1 and 2 on run-time sizes")
     else:
         n = math.prod(x.shape[2:])
         dt = x.dtype
@@ -354,14 +363,14 @@ op("MaxUnpool", (9, 11, 22), infer=unpool_infer, evaluate=unpool_evaluate,
    lower=unpool_lower, doc="scatter X into zeros at the flat indices I")
 
 op("MaxPool", (1, 8, 10, 11, 12, 22), infer=pool_infer, evaluate=pool_evaluate,
-   lower=pool_lower, doc="maximum over each window (optional Indices output)")
+   lower=pool_lower, symbolic=True, doc="maximum over each window (optional Indices output)")
 op("AveragePool", (1, 7, 10, 11, 19, 22), infer=pool_infer, evaluate=pool_evaluate,
-   lower=pool_lower, doc="mean over each window (count_include_pad, ceil_mode)")
+   lower=pool_lower, symbolic=True, doc="mean over each window (count_include_pad, ceil_mode)")
 op("LpPool", (1, 2, 11, 18, 22), infer=pool_infer, evaluate=pool_evaluate,
-   lower=pool_lower, doc="(sum |x|^p)^(1/p) over each window")
+   lower=pool_lower, symbolic=True, doc="(sum |x|^p)^(1/p) over each window")
 op("GlobalAveragePool", (1, 22), infer=global_infer, evaluate=global_evaluate,
-   lower=global_lower, doc="mean over all spatial dims")
+   lower=global_lower, symbolic=True, doc="mean over all spatial dims")
 op("GlobalMaxPool", (1, 22), infer=global_infer, evaluate=global_evaluate,
-   lower=global_lower, doc="maximum over all spatial dims")
+   lower=global_lower, symbolic=True, doc="maximum over all spatial dims")
 op("GlobalLpPool", (1, 2, 22), infer=global_infer, evaluate=global_evaluate,
-   lower=global_lower, doc="(sum |x|^p)^(1/p) over all spatial dims")
+   lower=global_lower, symbolic=True, doc="(sum |x|^p)^(1/p) over all spatial dims")

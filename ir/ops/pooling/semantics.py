@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxjit.errors import ModelError
+from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node
 from onnxjit.ir.narrow import is_narrow_array
 from onnxjit.ir.ops.elementwise.arithmetic import (
@@ -40,7 +41,7 @@ from onnxjit.ir.ops.elementwise.arithmetic import (
 )
 from onnxjit.ir.ops.elementwise.inference import tensor
 from onnxjit.ir.ops.shape_utils import tensor_input
-from onnxjit.ir.types import Dim, DType, TensorType
+from onnxjit.ir.types import Dim, DType, Sym, TensorType, sym_max, sym_min
 
 D = DType
 _FLOAT_TYPES: Types = ((1, FLOATS), (22, FLOATS | BF16))
@@ -107,6 +108,11 @@ def geometry(node: Node, spatial: tuple[Dim, ...]) -> Geometry:
                 small = total // 2
                 pb.append(small if auto == "SAME_UPPER" else total - small)
                 pe.append(total - pb[-1])
+            elif isinstance(o, Sym) and symbolic.active():  # pads fixed for each call
+                total_s = e - 1 if s == 1 else sym_max(0, (o - 1) * s + (e - d))
+                small_s = total_s // 2
+                pb.append(small_s if auto == "SAME_UPPER" else total_s - small_s)
+                pe.append(total_s - pb[-1])
             else:
                 pb.append(None)
                 pe.append(None)
@@ -123,11 +129,16 @@ def geometry(node: Node, spatial: tuple[Dim, ...]) -> Geometry:
                 o = -(-span // s) + 1
                 if (o - 1) * s >= d + a:  # the last window would start in the end padding
                     o -= 1
+            elif symbolic.active():  # the same rule: the last window starts before d + a
+                o = sym_min((span + (s - 1)) // s + 1, (d + (a + s - 1)) // s)
             else:
                 o = None  # the drop-the-last-window rule needs the concrete size
         if isinstance(o, int) and o < 1:
             raise ModelError(f"pooling window (extent {e}) does not fit spatial dim {i} of "
                              f"size {d} with pads ({pb[-1]}, {pe[-1]})", where=node)
+        if isinstance(o, Sym) and symbolic.active():  # a call breaking it is specialised,
+            symbolic.assume_equal(sym_max(o, 1), o,  # which names the error
+                                  f"{node.op} output dim {i} >= 1")
         out.append(o)
     return Geometry(kernel, strides, dil, tuple(pb), tuple(pe), tuple(out))
 
