@@ -8,7 +8,8 @@ same window of C (off = the Matmul's c_off, ld = its ldc, m rows, n columns):
 
 Run as its own pass it loads and stores every element of the block a second time (from L2; a
 fifth of a small-depth pointwise conv's time, measured). Algorithm:
-1) `match` recognizes exactly that nest: the loop bounds equal the window's, the prelude's and
+1) `match` recognizes exactly that nest: the loop bounds equal the window's (constants, or the
+   run-time sizes of a symbolic program's product: the same variables), the prelude's and
    body's index arithmetic is evaluated as affine forms over the row, the column and the
    variables defined before the nest (so `base` must be off + r*ld and every load of C must be
    at `at`), loads elsewhere are at `at` (an extra of C's shape), at `c` (one value per
@@ -42,7 +43,9 @@ from onnxjit.ir.loops import Const, Load, Loop, Matmul, Op, Operand, Stmt, Store
 VECTOR_OPS = frozenset({"add", "sub", "mul", "div", "max", "min", "select", "lt", "le", "gt",
                         "ge", "eq", "ne", "isnan", "and", "or", "copy", "cast", "neg", "abs"})
 
-Affine = dict  # atom (a Var's id, "r", "c" or 1 for the constant) -> int coefficient
+#: atom (a Var's id, "r", "c", 1 for the constant, or ("r", a Var's id): the row times a
+#: run-time leading dim) -> int coefficient
+Affine = dict
 
 
 class Fused:
@@ -118,12 +121,12 @@ def match(mm: Matmul, nest: Stmt, outer: dict[int, Affine] | None = None,
     r of the nest touches row r of the product alone; `split_matmul.split_matmul` relies on it)."""
     if not (isinstance(nest, Loop) and not nest.parallel and nest.step == 1
             and _const(nest.start) == 0 and _same(nest.stop, mm.m) and nest.body
-            and isinstance(mm.n, int) and isinstance(mm.ldc, int)
+            and isinstance(mm.n, (int, Var)) and isinstance(mm.ldc, (int, Var))
             and mm.c.dtype.is_float and mm.c.dtype.itemsize in (4, 8)):
         return None
     *prelude, inner = nest.body
     if not (isinstance(inner, Loop) and not inner.parallel and inner.step == 1
-            and _const(inner.start) == 0 and _const(inner.stop) == mm.n and inner.body):
+            and _const(inner.start) == 0 and _same(inner.stop, mm.n) and inner.body):
         return None
     forms: dict[int, Affine | None] = dict(outer or {})
     forms.update({id(nest.var): {"r": 1}, id(inner.var): {"c": 1}})
@@ -140,7 +143,8 @@ def match(mm: Matmul, nest: Stmt, outer: dict[int, Affine] | None = None,
             forms_of(s, forms)
         elif isinstance(s, Load):
             forms[id(s.dst)] = None
-    want_at = _add(_affine(mm.c_off, forms), {"r": mm.ldc, "c": 1})
+    row_step = {"r": mm.ldc} if isinstance(mm.ldc, int) else {("r", id(mm.ldc)): 1}
+    want_at = _add(_affine(mm.c_off, forms), {**row_step, "c": 1})
     last = body[-1]
     if want_at is None or not (isinstance(last, Store) and last.buf is mm.c
                                and isinstance(last.index, Var)
@@ -233,6 +237,9 @@ def forms_of(s: Op, forms: dict[int, Affine]) -> None:
     elif s.op == "mul" and a is not None and isinstance(s.args[1], Const):
         c = int(s.args[1].value)
         forms[id(s.dst)] = {k: v * c for k, v in a.items() if v * c}
+    elif s.op == "mul" and a == {"r": 1} and isinstance(s.args[1], Var) \
+            and b == {id(s.args[1]): 1}:  # the row times a run-time leading dim
+        forms[id(s.dst)] = {("r", id(s.args[1])): 1}
     else:
         forms[id(s.dst)] = None  # type: ignore[assignment]
 

@@ -24,6 +24,10 @@ and types that accumulate in their own type (f32, f64); the caller keeps the dir
 otherwise. Wider rows lose (measured on MobileNetV2 shapes, see `MAX_WIDTH`): there the copy
 passes cost more than the short-row overheads they remove, also when the planes are processed
 in bands of rows that fit the L1 cache (tried: 0.85-0.99x of the direct nest at ow 56-112).
+Sizes may be `Sym`s (a symbolic program, `conv.runtime_sizes`): every size above is then an
+expression of the input dims and the loops run to run-time bounds; a symbolic program takes
+this lowering at every width (`symbolic_applies`), since its direct nest would pay for the
+edge taps' run-time ranges on every row.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Operand, i64
+from onnxjit.ir.loops import Buffer, Operand, Size, i64
 from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops.conv.geometry import is_static, operand, smax, smin
 
 if TYPE_CHECKING:  # conv.conv imports this module when it lowers
     from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry
@@ -51,11 +56,11 @@ MAX_WIDTH = 32
 MAX_SCRATCH_BYTES = 256 << 10
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+def _ceil_div(a: Size, b: Size) -> Size:
+    return -(-a // b) if is_static(a, b) else (a + (b - 1)) // b
 
 
-def _sizes(gm: Geometry) -> tuple[int, int, int]:
+def _sizes(gm: Geometry) -> tuple[Size, Size, Size]:
     """(Wp, elements of one phase plane, elements of all phase planes)."""
     (oh, ow), (kh, kw), (sh, sw) = gm.out, gm.k, gm.a.strides
     wp = ow + (kw - 1) // sw
@@ -73,6 +78,12 @@ def phased_applies(gm: Geometry, y: Buffer) -> bool:
     return (phases + gm.out[0] * wp) * y.dtype.itemsize <= MAX_SCRATCH_BYTES
 
 
+def symbolic_applies(gm: Geometry, y: Buffer) -> bool:
+    """Whether a symbolic program's depthwise conv takes this lowering (any width)."""
+    return (len(gm.out) == 2 and all(d == 1 for d in gm.a.dilations) and gm.kprod <= MAX_TAPS
+            and accumulator(y.dtype) == y.dtype and y.dtype.is_float)
+
+
 def lower_depthwise_phased(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
                            bias: Buffer | None, epilogue: EpilogueHook | None = None) -> None:
     """Depthwise conv of geometry `gm` (`geometry.Geometry`) as described in the module
@@ -84,7 +95,7 @@ def lower_depthwise_phased(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
     wp, plane, phases = _sizes(gm)
     zlen = oh * wp
     nq = gm.n * gm.m
-    per = _ceil_div(nq, min(nq, CHUNKS))
+    per = _ceil_div(nq, smin(nq, CHUNKS))
     nch = _ceil_div(nq, per)
     s = ctx.scratch("dw_phases", y.dtype, (nch, phases))
     z = ctx.scratch("dw_rows", y.dtype, (nch, zlen))  # apart from `s`: no aliasing to check
@@ -95,10 +106,10 @@ def lower_depthwise_phased(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
         with b.loop(0, phases, hint="z") as j:
             b.store(s, b.iadd(sbase, j), zero)
         q0 = b.imul(u, per)
-        q1 = b.op("min", b.iadd(q0, i64(per)), i64(nq))
+        q1 = b.op("min", b.iadd(q0, operand(per)), operand(nq))
         with b.loop(q0, q1, hint="q") as q:
-            n, m = ((b.op("div", q, i64(gm.m)), b.op("rem", q, i64(gm.m))) if gm.n > 1
-                    else (i64(0), q))
+            n, m = ((b.op("div", q, i64(gm.m)), b.op("rem", q, i64(gm.m)))
+                    if not is_static(gm.n) or gm.n > 1 else (i64(0), q))
             ch = b.op("div", m, i64(gm.mg)) if gm.mg > 1 else m
             xbase = b.imul(b.iadd(b.imul(n, gm.c), ch), gm.in_plane)
             _scatter(b, gm, x, s, xbase, sbase, rp, wp, plane)
@@ -110,7 +121,7 @@ def lower_depthwise_phased(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
                 for ty in range(kh):
                     for tx in range(kw):
                         off = ((ty % sh) * sw + tx % sw) * plane + (ty // sh) * wp + tx // sw
-                        xv = b.load(s, b.iadd(b.iadd(sbase, i64(off)), i))
+                        xv = b.load(s, b.iadd(b.iadd(sbase, operand(off)), i))
                         acc = b.op("add", acc, b.op("mul", wv[ty * kw + tx], xv))
                 b.store(z, b.iadd(zbase, i), acc)
             ybase = b.imul(q, gm.p)
@@ -126,7 +137,7 @@ def lower_depthwise_phased(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
 
 
 def _scatter(b: Builder, gm: Geometry, x: Buffer, s: Buffer, xbase: Operand, sbase: Operand,
-             rp: int, wp: int, plane: int) -> None:
+             rp: Size, wp: Size, plane: Size) -> None:
     """Copy the input plane at `xbase` into its phase planes (positions fixed at compile
     time: input row R*sh + py - pt, column C*sw + px - pl). The column phases of one row are
     written by one loop over the columns every phase has (sw adjacent loads per iteration,
@@ -134,25 +145,30 @@ def _scatter(b: Builder, gm: Geometry, x: Buffer, s: Buffer, xbase: Operand, sba
     (ih, iw), (sh, sw), (pt, pl) = gm.ins, gm.a.strides, gm.begin
     cols = []
     for px in range(sw):
-        c0 = max(0, _ceil_div(pl - px, sw))
-        cols.append((px, c0, max(c0, min(wp, _ceil_div(iw + pl - px, sw)))))
-    lo = max(c[1] for c in cols)
-    hi = max(lo, min(c[2] for c in cols))
+        c0 = smax(0, _ceil_div(pl - px, sw))
+        cols.append((px, c0, smax(c0, smin(wp, _ceil_div(iw + pl - px, sw)))))
+    lo = cols[0][1]
+    for c in cols[1:]:
+        lo = smax(lo, c[1])
+    hi = cols[0][2]
+    for c in cols[1:]:
+        hi = smin(hi, c[2])
+    hi = smax(lo, hi)
     for py in range(sh):
-        r0 = max(0, _ceil_div(pt - py, sh))
-        r1 = min(rp, _ceil_div(ih + pt - py, sh))
-        if r0 >= r1:
+        r0 = smax(0, _ceil_div(pt - py, sh))
+        r1 = smin(rp, _ceil_div(ih + pt - py, sh))
+        if is_static(r0, r1) and r0 >= r1:
             continue
         with b.loop(r0, r1, hint="r") as r:
-            xrow = b.iadd(xbase, b.iadd(b.imul(r, sh * iw), i64((py - pt) * iw - pl)))
-            srow = b.iadd(sbase, b.iadd(b.imul(r, wp), i64(py * sw * plane)))
+            xrow = b.iadd(xbase, b.iadd(b.imul(r, sh * iw), operand((py - pt) * iw - pl)))
+            srow = b.iadd(sbase, b.iadd(b.imul(r, wp), operand(py * sw * plane)))
             pieces = [(lo, hi, cols)] + [(a, z, [c]) for c in cols
-                                          for a, z in ((c[1], min(c[2], lo)),
-                                                       (max(c[1], hi), c[2]))]
+                                          for a, z in ((c[1], smin(c[2], lo)),
+                                                       (smax(c[1], hi), c[2]))]
             for a, z, which in pieces:
-                if a >= z:
+                if is_static(a, z) and a >= z:
                     continue
                 with b.loop(a, z, hint="c") as c:
                     for px, _, _ in which:
                         v = b.load(x, b.iadd(xrow, b.iadd(b.imul(c, sw), i64(px))))
-                        b.store(s, b.iadd(srow, b.iadd(c, i64(px * plane))), v)
+                        b.store(s, b.iadd(srow, b.iadd(c, operand(px * plane))), v)

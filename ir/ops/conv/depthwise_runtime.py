@@ -8,11 +8,17 @@ output channel), per output row. Algorithm:
    (every column is an edge);
 2) rows whose outer taps are all inside the image (a run-time test per row, `_inside`): the
    interior columns sum every tap in one pass (`bias + sum w_t * x_t`, one store a column);
-   the edge columns [0, L) and [H, ow) store the bias, then add each tap over the part of its
-   valid range outside [L, H);
+   the edge columns [0, L) and [H, ow) sum every tap too, each read through a `select` (0
+   where the tap is outside the row): a loop per tap and edge, as the compile-time form has,
+   would cost more in loop overhead at run-time bounds than a narrow row's interior;
 3) other rows (top and bottom borders): the bias, then each tap over its valid range
    (`geometry.tap_bounds`, emptied when an outer tap is outside);
-4) a fused conv's epilogue runs over the plane after it is computed.
+4) a fused conv's epilogue runs in the interior loop on the value in a register, and as a
+   pass over the edge columns and the border rows.
+At stride 1 the interior runs in whole vectors of the host's lanes, the last one overlapping
+its neighbour (`_pieces`: a column is a pure function of x, so the overlap recomputes the same
+values), as `depthwise_direct` does with compile-time bounds: a run-time remainder would run
+scalar (54 columns: 3 vectors and 6 scalar columns of 9 taps each, half the row's time).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Operand, i64
 from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops.conv.blocking import host_tile
 from onnxjit.ir.ops.conv.geometry import (
     CONTRACT,
     Geometry,
@@ -43,6 +50,8 @@ if TYPE_CHECKING:
 
 #: Largest kernel (taps) whose rows are summed in one pass (as `depthwise_direct`).
 MAX_FUSED_TAPS = 64
+#: Stride-1 interiors in whole vectors (`_pieces`); False: one loop with a scalar remainder.
+OVERLAP = True
 
 
 def lower_depthwise_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
@@ -66,13 +75,16 @@ def lower_depthwise_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffe
         some = b.op("lt", operand(lo_all), operand(hi_all))
         lo_c = b.op("select", some, operand(lo_all), operand(ow))
         hi_c = b.op("select", some, operand(hi_all), operand(ow))
+        per_row = epilogue.per_row(b, m) if epilogue is not None else {}
         with Nest(b, gm.out[:-1], "o") as o:
             yrow = b.iadd(b.imul(q, gm.p), b.imul(b.linear(o, row_major_strides(gm.out[:-1])),
                                                   ow))
             inside = _inside(b, o, gm) if fused else i64(0)
             if fused:
                 with b.loop(0, inside, hint="interior"):
-                    _fused_row(b, gm, x, y, xbase, yrow, o, wv, init, ranges, lo_c, hi_c)
+                    value = None if epilogue is None else (
+                        lambda acc, at, c: epilogue.value(b, acc, at, c, per_row))
+                    _fused_row(b, gm, x, y, xbase, yrow, o, wv, init, lo_c, hi_c, value)
             with b.loop(inside, 1, hint="border"):
                 _fill(b, y, yrow, i64(0), operand(ow), init)
                 with Nest(b, gm.k[:-1], "t") as t:
@@ -84,8 +96,8 @@ def lower_depthwise_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffe
                         wt = b.load(w, b.iadd(wbase, b.iadd(b.imul(tap, kw), i64(tw))))
                         lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
                         _axpy(b, y, x, yrow, b.iadd(xrow, operand(shift)), sw, wt, lo, hi)
-        if epilogue is not None:
-            epilogue.emit(b, b.imul(q, gm.p), gm.p, 1, gm.p, m)
+                if epilogue is not None:
+                    epilogue.emit(b, yrow, ow, 1, ow, m)
     ctx.kernel("conv_depthwise", b.body, contract=CONTRACT)
 
 
@@ -116,13 +128,28 @@ def _inside(b: Builder, o: list, gm: Geometry) -> Operand:
     return i64(1) if cond is None else b.op("select", cond, i64(1), i64(0))
 
 
+def _pieces(b: Builder, lo: Operand, hi: Operand, lanes: int, stride: int
+            ) -> list[tuple[Operand, Operand]]:
+    """[lo, hi) as whole vectors then one overlapping the last (see the module docstring):
+    [lo, hi - n % lanes) and [hi - lanes, hi) when n = hi - lo >= lanes, else [lo, hi)."""
+    if stride != 1 or not OVERLAP:
+        return [(lo, hi)]
+    n = b.op("sub", hi, lo)
+    rest = b.op("rem", n, i64(lanes))
+    big = b.op("ge", n, i64(lanes))
+    main_end = b.op("select", big, b.op("sub", hi, rest), hi)
+    tail = b.op("and", big, b.op("gt", rest, i64(0)))
+    return [(lo, main_end), (b.op("select", tail, b.op("sub", hi, i64(lanes)), hi), hi)]
+
+
 def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, yrow: Operand,
-               o: list, wv: list, init: Operand, ranges: list, lo_c: Operand,
-               hi_c: Operand) -> None:
-    """A row whose outer taps are all inside: interior columns [lo_c, hi_c) in one pass,
-    the edge columns tap by tap."""
+               o: list, wv: list, init: Operand, lo_c: Operand, hi_c: Operand,
+               value=None) -> None:
+    """A row whose outer taps are all inside: interior columns [lo_c, hi_c) in one pass
+    (stored through `value(acc, at, column)` when given), the edge columns tap by tap."""
     a = gm.a
-    ow, kw, sw, dw, pw = gm.out[-1], gm.k[-1], a.strides[-1], a.dilations[-1], gm.begin[-1]
+    ow, kw, sw, dw, pw, iw = (gm.out[-1], gm.k[-1], a.strides[-1], a.dilations[-1],
+                              gm.begin[-1], gm.ins[-1])
     in_str = row_major_strides(gm.ins)
     rows = []  # x row offset of each outer tap
     for t in np.ndindex(*gm.k[:-1]):
@@ -131,21 +158,32 @@ def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, y
             pos = b.iadd(b.imul(oj, a.strides[j]), operand(tj * a.dilations[j] - gm.begin[j]))
             off = b.iadd(off, b.imul(pos, in_str[j]))
         rows.append(off)
-    _fill(b, y, yrow, i64(0), lo_c, init)
-    _fill(b, y, yrow, hi_c, operand(ow), init)
     at = accumulator(y.dtype)
-    with b.loop(lo_c, hi_c, hint="w") as i:
-        acc: Operand = init if at == y.dtype else const(0, at)
-        for r, xrow in enumerate(rows):
-            for tw in range(kw):
-                xv = b.load(x, b.iadd(b.iadd(xrow, operand(tw * dw - pw)), b.imul(i, sw)))
-                acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at), b.cast(xv, at)))
-        if at != y.dtype:
-            acc = b.op("add", b.cast(acc, y.dtype), init)
-        b.store(y, b.iadd(yrow, i), acc)
-    for r, xrow in enumerate(rows):
-        for tw, (lo, hi) in enumerate(ranges):
-            lo_op, hi_op = operand(lo), operand(hi)
-            xr = b.iadd(xrow, operand(tw * dw - pw))
-            _axpy(b, y, x, yrow, xr, sw, wv[r * kw + tw], lo_op, b.op("min", lo_c, hi_op))
-            _axpy(b, y, x, yrow, xr, sw, wv[r * kw + tw], b.op("max", hi_c, lo_op), hi_op)
+    for lo, hi in ((i64(0), lo_c), (hi_c, operand(ow))):  # the edge columns
+        with b.loop(lo, hi, hint="e") as i:
+            acc = init if at == y.dtype else const(0, at)
+            for r, xrow in enumerate(rows):
+                for tw in range(kw):
+                    pos = b.iadd(b.imul(i, sw), operand(tw * dw - pw))
+                    ok = b.op("and", b.op("ge", pos, i64(0)), b.op("lt", pos, operand(iw)))
+                    clamped = b.op("min", b.op("max", pos, i64(0)), b.op("sub", operand(iw),
+                                                                         i64(1)))
+                    xv = b.op("select", ok, b.load(x, b.iadd(xrow, clamped)), const(0, x.dtype))
+                    acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at),
+                                                b.cast(xv, at)))
+            if at != y.dtype:
+                acc = b.op("add", b.cast(acc, y.dtype), init)
+            idx = b.iadd(yrow, i)
+            b.store(y, idx, acc if value is None else value(acc, idx, i))
+    for lo, hi in _pieces(b, lo_c, hi_c, host_tile(y.dtype.itemsize)[0], sw):
+        with b.loop(lo, hi, hint="w") as i:
+            acc: Operand = init if at == y.dtype else const(0, at)
+            for r, xrow in enumerate(rows):
+                for tw in range(kw):
+                    xv = b.load(x, b.iadd(b.iadd(xrow, operand(tw * dw - pw)), b.imul(i, sw)))
+                    acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at),
+                                                b.cast(xv, at)))
+            if at != y.dtype:
+                acc = b.op("add", b.cast(acc, y.dtype), init)
+            idx = b.iadd(yrow, i)
+            b.store(y, idx, acc if value is None else value(acc, idx, i))
