@@ -5,6 +5,8 @@ compile-time choices of `conv.conv` (blocks that divide the output, tap ranges a
 are not available. Channels, kernel and weights stay static (the weights are packed as ever);
 only the position counts are run-time. Algorithm:
 
+0) 3x3 stride-1 convs with enough channels and (by the hints) tiles: Winograd F(2x2, 3x3)
+   over blocks of tiles of run-time count (`conv.winograd_runtime`);
 1) general convs (C/G > 1, not pointwise): the flat output positions P = prod(out) of each
    (image, group) are cut into blocks of `cols` positions, a compile-time multiple of the
    GEMM's packed panel width NR chosen from the size hints (`_block_cols`: a panel of about
@@ -30,6 +32,8 @@ Bias: through the epilogue (`fused.epilogue.Epilogue`), so the products overwrit
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext
@@ -47,8 +51,13 @@ from onnxjit.ir.ops.conv.blocking import (
 from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, operand, smin
 from onnxjit.ir.ops.conv.input_phases import Source
 from onnxjit.ir.ops.conv.packed_panels import emit_panel_at
+from onnxjit.ir.ops.conv.winograd_runtime import applies as winograd_applies
+from onnxjit.ir.ops.conv.winograd_runtime import lower_winograd_runtime
 from onnxjit.ir.symbolic import hint
 from onnxjit.ir.types import DType
+
+if TYPE_CHECKING:
+    from onnxjit.ir.ops.fused.epilogue import Epilogue
 
 #: Depthwise convs whose output rows are at most this wide by the hints take the phased flat
 #: loop (`depthwise_phased`), wider ones the direct nest (`depthwise_runtime`). Measured, one
@@ -121,14 +130,18 @@ def _product(b: Builder, gm: Geometry, y: Buffer, w: Buffer, bm: Buffer, b_off: 
 
 
 def lower_runtime_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
-                       load: Load, epilogue: EpilogueHook | None) -> None:
-    """Conv with C/G > 1 of run-time positions (see the module docstring, 1 and 2)."""
+                       load: Load, epi: Epilogue | None) -> None:
+    """Conv with C/G > 1 of run-time positions (see the module docstring, 0 to 2)."""
     isz = y.dtype.itemsize
     work = hint(gm.n) * gm.g * gm.mg * hint(gm.p) * gm.kk
+    epilogue = None if epi is None else epi.emit
     if gm.pointwise:
         _pointwise(ctx, gm, x, w, y, epilogue, work)
         return
     nr = _nr(y.dtype)
+    if ctx.fast_algorithms and winograd_applies(gm, w, y.dtype):
+        lower_winograd_runtime(ctx, gm, x, w, y, nr, PARTS_PER_THREAD, epi)
+        return
     cols = _block_cols(gm, isz, nr)
     blocks = _Blocks(gm, cols)
     panel = gm.kk * cols
@@ -220,7 +233,7 @@ def lower_conv_node(ctx: LowerContext, node: object, x: Buffer, w: Buffer, y: Bu
         else:
             lower_depthwise_runtime(ctx, gm, x, w, y, bias, epi)
         return
-    hook = None
+    epi = None
     if has_body or bias is not None:
-        hook = Epilogue(ctx, node, extras, y, chan_axis=1, bias=bias).emit  # type: ignore
-    lower_runtime_conv(ctx, gm, x, w, y, lambda bb, i: bb.load(x, i), hook)
+        epi = Epilogue(ctx, node, extras, y, chan_axis=1, bias=bias)  # type: ignore[arg-type]
+    lower_runtime_conv(ctx, gm, x, w, y, lambda bb, i: bb.load(x, i), epi)

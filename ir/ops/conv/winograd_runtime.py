@@ -1,0 +1,244 @@
+"""Winograd F(2x2, 3x3) with run-time sizes: `conv.winograd` for a symbolic program.
+
+The transforms are `conv.winograd`'s (U = G g G^T at compile time, V = B^T d B, Y = A^T M A);
+what changes is the blocking, since the output's tile grid (th x tw tiles of 2x2) is only
+known at run time. Algorithm:
+1) the tiles of an image are numbered row-major (t = row * tw + column) and cut into blocks of
+   T = NR consecutive tiles (one packed panel of the GEMM, so V_xi of a block is a plain C x
+   cnt row-major panel, cnt = min(T, th*tw - t0) at run time); a block touches a few tile rows
+   and, in each, a run-time segment of columns;
+2) input transform: per channel, tile row and segment, the tile columns split into those
+   whose 4 input columns are inside the image (no checks; `Sym` bounds from the dims table)
+   and the edge ones (clamped loads and a select), rows select 0 outside;
+3) 16 `Matmul`s M_xi (M x cnt, ldc = T) = U_xi (M x C) @ V_xi (C x cnt, `b_packed`);
+4) output transform, per output channel and tile: Y = A^T M A, the second row and column
+   stored only where the image has them, each value through the epilogue (bias, activation,
+   residual: `fused.epilogue.Epilogue.value`) before its store.
+Blocks are dealt to `parts` parallel iterations, each with its own V and M slot (scratch
+independent of the image size); with fewer blocks than `blocking.MIN_TASKS` by the hints, the
+input transforms run first over (block, chunk of input channels), then the products and
+output transforms over (block, chunk of output channels), as `conv.winograd` does.
+`applies`: the conditions of `winograd.applies`, tile counts taken from the size hints.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from onnxjit.ir.loop_builder import Builder, const
+from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
+from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops.conv.blocking import MIN_TASKS, c_split, for_chunk, m_split
+from onnxjit.ir.ops.conv.geometry import Geometry, operand, smax, smin
+from onnxjit.ir.ops.conv.winograd import (
+    MIN_CHANNELS,
+    MIN_TILES,
+    WINOGRAD,
+    _at_m_a,
+    _bt_d_b,
+    weight_transform,
+)
+from onnxjit.ir.symbolic import hint
+from onnxjit.ir.types import DType
+
+if TYPE_CHECKING:
+    from onnxjit.ir.ops.fused.epilogue import Epilogue
+
+
+def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
+    """True when this lowering takes the conv (see the module docstring)."""
+    a = gm.a
+    if not (WINOGRAD and len(gm.k) == 2 and list(gm.k) == [3, 3] and gm.g == 1
+            and tuple(a.strides) == (1, 1) and tuple(a.dilations) == (1, 1)
+            and dtype in (DType.FLOAT, DType.DOUBLE) and w.dtype == dtype
+            and w.kind == "const" and w.data is not None
+            and min(gm.c, gm.m) >= MIN_CHANNELS):
+        return False
+    th, tw = (hint(gm.out[0]) + 1) // 2, (hint(gm.out[1]) + 1) // 2
+    return th * tw >= MIN_TILES
+
+
+def lower_winograd_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
+                           nr: int, parts_per_thread: int, epilogue: Epilogue | None) -> None:
+    """The kernels of the module docstring (`applies` must hold)."""
+    dt = x.dtype
+    assert w.data is not None
+    plan = _Plan(gm, x, y, nr, epilogue)
+    u_buf = ctx.constant("wino_u", weight_transform(w.data))
+    tasks = gm.n * plan.nblk
+    tasks_hint = hint(tasks)
+    ms, mc = m_split(gm, tasks_hint, hint(gm.n) * gm.m * hint(gm.p) * gm.c * 9, dt.itemsize) \
+        if tasks_hint < MIN_TASKS else (1, gm.m)
+    vsize, msize = 16 * gm.c * plan.t, 16 * gm.m * plan.t
+    if ms == 1:
+        slots = parts_per_thread * ctx.num_threads
+        parts = smin(tasks, slots)
+        v_buf = ctx.scratch("wino_v", dt, (slots, vsize))
+        m_buf = ctx.scratch("wino_m", dt, (slots, msize))
+        b = Builder()
+        with b.loop(0, parts, parallel=True, hint="t") as t:
+            u0 = b.op("div", b.op("mul", t, operand(tasks)), operand(parts))
+            u1 = b.op("div", b.op("mul", b.iadd(t, i64(1)), operand(tasks)), operand(parts))
+            with b.loop(u0, u1, hint="u") as u:
+                blk = _Block(b, plan, u, b.imul(t, vsize), b.imul(t, msize), u_buf, v_buf, m_buf)
+                blk.input(i64(0), i64(gm.c))
+                blk.product(i64(0), gm.m)
+        ctx.kernel("conv_winograd", b.body)
+        return
+    v_buf = ctx.scratch("wino_v", dt, (tasks, vsize))
+    m_buf = ctx.scratch("wino_m", dt, (tasks, msize))
+    cs = c_split(gm, tasks_hint)
+    cc = gm.c // cs
+    b = Builder()
+    with b.loop(0, b.imul(operand(tasks), cs), parallel=True, hint="v") as v:
+        u = b.op("div", v, i64(cs))
+        blk = _Block(b, plan, u, b.imul(u, vsize), b.imul(u, msize), u_buf, v_buf, m_buf)
+        c0 = b.imul(b.op("rem", v, i64(cs)), cc)
+        blk.input(c0, b.iadd(c0, i64(cc)))
+    ctx.kernel("conv_winograd_in", b.body)
+    b = Builder()
+    with b.loop(0, b.imul(operand(tasks), ms), parallel=True, hint="v") as v:
+        u = b.op("div", v, i64(ms))
+        blk = _Block(b, plan, u, b.imul(u, vsize), b.imul(u, msize), u_buf, v_buf, m_buf)
+        for_chunk(b, b.op("rem", v, i64(ms)), ms, mc, gm.m, blk.product)
+    ctx.kernel("conv_winograd", b.body)
+
+
+class _Plan:
+    """Sizes every block shares (`Sym`s where the image's are)."""
+
+    def __init__(self, gm: Geometry, x: Buffer, y: Buffer, nr: int, epilogue: Epilogue | None):
+        self.gm, self.x, self.y, self.epilogue = gm, x, y, epilogue
+        self.t = nr  # tiles per block
+        self.th, self.tw = (gm.out[0] + 1) // 2, (gm.out[1] + 1) // 2
+        self.tiles = self.th * self.tw
+        self.nblk = (self.tiles + (self.t - 1)) // self.t
+        ih, iw = gm.ins
+        pl = gm.begin[1]
+        # tile columns whose 4 input columns are all inside the image
+        self.lo = smin(self.tw, (pl + 1) // 2)
+        self.hi = smax(self.lo, smin(self.tw, (iw + (pl - 4)) // 2 + 1))
+
+
+class _Block:
+    """The code of block u = (image, block of T tiles)."""
+
+    def __init__(self, b: Builder, plan: _Plan, u: Operand, vbase: Operand, mbase: Operand,
+                 u_buf: Buffer, v_buf: Buffer, m_buf: Buffer):
+        self.b, self.p, self.gm = b, plan, plan.gm
+        nblk = operand(plan.nblk)
+        self.img, blk = b.op("div", u, nblk), b.op("rem", u, nblk)
+        self.t0 = b.imul(blk, plan.t)
+        self.cnt = b.op("min", i64(plan.t), b.op("sub", operand(plan.tiles), self.t0))
+        self.vbase, self.mbase = vbase, mbase
+        self.u_buf, self.v_buf, self.m_buf = u_buf, v_buf, m_buf
+
+    def _rows(self, fn) -> None:
+        """fn(r, j0, j1, i0) for each tile row r the block touches: its columns [j0, j1),
+        the block's tile index of column 0 being i0 (may be negative)."""
+        b, tw = self.b, operand(self.p.tw)
+        t1 = b.iadd(self.t0, self.cnt)
+        r0 = b.op("div", self.t0, tw)
+        r1 = b.iadd(b.op("div", b.op("sub", t1, i64(1)), tw), i64(1))
+        with b.loop(r0, r1, hint="r") as r:
+            i0 = b.op("sub", b.op("mul", r, tw), self.t0)
+            j0 = b.op("max", b.op("neg", i0), i64(0))
+            j1 = b.op("min", b.op("sub", self.cnt, i0), tw)
+            fn(r, j0, j1, i0)
+
+    def input(self, c0: Operand, c1: Operand) -> None:
+        """V_xi[c, i] = (B^T d B)[xi] of the block's tile i, channels [c0, c1)."""
+        b, gm, p = self.b, self.gm, self.p
+        ih, iw = gm.ins
+        pt, pl = gm.begin
+        zero = const(0, p.x.dtype)
+        lo, hi = operand(p.lo), operand(p.hi)
+        with b.loop(c0, c1, hint="c") as c:
+            plane = b.imul(b.iadd(b.imul(self.img, gm.c), c), gm.in_plane)
+            vrow = b.iadd(self.vbase, b.op("mul", c, self.cnt))
+
+            def row(r: Operand, j0: Operand, j1: Operand, i0: Operand) -> None:
+                iy0 = b.iadd(b.imul(r, 2), operand(0 - pt))
+                rowinfo = []
+                for a in range(4):
+                    iy = b.iadd(iy0, i64(a))
+                    ok = b.op("and", b.op("ge", iy, i64(0)), b.op("lt", iy, operand(ih)))
+                    yc = b.op("min", b.op("max", iy, i64(0)), operand(ih + -1))
+                    rowinfo.append((ok, b.iadd(plane, b.imul(yc, iw))))
+                m0, m1 = b.op("max", j0, lo), b.op("min", j1, hi)
+                for s0, s1, check in ((j0, b.op("min", j1, lo), True), (m0, m1, False),
+                                      (b.op("max", j0, hi), j1, True)):
+                    with b.loop(s0, s1, hint="j") as j:
+                        ix0 = b.iadd(b.imul(j, 2), operand(0 - pl))
+                        d = [[self._at(rowinfo[a], ix0, col, iw, check, zero)
+                              for col in range(4)] for a in range(4)]
+                        v = _bt_d_b(b, d)
+                        at = b.iadd(vrow, b.iadd(i0, j))
+                        for xi in range(16):
+                            b.store(self.v_buf, b.iadd(at, i64(xi * gm.c * p.t)), v[xi])
+
+            self._rows(row)
+
+    def _at(self, row: tuple[Operand, Operand], ix0: Operand, col: int, iw: object,
+            check: bool, zero: Operand) -> Operand:
+        """x at (row, ix0 + col), 0 outside the image."""
+        b = self.b
+        ok, base = row
+        ix = b.iadd(ix0, i64(col))
+        if check:
+            ok = b.op("and", ok, b.op("and", b.op("ge", ix, i64(0)),
+                                      b.op("lt", ix, operand(iw))))  # type: ignore[arg-type]
+            ix = b.op("min", b.op("max", ix, i64(0)), operand(iw + -1))  # type: ignore
+        return b.op("select", ok, b.load(self.p.x, b.iadd(base, ix)), zero)
+
+    def product(self, m0: Operand | int, mrows: int) -> None:
+        """Output channels [m0, m0 + mrows): the 16 products, then the output transform."""
+        b, gm, p = self.b, self.gm, self.p
+        m0 = i64(m0) if isinstance(m0, int) else m0
+        t = p.t
+        with b.loop(0, 16, hint="xi") as xi:
+            b.emit(Matmul(self.m_buf, b.iadd(self.mbase, b.iadd(b.imul(xi, gm.m * t),
+                                                                 b.imul(m0, t))), t,
+                          self.u_buf, b.iadd(b.imul(xi, gm.m * gm.c), b.imul(m0, gm.c)), gm.c,
+                          self.v_buf, b.iadd(self.vbase, b.imul(xi, gm.c * t)), t,
+                          mrows, self.cnt, gm.c, b_packed=True))  # type: ignore[arg-type]
+        self.output(m0, b.iadd(m0, i64(mrows)))
+
+    def output(self, m0: Operand, m1: Operand) -> None:
+        """Y = A^T M A per channel in [m0, m1) and tile of the block."""
+        b, gm, p = self.b, self.gm, self.p
+        oh, ow = gm.out
+        half = operand(ow // 2)  # tiles with both output columns
+        with b.loop(m0, m1, hint="m") as m:
+            ybase = b.imul(b.iadd(b.imul(self.img, gm.m), m), gm.p)
+            per_row = p.epilogue.per_row(b, m) if p.epilogue is not None else {}
+
+            def row(r: Operand, j0: Operand, j1: Operand, i0: Operand) -> None:
+                oy = b.imul(r, 2)
+                both = b.op("select", b.op("lt", b.iadd(oy, i64(1)), operand(oh)), i64(1),
+                            i64(0))
+                for lo, hi, rows in ((i64(0), both, 2), (both, i64(1), 1)):
+                    with b.loop(lo, hi, hint=f"rows{rows}"):
+                        for s0, s1, cols in ((j0, b.op("min", j1, half), 2),
+                                             (b.op("max", j0, half), j1, 1)):
+                            self._tiles(m, ybase, oy, i0, s0, s1, rows, cols, per_row)
+
+            self._rows(row)
+
+    def _tiles(self, m: Operand, ybase: Operand, oy: Operand, i0: Operand, j0: Operand,
+               j1: Operand, rows: int, cols: int, per_row: dict) -> None:
+        b, gm, p = self.b, self.gm, self.p
+        ow = gm.out[1]
+        with b.loop(j0, j1, hint="j") as j:
+            at = b.iadd(b.iadd(self.mbase, b.imul(m, p.t)), b.iadd(i0, j))
+            mt = [b.load(self.m_buf, b.iadd(at, i64(xi * gm.m * p.t))) for xi in range(16)]
+            out = _at_m_a(b, mt)
+            ox = b.imul(j, 2)
+            for dy in range(rows):
+                for dx in range(cols):
+                    yat = b.iadd(ybase, b.iadd(b.imul(b.iadd(oy, i64(dy)), ow),
+                                               b.iadd(ox, i64(dx))))
+                    v = out[2 * dy + dx]
+                    if p.epilogue is not None:
+                        v = p.epilogue.value(b, v, yat, yat, per_row)
+                    b.store(p.y, yat, v)
