@@ -12,6 +12,7 @@ valid size from one compile.
 
 import numpy as np
 import pytest
+from ocr_models import crnn, db_detector
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
@@ -86,6 +87,19 @@ def pool_case(op, c=3, **attrs):
     return _model(nodes, {"w": _w(c, c, 3, 3), "b": _w(c)}, c)
 
 
+def resize_case(scale=2.0, **attrs):
+    nodes = [_conv("c", "x", "w", "b", out="t", pads=[1, 1, 1, 1]),
+             helper.make_node("Resize", ["t", "", "s"], ["y"], **attrs)]
+    inits = {"w": _w(3, 3, 3, 3), "b": _w(3), "s": np.array([1, 1, scale, scale], np.float32)}
+    return _model(nodes, inits, 3)
+
+
+def conv_transpose_case(cin, cout, k, group=1, **attrs):
+    inits = {"w": _w(cin, cout // group, k, k), "b": _w(cout)}
+    nodes = [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], group=group, **attrs)]
+    return _model(nodes, inits, cin)
+
+
 SHAPES = [(1, 5, 6), (2, 1, 1), (1, 7, 33), (3, 16, 16), (1, 2, 40), (1, 9, 3)]
 
 CASES = {
@@ -135,6 +149,20 @@ CASES = {
     "lppool": (lambda: pool_case("LpPool", kernel_shape=[2, 2], p=2), SHAPES),
     "global_average": (lambda: pool_case("GlobalAveragePool"), SHAPES),
     "global_max": (lambda: pool_case("GlobalMaxPool"), SHAPES),
+    "resize_nearest": (lambda: resize_case(mode="nearest"), SHAPES),
+    "resize_nearest_asymmetric_ceil": (lambda: resize_case(
+        3.0, mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="ceil"),
+        SHAPES),
+    "resize_linear_half_pixel": (lambda: resize_case(mode="linear"), SHAPES),
+    "resize_linear_align_corners": (lambda: resize_case(
+        mode="linear", coordinate_transformation_mode="align_corners"), SHAPES),
+    "resize_linear_pytorch_half": (lambda: resize_case(
+        0.5, mode="linear", coordinate_transformation_mode="pytorch_half_pixel"), SHAPES),
+    "resize_nearest_down": (lambda: resize_case(0.5, mode="nearest"), SHAPES),
+    "conv_transpose_2x2_s2": (lambda: conv_transpose_case(4, 6, 2, strides=[2, 2]), SHAPES),
+    "conv_transpose_3x3_s2_pads": (lambda: conv_transpose_case(
+        4, 4, 3, group=2, strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 0],
+        dilations=[1, 2]), SHAPES),
     "conv1d": (lambda: [conv1d_case()][0], [(1, 9), (2, 1), (1, 40), (3, 2)]),
 }
 
@@ -192,3 +220,27 @@ def test_image_smaller_than_kernel_is_an_input_error():
     fn(np.ones((1, 3, 5, 5), np.float32))
     with pytest.raises(onnxjit.InputError, match="no output position"):
         fn(np.ones((1, 3, 2, 5), np.float32))
+
+
+@pytest.mark.parametrize("lstm", [False, True], ids=["matmul_head", "lstm_head"])
+def test_crnn_recognizer(lstm):
+    """Conv stack, (2,1) pools, sequence head: the width is symbolic (an LSTM still needs
+    concrete sizes: then the program is specialised per shape, with the same results)."""
+    model = crnn(lstm=lstm)
+    shapes = [(1, 32, 100), (2, 32, 37), (1, 32, 8), (3, 32, 64), (1, 32, 4)]
+    if lstm:
+        dyn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
+        spec = onnxjit.compile(model, cache_dir=False, specialize="shape")
+        for n, h, w in shapes[:2]:
+            x = RNG.standard_normal((n, 1, h, w)).astype(np.float32)
+            np.testing.assert_allclose(dyn(x)[0], spec(x)[0], rtol=1e-4, atol=1e-5)
+        assert "LSTM" in " ".join(dyn._symbolic.reasons())
+        return
+    _, served = _check(model, shapes, 1)
+    assert served >= 4
+
+
+def test_db_detector():
+    """Strided convs, nearest and linear x2 Resize, Concat skips, ConvTranspose head."""
+    _, served = _check(db_detector(), [(1, 64, 64), (1, 24, 40), (2, 8, 16), (1, 96, 160)], 3)
+    assert served == 4

@@ -201,22 +201,23 @@ class Nest:
             cm.__exit__(None, None, None)
 
 
-def fill_channels(b: Builder, y: Buffer, bias: Buffer | None, m: int, p: int) -> None:
-    """y[(n, m), :] = bias[m] (or 0): one parallel loop over rows."""
-    rows = y.numel // p if p else 0
+def fill_channels(b: Builder, y: Buffer, bias: Buffer | None, m: int, p: Size) -> None:
+    """y[(n, m), :] = bias[m] (or 0): one parallel loop over rows (sizes may be `Sym`s)."""
+    rows = (y.numel // p if p else 0) if y.is_static else y.shape[0] * y.shape[1]
     with b.loop(0, rows, parallel=True, hint="q") as q:
         v: Operand = const(0, y.dtype)
         if bias is not None:
-            v = b.load(bias, b.op("rem", q, i64(m)) if rows > m else q)
+            v = b.load(bias, b.op("rem", q, i64(m)) if not is_static(rows) or rows > m else q)
         with b.loop(0, p, hint="p") as i:
             b.store(y, b.iadd(b.imul(q, p), i), v)
 
 
-def for_each_block(b: Builder, n: int, g: int, fn: Callable[[Builder, Operand, Operand], None]
+def for_each_block(b: Builder, n: Size, g: int, fn: Callable[[Builder, Operand, Operand], None]
                    ) -> None:
     """Call fn(b, image, group) for every (image, group): a few as top-level statements (the
-    code generator splits a big top-level Matmul over threads), more as one parallel loop."""
-    if n * g <= 4:
+    code generator splits a big top-level Matmul over threads), more (or a run-time number
+    of images) as one parallel loop."""
+    if is_static(n) and n * g <= 4:
         for i in range(n):
             for j in range(g):
                 fn(b, i64(i), i64(j))

@@ -16,6 +16,8 @@ Lowering of X (N, C, *in), W (C, M/G, *k), Y (N, M, *out), with P = prod(in):
    the output row (stride s).
 float16/bfloat16 operands are widened to f32 scratch copies first and Y is rounded once from an
 f32 result, so no tap's partial sum is rounded (the fold computes the same way).
+Sizes may be `Sym`s (a symbolic program; explicit pads): then every image's panel is built
+in one pass, and the tap ranges are expressions of the input sizes (`geometry.valid_range`).
 Col2Im (opset 18) is step 3 alone on its input, after zero-filling the output: input
 (N, C * prod(block), L) is the panel of N*C channels, L the positions of the block grid
 (`image_shape` and `block_shape` must be constants, or shape values known at compile time).
@@ -180,10 +182,11 @@ def _lower_into(ctx: LowerContext, node: Node, x: Buffer, w: Buffer, bias: Buffe
     if cg == 0 or rows * pin == 0:
         return
     per_image = g * rows * pin * y.dtype.itemsize
-    chunk = max(1, min(n, PANEL_BYTES // max(1, per_image)))
+    # a symbolic program's run-time batch or sizes: every image's panel in one pass
+    chunk = max(1, min(n, PANEL_BYTES // max(1, per_image))) if y.is_static else n
     col = ctx.scratch("col", y.dtype, (chunk * g * rows, pin))
-    for n0 in range(0, n, chunk):
-        nimg = min(chunk, n - n0)
+    for n0 in range(0, n, chunk) if y.is_static else [0]:
+        nimg = min(chunk, n - n0) if y.is_static else n
         b = Builder()
 
         def product(bb: Builder, img: Operand, gi: Operand, n0: int = n0) -> None:
@@ -200,7 +203,7 @@ def _lower_into(ctx: LowerContext, node: Node, x: Buffer, w: Buffer, bias: Buffe
 
 
 op("ConvTranspose", (1, 11, 22), infer=_infer, evaluate=_evaluate, lower=_lower,
-   doc="N-D transposed convolution with groups, strides, dilations, output_padding, "
+   symbolic=True, doc="N-D transposed convolution with groups, strides, dilations, output_padding, "
        "output_shape and auto_pad")
 
 # --------------------------------------------------------------------------- Col2Im

@@ -11,12 +11,13 @@ Algorithm:
    indices, weights, extrapolation mask), mirroring the ONNX reference; an axis whose scale is
    1 and size unchanged is not resized. Upsample and Resize-10 use the asymmetric transform and
    onnxruntime's legacy nearest rule (floor when upsampling, ceil when downsampling).
-3) lower to one nest over the output: the tables are const buffers. When every table is
-   one-hot (nearest) the element is a pure gather (exact for every dtype); otherwise loops over
-   the taps of each resized axis accumulate prod(weights) * x, in the input's float type
-   (float64 for integer inputs, whose results round half to even and saturate, as the reference's
-   saturate_cast does). In tf_crop_and_resize mode an output position extrapolated along any
-   axis is `extrapolation_value`.
+3) lower to one nest over the output: the tables are const buffers (a symbolic program's
+   resized dims are `Sym`s: `vision.resize_runtime` computes the tables at each call). When
+   every table is one-hot (nearest) the element is a pure gather (exact for every dtype);
+   otherwise loops over the taps of each resized axis accumulate prod(weights) * x, in the
+   input's float type (float64 for integer inputs, whose results round half to even and
+   saturate, as the reference's saturate_cast does). In tf_crop_and_resize mode an output
+   position extrapolated along any axis is `extrapolation_value`.
 Constant folding applies the same tables one axis at a time in float64 (the reference's order).
 """
 
@@ -39,6 +40,7 @@ from onnxjit.ir.ops.elementwise.inference import check_dtype, tensor
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.ops.tensor.indexing import PARALLEL_MIN, axes_list, row_strides
 from onnxjit.ir.ops.tensor.pad_tables import const_buffer
+from onnxjit.ir.ops.vision.resize_runtime import lower_resize_runtime, sym_out_dim
 from onnxjit.ir.ops.vision.resize_tables import (
     AxisTables,
     apply_axis,
@@ -156,7 +158,8 @@ def _out_dims(node: Node, shape: tuple[Dim, ...], req: Request, s: Settings
                 raise ModelError(f"scales must be positive and finite, got {sc}", where=node)
             scales[a] = float(sc)
             d = shape[a]
-            out[a] = int(sc * d) if isinstance(d, int) else d if sc == 1 else None
+            out[a] = int(sc * d) if isinstance(d, int) else d if sc == 1 else \
+                None if d is None else sym_out_dim(d, float(sc))
         return out, scales
     for a, sz in zip(req.axes, req.values):
         if int(sz) < 0:
@@ -298,6 +301,14 @@ def _blend(b: Builder, x: Buffer, in_st: list[int], tables: dict[int, AxisTables
 
 def _lower(ctx: LowerContext, node: Node) -> None:
     x = ctx.buf(node.inputs[0])  # type: ignore[arg-type]
+    if not x.is_static:  # a symbolic program: tables computed at each call
+        s = _settings(node)
+        req = _request(node, len(x.shape))
+        if req.kind != "scales" or req.values is None:
+            raise TypeError("Resize to sizes has no lowering for run-time sizes")
+        _, scales = _out_dims(node, x.shape, req, s)
+        lower_resize_runtime(ctx, node, x, ctx.buf(node.outputs[0]), s, scales)
+        return
     out_shape, tables, ev = plan(node, x.shape)
     y = ctx.buf(node.outputs[0])
     if y.numel == 0:
@@ -358,7 +369,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
 
 
 op("Resize", (10, 11, 13, 18, 19), infer=_infer, evaluate=_evaluate, lower=_lower,
-   value_inputs=(1, 2, 3),
+   value_inputs=(1, 2, 3), symbolic=True,
    doc="resize by scales or to sizes: nearest / linear / cubic, every coordinate transform")
 op("Upsample", (7, 9, 10), infer=_infer, evaluate=_evaluate, lower=_lower,
    value_inputs=(1,),
