@@ -49,7 +49,7 @@ from onnxjit.ir.ops.conv.blocking import (
     m_split,
 )
 from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, operand, smin
-from onnxjit.ir.ops.conv.input_phases import Source
+from onnxjit.ir.ops.conv.input_phases import Source, input_source
 from onnxjit.ir.ops.conv.packed_panels import emit_panel_at
 from onnxjit.ir.ops.conv.winograd_runtime import applies as winograd_applies
 from onnxjit.ir.ops.conv.winograd_runtime import lower_winograd_runtime
@@ -145,7 +145,7 @@ def lower_runtime_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y:
     cols = _block_cols(gm, isz, nr)
     blocks = _Blocks(gm, cols)
     panel = gm.kk * cols
-    src = Source(load, gm.a.strides[-1])
+    src = input_source(ctx, gm, x, load, y.dtype)
     tasks_hint = hint(blocks.tasks)
     ms, mc = m_split(gm, tasks_hint, work, isz)
     if ms > 1 and tasks_hint < MIN_TASKS and work >= SPLIT_WORK:
