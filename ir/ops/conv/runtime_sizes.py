@@ -10,13 +10,13 @@ only the position counts are run-time. Algorithm:
 1) general convs (C/G > 1, not pointwise): the flat output positions P = prod(out) of each
    (image, group) are cut into blocks of `cols` positions, a compile-time multiple of the
    GEMM's packed panel width NR chosen from the size hints (`_block_cols`: a panel of about
-   BLOCK_BYTES, as `conv.blocking.block_rows` does); the number of blocks ceil(P / cols) and a
-   block's width min(cols, P - q) are run-time. A block's im2col panel is written in the
-   packed-B layout (`packed_panels.emit_panel_at`: whole NR-column panels, then an edge panel
-   of run-time width), multiplied by one `Matmul` W_g (M/G x K) x panel -> Y[q, q + width)
-   (run-time n, ldc = P), and the epilogue (bias, fused activation) runs on that block while
-   it is in cache. Tap ranges are `Sym` expressions of the input sizes
-   (`geometry.valid_range`), loaded once per kernel from the dims table.
+   BLOCK_BYTES, as `conv.blocking.block_rows` does, the hinted positions in equal blocks); the
+   number of blocks ceil(P / cols) and a block's width min(cols, P - q) are run-time. A block's
+   im2col panel is written in the packed-B layout (`packed_panels.emit_panel_at`: whole NR-
+   column panels, then an edge panel of run-time width), multiplied by one `Matmul` W_g (M/G x
+   K) x panel -> Y[q, q + width) (run-time n, ldc = P), and the epilogue (bias, fused
+   activation) runs on that block while it is in cache. Tap ranges are `Sym` expressions of the
+   input sizes (`geometry.valid_range`), loaded once per kernel from the dims table.
    Scratch: the blocks are dealt to `parts` parallel iterations (PARTS_PER_THREAD per
    thread), each running its share in order in one panel of its own, so the scratch is a few
    panels whatever the image size. When the hints give fewer blocks than `blocking.MIN_TASKS`
@@ -79,9 +79,16 @@ def _block_cols(gm: Geometry, itemsize: int, nr: int) -> int:
     MIN_BLOCK_COLS with large weights), at most the hinted P, in whole NR panels."""
     fits = BLOCK_BYTES // max(1, gm.kk * itemsize)
     need = MIN_BLOCK_COLS if gm.mg * gm.kk * itemsize > WEIGHT_BYTES else MIN_PANEL_COLS
-    cols = max(fits, need)
-    cols = min(cols, hint(gm.p))
-    return max(nr, -(-cols // nr) * nr)
+    return _balanced(hint(gm.p), max(fits, need), nr)
+
+
+def _balanced(p: int, cols: int, unit: int) -> int:
+    """Block width for about p positions in blocks of at most `cols` (whole `unit`s): as many
+    blocks as that takes, equally wide, so the last is not a sliver (196 positions in
+    blocks of 192 would leave a product of 4 columns)."""
+    nblk = max(1, -(-p // max(1, cols)))
+    per = -(-p // nblk)
+    return max(unit, -(-per // unit) * unit)
 
 
 class _Blocks:
@@ -199,7 +206,7 @@ def _pointwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
     """1x1 stride-1 unpadded conv: per block of positions, W_g x X's columns in place."""
     isz = y.dtype.itemsize
     fits = (BLOCK_BYTES // 2) // max(1, gm.mg * isz)
-    cols = max(64, min(fits, hint(gm.p)) // 16 * 16)
+    cols = _balanced(hint(gm.p), max(64, fits), 16)
     blocks = _Blocks(gm, cols)
     tasks_hint = hint(blocks.tasks)
     ms, mc = m_split(gm, tasks_hint, work, isz)
