@@ -124,15 +124,15 @@ CASES = {
     "wide_kernel_1x19": (lambda: conv_case(2, 3, (1, 19), pads=[0, 9, 0, 9]), SHAPES),
     "kernel_2x1": (lambda: conv_case(4, 4, (2, 1), strides=[2, 1], act=None), SHAPES),
     "mobilenet_block": (lambda: residual_case(4), SHAPES),
-    # the first call's sizes are the hints: enough tiles for Winograd F(2x2, 3x3)
-    "winograd_basic_block": (lambda: basic_block_case(16), [(1, 12, 14)] + SHAPES),
+    # the first call's sizes are the hints: enough channels and tiles for Winograd F(2x2, 3x3)
+    "winograd_basic_block": (lambda: basic_block_case(64), [(1, 32, 32)] + SHAPES),
     # few blocks for the threads by the hints: output channels split over parallel chunks
-    "winograd_split_channels": (lambda: conv_case(32, 32, 3, pads=[1, 1, 1, 1]),
-                                [(1, 10, 10)] + SHAPES),
+    "winograd_split_channels": (lambda: conv_case(64, 64, 3, pads=[1, 1, 1, 1]),
+                                [(1, 24, 24)] + SHAPES),
     "im2col_split_channels": (lambda: conv_case(32, 40, 5, pads=[2, 2, 2, 2]),
                               [(1, 10, 10)] + SHAPES),
-    "winograd_same_no_bias": (lambda: conv_case(16, 24, 3, with_bias=False, act=None,
-                                                auto_pad="SAME_LOWER"), [(2, 17, 9)] + SHAPES),
+    "winograd_same_no_bias": (lambda: conv_case(64, 64, 3, with_bias=False, act=None,
+                                                auto_pad="SAME_LOWER"), [(2, 33, 17)] + SHAPES),
     "maxpool_2x2": (lambda: pool_case("MaxPool", kernel_shape=[2, 2], strides=[2, 2]), SHAPES),
     "maxpool_3x3_s2_pad_ceil": (lambda: pool_case("MaxPool", kernel_shape=[3, 3],
                                                   strides=[2, 2], pads=[1, 1, 1, 1],

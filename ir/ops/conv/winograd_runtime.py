@@ -18,7 +18,8 @@ Blocks are dealt to `parts` parallel iterations, each with its own V and M slot 
 independent of the image size); with fewer blocks than `blocking.MIN_TASKS` by the hints, the
 input transforms run first over (block, chunk of input channels), then the products and
 output transforms over (block, chunk of output channels), as `conv.winograd` does.
-`applies`: the conditions of `winograd.applies`, tile counts taken from the size hints.
+`applies`: the conditions of `winograd.applies`, tile counts taken from the size hints, and
+at least RUNTIME_MIN_CHANNELS channels and RUNTIME_MIN_TILES tiles.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ from onnxjit.ir.types import DType
 if TYPE_CHECKING:
     from onnxjit.ir.ops.fused.epilogue import Epilogue
 
+#: Fewest channels (in and out) and hinted tiles for which this lowering beats the symbolic
+#: im2col one (`conv.runtime_sizes`). Measured, one thread, against the specialised Winograd:
+#: 64->64 at 56x56 (784 tiles) 1.3x here, 1.7x by im2col; 128->128 at 28x28 0.9x / 1.2x; but
+#: CRNN-sized convs (16->32 at 16x50, 64->64 at 8x25 and 4x25: 26-200 tiles) 2.0-2.6x here,
+#: 1.2-1.5x by im2col (the per-block transforms and run-time segments cost more than the
+#: multiplies they save at these sizes).
+RUNTIME_MIN_CHANNELS, RUNTIME_MIN_TILES = 64, 128
+
 
 def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
     """True when this lowering takes the conv (see the module docstring)."""
@@ -52,10 +61,10 @@ def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
             and tuple(a.strides) == (1, 1) and tuple(a.dilations) == (1, 1)
             and dtype in (DType.FLOAT, DType.DOUBLE) and w.dtype == dtype
             and w.kind == "const" and w.data is not None
-            and min(gm.c, gm.m) >= MIN_CHANNELS):
+            and min(gm.c, gm.m) >= max(MIN_CHANNELS, RUNTIME_MIN_CHANNELS)):
         return False
     th, tw = (hint(gm.out[0]) + 1) // 2, (hint(gm.out[1]) + 1) // 2
-    return th * tw >= MIN_TILES
+    return th * tw >= max(MIN_TILES, RUNTIME_MIN_TILES)
 
 
 def lower_winograd_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
