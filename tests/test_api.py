@@ -100,3 +100,27 @@ def test_compile_from_path_and_bytes(tmp_path, mlp_model):
 def test_unknown_option():
     with pytest.raises(onnxjit.OnnxJitError, match="unknown compile option"):
         onnxjit.compile(chain(4), cache_dir=False, fast=True)
+
+
+@pytest.mark.parametrize("declared", [None, "untyped-dims"])
+def test_graph_outputs_may_leave_their_shape_to_inference(declared):
+    """The spec requires a type on the main graph's outputs, not a shape: a hand-built model
+    whose outputs say only `float16` (or a shape of unnamed dims) compiles, and its outputs
+    have the shapes the graph computes (onnxruntime and onnx.reference accept it too)."""
+    from onnx import TensorProto, helper
+
+    shape = None if declared is None else [None, None]
+    nodes = [helper.make_node("MatMul", ["x", "y"], ["m"]), helper.make_node("Relu", ["m"], ["z"])]
+    g = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["N", 3]),
+        helper.make_tensor_value_info("y", TensorProto.FLOAT16, [3, 5])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT16, shape)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    fn = onnxjit.compile(model, cache_dir=False)
+    for n in (2, 7):
+        x = np.linspace(-2, 2, n * 3).reshape(n, 3).astype(np.float16)
+        y = np.linspace(1, -1, 15).reshape(3, 5).astype(np.float16)
+        z, = fn(x, y)
+        want = np.maximum(x.astype(np.float32) @ y.astype(np.float32), 0)
+        assert z.shape == (n, 5) and z.dtype == np.float16
+        np.testing.assert_allclose(z.astype(np.float32), want, rtol=2e-3, atol=2e-3)
