@@ -53,7 +53,9 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     (`fused.linear.Epilogue`) runs in the fused rows' interior columns before their store
     and as a pass (`emit`) over the other columns and rows (INLINE_EPILOGUE; else a pass over
     each (image, channel) plane right after it is computed: rows = 1, cols = P). Small 2-D
-    images go through `conv.depthwise_phased` instead (one flat loop per plane).
+    images go through `conv.depthwise_phased` instead (one flat loop per plane). Float16
+    planes are summed in a float32 scratch plane and rounded once into y (then the epilogue
+    runs as a pass): a tap's product alone may exceed float16's range where the sum does not.
     """
     from onnxjit.ir.ops.conv.depthwise_phased import lower_depthwise_phased, phased_applies
     from onnxjit.ir.ops.conv.depthwise_tiny import lower_depthwise_tiny, tiny_applies
@@ -67,12 +69,17 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     a, b = gm.a, Builder()
     ow, kw, sw, pw, iw = gm.out[-1], gm.k[-1], a.strides[-1], gm.begin[-1], gm.ins[-1]
     fused = gm.kprod <= MAX_FUSED_TAPS
-    inline = epilogue if INLINE_EPILOGUE and fused else None
+    out = y
+    if accumulator(y.dtype) != y.dtype:  # f16: every tap sums in f32, rounded once at the end
+        y = ctx.scratch("dw_sum", accumulator(y.dtype), tuple(y.shape))
+    inline = epilogue if INLINE_EPILOGUE and fused and out is y else None
     with b.loop(0, gm.n * gm.m, parallel=True, hint="q") as q:
         n, m = (b.op("div", q, i64(gm.m)), b.op("rem", q, i64(gm.m))) if gm.n > 1 else (i64(0), q)
         ch = b.op("div", m, i64(gm.mg)) if gm.mg > 1 else m  # the input channel (group)
         xbase = b.imul(b.iadd(b.imul(n, gm.c), ch), gm.in_plane)
         init = const(0, y.dtype) if bias is None else b.load(bias, m)
+        if out is not y and bias is not None:
+            init = b.cast(init, y.dtype)
         wbase = b.imul(m, gm.kprod)
         wv = [b.load(w, b.iadd(wbase, i64(t)), hint="w") for t in range(gm.kprod)] if fused \
             else []
@@ -112,6 +119,10 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
                             _axpy(b, y, x, yrow, b.iadd(xrow, operand(shift)), sw, wt, lo, hi)
                     if inline is not None:
                         inline.emit(b, yrow, ow, 1, ow, m)
+        if out is not y:  # the plane's f32 sums rounded to the output's type
+            with b.loop(0, gm.p, hint="p") as i:
+                at = b.iadd(b.imul(q, gm.p), i)
+                b.store(out, at, b.cast(b.load(y, at), out.dtype))
         if epilogue is not None and inline is None:
             epilogue.emit(b, b.imul(q, gm.p), gm.p, 1, gm.p, m)
     ctx.kernel("conv_depthwise", b.body, contract=CONTRACT)
@@ -141,6 +152,8 @@ def _axpy(b: Builder, y: Buffer, x: Buffer, yrow: Operand, xrow: Operand, s: int
     with b.loop(lo, hi, hint="w") as i:
         at = b.iadd(yrow, i)
         xv = b.load(x, b.iadd(xrow, b.imul(i, s)))
+        if x.dtype != y.dtype:  # f16 input and weights, f32 sums
+            xv, wt = b.cast(xv, y.dtype), b.cast(wt, y.dtype)
         b.store(y, at, b.op("add", b.load(y, at), b.op("mul", wt, xv)))
 
 
