@@ -174,6 +174,24 @@ def _rows_inside(b: Builder, o: list, gm: Geometry) -> Operand | None:
     return None if cond is None else b.op("select", cond, i64(1), i64(0))
 
 
+def store_column(b: Builder, y: Buffer, yrow: Operand, i: Operand, rows: list, wv: list,
+                 kw: int, init: Operand, value, tap) -> None:
+    """y[yrow + i] = init + the sum over outer-tap rows r and columns tw of
+    wv[r * kw + tw] * tap(rows[r], tw), stored through `value(acc, at, i)` when given. f16
+    sums in f32 and rounds once, then adds the bias, as the reference's matmul does
+    (`narrow.accumulator`); bf16 and wide types accumulate in their own type."""
+    at = accumulator(y.dtype)
+    acc: Operand = init if at == y.dtype else const(0, at)
+    for r, xrow in enumerate(rows):
+        for tw in range(kw):
+            xv = tap(xrow, tw)
+            acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at), b.cast(xv, at)))
+    if at != y.dtype:
+        acc = b.op("add", b.cast(acc, y.dtype), init)
+    idx = b.iadd(yrow, i)
+    b.store(y, idx, acc if value is None else value(acc, idx, i))
+
+
 def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, yrow: Operand,
                o: list, wv: list, init: Operand, value=None) -> tuple[int, int]:
     """One output row whose outer taps are all inside: interior columns in one pass, stored
@@ -198,23 +216,13 @@ def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, y
             with b.loop(lo, hi, hint="w") as i:
                 b.store(y, b.iadd(yrow, i), init)
     if lo_all < hi_all:
-        # f16 sums in f32 and rounds once, then adds the bias, as the reference's matmul
-        # does (`narrow.accumulator`); bf16 and wide types accumulate in their own type
-        at = accumulator(y.dtype)
         pieces = whole_vectors(lo_all, hi_all, y.dtype.itemsize, sw) if OVERLAP_TAIL \
             else [(lo_all, hi_all)]
         for lo, hi in pieces:
             with b.loop(lo, hi, hint="w") as i:
-                acc: Operand = init if at == y.dtype else const(0, at)
-                for r, xrow in enumerate(rows):
-                    for tw in range(kw):
-                        xv = b.load(x, b.iadd(b.iadd(xrow, i64(tw * dw - pw)), b.imul(i, sw)))
-                        acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at),
-                                                    b.cast(xv, at)))
-                if at != y.dtype:
-                    acc = b.op("add", b.cast(acc, y.dtype), init)
-                idx = b.iadd(yrow, i)
-                b.store(y, idx, acc if value is None else value(acc, idx, i))
+                store_column(b, y, yrow, i, rows, wv, kw, init, value,
+                             lambda xrow, tw: b.load(x, b.iadd(b.iadd(xrow, i64(tw * dw - pw)),
+                                                               b.imul(i, sw))))
     for r, xrow in enumerate(rows):
         for tw, (lo, hi) in enumerate(ranges):
             for a_, b_ in ((lo, min(lo_all, hi)), (max(hi_all, lo), hi)):

@@ -29,9 +29,9 @@ import numpy as np
 
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Operand, i64
-from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.ops.conv.blocking import host_tile
+from onnxjit.ir.ops.conv.depthwise_direct import store_column
 from onnxjit.ir.ops.conv.geometry import (
     CONTRACT,
     Geometry,
@@ -158,32 +158,19 @@ def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, y
             pos = b.iadd(b.imul(oj, a.strides[j]), operand(tj * a.dilations[j] - gm.begin[j]))
             off = b.iadd(off, b.imul(pos, in_str[j]))
         rows.append(off)
-    at = accumulator(y.dtype)
     for lo, hi in ((i64(0), lo_c), (hi_c, operand(ow))):  # the edge columns
         with b.loop(lo, hi, hint="e") as i:
-            acc = init if at == y.dtype else const(0, at)
-            for r, xrow in enumerate(rows):
-                for tw in range(kw):
-                    pos = b.iadd(b.imul(i, sw), operand(tw * dw - pw))
-                    ok = b.op("and", b.op("ge", pos, i64(0)), b.op("lt", pos, operand(iw)))
-                    clamped = b.op("min", b.op("max", pos, i64(0)), b.op("sub", operand(iw),
-                                                                         i64(1)))
-                    xv = b.op("select", ok, b.load(x, b.iadd(xrow, clamped)), const(0, x.dtype))
-                    acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at),
-                                                b.cast(xv, at)))
-            if at != y.dtype:
-                acc = b.op("add", b.cast(acc, y.dtype), init)
-            idx = b.iadd(yrow, i)
-            b.store(y, idx, acc if value is None else value(acc, idx, i))
+
+            def edge_tap(xrow: Operand, tw: int, i: Operand = i) -> Operand:
+                pos = b.iadd(b.imul(i, sw), operand(tw * dw - pw))
+                ok = b.op("and", b.op("ge", pos, i64(0)), b.op("lt", pos, operand(iw)))
+                clamped = b.op("min", b.op("max", pos, i64(0)), b.op("sub", operand(iw),
+                                                                     i64(1)))
+                return b.op("select", ok, b.load(x, b.iadd(xrow, clamped)), const(0, x.dtype))
+
+            store_column(b, y, yrow, i, rows, wv, kw, init, value, edge_tap)
     for lo, hi in _pieces(b, lo_c, hi_c, host_tile(y.dtype.itemsize)[0], sw):
         with b.loop(lo, hi, hint="w") as i:
-            acc: Operand = init if at == y.dtype else const(0, at)
-            for r, xrow in enumerate(rows):
-                for tw in range(kw):
-                    xv = b.load(x, b.iadd(b.iadd(xrow, operand(tw * dw - pw)), b.imul(i, sw)))
-                    acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at),
-                                                b.cast(xv, at)))
-            if at != y.dtype:
-                acc = b.op("add", b.cast(acc, y.dtype), init)
-            idx = b.iadd(yrow, i)
-            b.store(y, idx, acc if value is None else value(acc, idx, i))
+            store_column(b, y, yrow, i, rows, wv, kw, init, value,
+                         lambda xrow, tw, i=i: b.load(x, b.iadd(b.iadd(
+                             xrow, operand(tw * dw - pw)), b.imul(i, sw))))

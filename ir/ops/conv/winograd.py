@@ -99,14 +99,19 @@ def _panel_width(gm: Geometry, dtype: DType) -> int | None:
     return packed_width(dtype, gm.m, min(th * tw, 64), gm.c)
 
 
-def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
-    """True when F(2x2, 3x3) lowers this conv (see the module docstring)."""
+def plain_3x3(gm: Geometry, w: Buffer, dtype: DType, min_channels: int) -> bool:
+    """A stride-1, undilated, ungrouped 3x3 conv of f32/f64 by constant weights, with at least
+    `min_channels` in and out: what F(2x2, 3x3) can take (static or run-time sizes)."""
     a = gm.a
-    if not (WINOGRAD and len(gm.k) == 2 and list(gm.k) == [3, 3] and gm.g == 1
+    return (WINOGRAD and len(gm.k) == 2 and list(gm.k) == [3, 3] and gm.g == 1
             and tuple(a.strides) == (1, 1) and tuple(a.dilations) == (1, 1)
             and dtype in (DType.FLOAT, DType.DOUBLE) and w.dtype == dtype
-            and w.kind == "const" and w.data is not None
-            and min(gm.c, gm.m) >= MIN_CHANNELS):
+            and w.kind == "const" and w.data is not None and min(gm.c, gm.m) >= min_channels)
+
+
+def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
+    """True when F(2x2, 3x3) lowers this conv (see the module docstring)."""
+    if not plain_3x3(gm, w, dtype, MIN_CHANNELS):
         return False
     th, tw = _tiles(gm)
     nr = _panel_width(gm, dtype)

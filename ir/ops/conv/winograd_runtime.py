@@ -34,9 +34,9 @@ from onnxjit.ir.ops.conv.geometry import Geometry, operand, smax, smin
 from onnxjit.ir.ops.conv.winograd import (
     MIN_CHANNELS,
     MIN_TILES,
-    WINOGRAD,
     _at_m_a,
     _bt_d_b,
+    plain_3x3,
     weight_transform,
 )
 from onnxjit.ir.symbolic import hint
@@ -56,12 +56,7 @@ RUNTIME_MIN_CHANNELS, RUNTIME_MIN_TILES = 64, 128
 
 def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
     """True when this lowering takes the conv (see the module docstring)."""
-    a = gm.a
-    if not (WINOGRAD and len(gm.k) == 2 and list(gm.k) == [3, 3] and gm.g == 1
-            and tuple(a.strides) == (1, 1) and tuple(a.dilations) == (1, 1)
-            and dtype in (DType.FLOAT, DType.DOUBLE) and w.dtype == dtype
-            and w.kind == "const" and w.data is not None
-            and min(gm.c, gm.m) >= max(MIN_CHANNELS, RUNTIME_MIN_CHANNELS)):
+    if not plain_3x3(gm, w, dtype, max(MIN_CHANNELS, RUNTIME_MIN_CHANNELS)):
         return False
     th, tw = (hint(gm.out[0]) + 1) // 2, (hint(gm.out[1]) + 1) // 2
     return th * tw >= max(MIN_TILES, RUNTIME_MIN_TILES)
