@@ -91,15 +91,17 @@ class ElfLibrary:
     """Object code linked into an anonymous map; holds the map (the code) alive."""
 
     def __init__(self, region: mmap.mmap, anchor: ctypes.Array, symbols: dict[str, int],
-                 entry: str, entry_py: str, obj: Any = None):
+                 entry: str | None, entry_py: str | None, obj: Any = None):
         self.object = obj  # the CompiledObject linked, if the caller passed it (like MCJIT's)
         self._region = region  # unmapped when this object is collected
         self._anchor = anchor  # the exported buffer that gave the base address
         self.base = ctypes.addressof(anchor)
         self.size = len(region)
         self.symbols = symbols
-        self.entry_addr = self.address(entry)
-        self.entry_py_addr = self.address(entry_py)
+        self.entry_addr = self.address(entry) if entry else 0
+        self.entry_py_addr = self.address(entry_py) if entry_py else 0
+        #: libraries this one's code calls into (a program's kernel groups), kept alive with it
+        self.parts: list[ElfLibrary] = []
         #: ctypes functions calling the entries, made by the runtime once per arity
         self.entry_functions: dict = {}
 
@@ -241,7 +243,7 @@ def _align(x: int, a: int) -> int:
     return (x + a - 1) // a * a
 
 
-def load_elf(object_code: bytes, entry: str, entry_py: str,
+def load_elf(object_code: bytes, entry: str | None = None, entry_py: str | None = None,
              symbols: Mapping[str, int] | None = None, obj: Any = None) -> ElfLibrary:
     """Link `object_code` into this process and return its entry addresses (module docstring).
 
@@ -254,6 +256,16 @@ def load_elf(object_code: bytes, entry: str, entry_py: str,
         return _Linker(sections, syms, data, relocs, symbols or {}).link(entry, entry_py, obj)
     except (struct.error, IndexError, ValueError, KeyError) as e:
         raise ElfLoadError(f"malformed ELF object: {type(e).__name__}: {e}") from e
+
+
+def load_compiled(obj: Any) -> ElfLibrary:
+    """Link a `CompiledObject`: its parts (kernel groups) first, each in a map of its own, then
+    its entry's object with the parts' symbols; the entry's library keeps the parts alive."""
+    parts = [load_elf(code) for code in obj.parts]
+    symbols = {name: addr for part in parts for name, addr in part.symbols.items()}
+    lib = load_elf(obj.object_code, obj.entry, obj.entry_py, symbols=symbols, obj=obj)
+    lib.parts = parts
+    return lib
 
 
 class _Linker:
@@ -299,7 +311,7 @@ class _Linker:
                 sizes[2] = self.common[i] + size
         return sizes
 
-    def link(self, entry: str, entry_py: str, obj: Any) -> ElfLibrary:
+    def link(self, entry: str | None, entry_py: str | None, obj: Any) -> ElfLibrary:
         sizes = self._plan()
         starts = [0, _align(sizes[0], _PAGE)]
         starts.append(starts[1] + _align(sizes[1], _PAGE))

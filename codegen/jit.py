@@ -11,6 +11,11 @@ become branches in the vector loop); 4) emit object code for a
 target machine built from the host's CPU name and features. `dump(name, text)` receives
 "llvm.ll", "llvm-opt.ll" and "asm.s" in that order.
 
+A program whose kernels add up to more than `workers.MIN_COST` compiles in parts instead: its
+kernel groups in worker processes (in parallel, and interruptible), its entry module here
+(`workers`, `modules.build_entry_module`); the symbols then carry a digest of `salt` (the
+runtime passes the cache key). Dumps always come from one module (`dump` given).
+
 Each module also carries the fast-call trampoline (`pyentry`, named `<prefix>_fastcall`).
 `load_object_mcjit` links with LLVM (an MCJIT engine over an empty module gets the object file
 added and finalised); the usual linker is `link.load_object`'s ELF loader, which needs no
@@ -27,18 +32,21 @@ import ctypes.util
 import re
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import llvmlite.binding as llvm
 
 from onnxjit.codegen import pyentry, target
 from onnxjit.codegen.entry import n_io
 from onnxjit.codegen.irutil import LOOP_SELF
-from onnxjit.codegen.llvmgen import build_module, uses_pool
+from onnxjit.codegen.llvmgen import uses_pool
+from onnxjit.codegen.modules import build_entry_module, build_module, plan_kernels
 from onnxjit.codegen.objects import CompiledObject
 from onnxjit.codegen.pool_ir import PTHREAD_SYMBOLS
 from onnxjit.codegen.vector_variants import inline_variants
 from onnxjit.digest import hexdigest
 from onnxjit.errors import CompileError
+from onnxjit.ir.loop_canon import kernel_key
 from onnxjit.ir.loops import Program
 
 _PLACEHOLDER = "onnxjit_PROGRAMID"
@@ -74,15 +82,26 @@ def _symbol_name(program: Program) -> str:
 
 
 def compile_program(program: Program, opt_level: int = 3,
-                    dump: Callable[[str, str], None] | None = None) -> CompiledObject:
-    """Compile a Program to object code for this host (see the module docstring)."""
+                    dump: Callable[[str, str], None] | None = None,
+                    salt: str = "") -> CompiledObject:
+    """Compile a Program to object code for this host (see the module docstring). A large
+    program compiles in worker processes (`workers`: parallel and interruptible); `salt`
+    (e.g. the cache key) then names its symbols, else a digest of its kernels does."""
+    from onnxjit.codegen import workers
+
     with _llvm_lock:
+        target.init()
+        if dump is None:
+            plan = plan_kernels(program)
+            n_jobs = workers.jobs()
+            groups = workers.plan_groups(program, plan, n_jobs)
+            if groups is not None:
+                return _compile_parts(program, plan, groups, n_jobs, opt_level, salt)
         return _compile(program, opt_level, dump)
 
 
 def _compile(program: Program, opt_level: int,
              dump: Callable[[str, str], None] | None) -> CompiledObject:
-    target.init()
     triple, _, _ = target.host()
     module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout())
     fastcall = pyentry.build(module, f"{_PLACEHOLDER}_fastcall").name
@@ -90,9 +109,40 @@ def _compile(program: Program, opt_level: int,
     digest = hexdigest(text.encode())[:16]
     prefix = f"{_symbol_name(program)}_{digest}"
     text = text.replace(_PLACEHOLDER, prefix)
-    text = _LOOP_SELF.sub(lambda m: f"{m[1]} = distinct !{{ {m[1]},", text)
     entry, entry_py, fastcall = (name.replace(_PLACEHOLDER, prefix)
                                  for name in (entry, entry_py, fastcall))
+    obj = compile_module(text, opt_level, dump)
+    return CompiledObject(obj, entry, entry_py, n_io(program), len(program.consts),
+                          uses_pool(program), fastcall)
+
+
+def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs: int,
+                   opt_level: int, salt: str) -> CompiledObject:
+    """The kernels in `groups` compiled by worker processes, the entry module here."""
+    from onnxjit.codegen import workers
+
+    if not salt:
+        salt = "\n".join(kernel_key(program.kernels[n]) or f"{n}:{program.kernels[n].name}"
+                         for n in plan.unique)
+    prefix = f"{_symbol_name(program)}_{hexdigest(salt.encode())[:16]}"
+
+    def entry_object() -> tuple[bytes, str, str, str]:
+        triple, _, _ = target.host()
+        module, entry, entry_py = build_entry_module(program, plan, prefix, triple,
+                                                     target.data_layout())
+        fastcall = pyentry.build(module, f"{prefix}_fastcall").name
+        return compile_module(str(module), opt_level, None), entry, entry_py, fastcall
+
+    parts, (obj, entry, entry_py, fastcall) = workers.compile_groups(
+        program, plan, groups, prefix, n_jobs, opt_level, entry_object)
+    return CompiledObject(obj, entry, entry_py, n_io(program), len(program.consts),
+                          uses_pool(program), fastcall, parts=tuple(parts))
+
+
+def compile_module(text: str, opt_level: int,
+                   dump: Callable[[str, str], None] | None) -> bytes:
+    """Object code of one module's LLVM IR text: parse, verify, optimise, emit."""
+    text = _LOOP_SELF.sub(lambda m: f"{m[1]} = distinct !{{ {m[1]},", text)
     if dump is not None:
         dump("llvm.ll", text)
     try:
@@ -105,9 +155,7 @@ def _compile(program: Program, opt_level: int,
     if dump is not None:
         dump("llvm-opt.ll", str(mod))
         dump("asm.s", tm.emit_assembly(mod))
-    obj = tm.emit_object(mod)
-    return CompiledObject(bytes(obj), entry, entry_py, n_io(program), len(program.consts),
-                          uses_pool(program), fastcall)
+    return bytes(tm.emit_object(mod))
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:
@@ -171,6 +219,7 @@ def load_object_mcjit(obj: CompiledObject) -> NativeLibrary:
     with _llvm_lock:
         empty = llvm.parse_assembly(f'target triple = "{triple}"\n')
         engine = llvm.create_mcjit_compiler(empty, target.create_target_machine())
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj.object_code))
+        for code in (*obj.parts, obj.object_code):
+            engine.add_object_file(llvm.ObjectFileRef.from_data(code))
         engine.finalize_object()
         return NativeLibrary(engine, obj)

@@ -5,7 +5,8 @@
 0.3 ms, and no llvmlite import, which alone costs ~20 ms), and if that loader refuses the object
 (an unknown relocation, an unresolvable symbol, a non-ELF host) through LLVM's MCJIT
 (`jit.load_object_mcjit`). Either way the result offers `entry_addr`, `entry_py_addr`,
-`address(name)` and keeps the code alive.
+`address(name)` and keeps the code alive. A program compiled in parts (`obj.parts`, kernel
+groups) links each part first, then the entry's object with the parts' symbols.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from onnxjit.codegen.objects import CompiledObject
 
 def load_object(obj: CompiledObject) -> Any:
     """Link object code into this process (no recompilation); see the module docstring."""
-    from onnxjit.codegen.elf_loader import ElfLoadError, load_elf
+    from onnxjit.codegen.elf_loader import ElfLoadError, load_compiled
 
     try:
-        return load_elf(obj.object_code, obj.entry, obj.entry_py, obj=obj)
+        return load_compiled(obj)
     except ElfLoadError:
         from onnxjit.codegen.jit import load_object_mcjit
 

@@ -19,8 +19,8 @@ Algorithm:
    rows) is outlined into a task run by the process's worker pool (`parallel.py`, `pool.py`); the
    kernel then takes two more arguments, the pool's `parallel_for` and the thread count.
    Other parallel loops run serially.
-3) `entry.entry` builds the entry point that computes the root buffers' pointers and calls the
-   kernels in order (and `entry.entry_py`, its CPython-facing twin).
+3) `modules.py` assembles modules from translated kernels: the whole program with its entry
+   points (`entry.entry`, `entry.entry_py`), or a group of kernels alone (`codegen.workers`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import math
 
 from llvmlite import ir
 
-from onnxjit.codegen.entry import entry, entry_py, load_elem_ptr
+from onnxjit.codegen.entry import load_elem_ptr
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.epilogue_fuse import outer_forms
 from onnxjit.codegen.irutil import (
@@ -54,7 +54,7 @@ from onnxjit.codegen.scalar import (
     to_storage,
 )
 from onnxjit.errors import CompileError, UnsupportedError
-from onnxjit.ir.loop_canon import kernel_args, kernel_key
+from onnxjit.ir.loop_canon import kernel_args
 from onnxjit.ir.loop_ranges import magnitude, value_ranges
 from onnxjit.ir.loops import (
     Break,
@@ -112,7 +112,7 @@ class KernelTranslator:
         self.math_heavy = any(isinstance(t, Op) and t.op in _CHAINED for t in walk(kernel.body))
         self.ptrs: list[ir.Value] = []
         for arg, (r, _) in zip(self.fn.args, self.roots):
-            arg.name = _ident(r.name)
+            arg.name = c_ident(r.name)
             if not self.plan:  # a dispatching kernel hands its pointers to other threads
                 arg.add_attribute("noalias")
                 arg.add_attribute("captures(none)")
@@ -122,7 +122,7 @@ class KernelTranslator:
         self.slots: dict[Var, ir.Value] = {}
         extra = self.fn.args[len(self.roots):]
         for v, arg in zip(self.params, extra):
-            arg.name = _ident(v.hint or "p")
+            arg.name = c_ident(v.hint or "p")
             self.assign(v, arg)
         self.pool_args: tuple[ir.Value, ...] = tuple(extra[len(self.params):])
         self.n_outlined = 0
@@ -168,7 +168,7 @@ class KernelTranslator:
         s = self.slots.get(v)
         if s is None:
             ab = ir.IRBuilder(self.alloca_block)
-            s = self.slots[v] = ab.alloca(compute_type(v.dtype), name=_ident(v.hint or "v"))
+            s = self.slots[v] = ab.alloca(compute_type(v.dtype), name=c_ident(v.hint or "v"))
             s.type = PTR  # llvmlite would print a typed `float*`; LLVM 22 IR is opaque `ptr`
         return s
 
@@ -276,7 +276,7 @@ class KernelTranslator:
                 brk = (self.fn.append_basic_block("loop.break")
                        if any(isinstance(t, Break) for t in body) else None)
                 self.breaks.append(brk)
-                for_range(b, lo, hi, step, loop_body, name=_ident(var.hint or "i"), loop_md=md)
+                for_range(b, lo, hi, step, loop_body, name=c_ident(var.hint or "i"), loop_md=md)
                 self.breaks.pop()
                 if brk is not None:
                     after = self.fn.append_basic_block("loop.after")
@@ -363,47 +363,8 @@ KEEP_FOLDS, FOLD_LANES = True, 8
 _CHAINED = frozenset({"exp", "expm1", "log", "tanh", "sigmoid", "erf", "pow"})
 
 
-def _ident(name: str) -> str:
+def c_ident(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_." else "_" for c in name) or "v"
-
-
-def build_module(program: Program, prefix: str, triple: str, data_layout: str
-                 ) -> tuple[ir.Module, str, str]:
-    """The LLVM module of `program`; returns (module, entry name, entry_py name)."""
-    module = ir.Module(name=prefix)
-    module.triple = triple
-    module.data_layout = data_layout
-    scalar = ScalarEmitter(module)
-    check_index: dict[int, int] = {}
-    for k in program.kernels:
-        for s in walk(k.body):
-            if isinstance(s, Check):
-                check_index[id(s)] = len(check_index)
-    kernels: list[KernelTranslator | _Twin] = []
-    compiled: dict[str, KernelTranslator] = {}
-    for n, k in enumerate(program.kernels):
-        key = kernel_key(k)
-        twin = compiled.get(key) if key is not None else None
-        if twin is not None:  # the same code on other buffers: call the earlier function
-            kernels.append(_Twin(twin, k))
-            continue
-        kt = KernelTranslator(module, scalar, k, f"{prefix}.k{n}.{_ident(k.name)}", check_index)
-        kt.translate()
-        kernels.append(kt)
-        if key is not None:
-            compiled[key] = kt
-    fn = entry(module, program, kernels, f"{prefix}_entry", len(program.consts))
-    fn_py = entry_py(module, program, fn, f"{prefix}_entry_py")
-    return module, fn.name, fn_py.name
-
-
-class _Twin:
-    """A kernel whose canonical text (`ir.loop_canon`) equals an earlier kernel's: the entry
-    calls that kernel's function with this kernel's root buffers."""
-
-    def __init__(self, of: KernelTranslator, kernel: Kernel):
-        self.fn, self.plan, self.has_checks = of.fn, of.plan, of.has_checks
-        self.roots = kernel_args(kernel)[0]
 
 
 def uses_pool(program: Program) -> bool:

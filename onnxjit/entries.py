@@ -58,13 +58,15 @@ def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
 
 def _object_meta(obj: Any) -> dict[str, Any]:
     return {"entry": obj.entry, "entry_py": obj.entry_py, "fastcall": obj.fastcall,
-            "n_io": obj.n_io, "n_consts": obj.n_consts, "uses_pool": obj.uses_pool}
+            "n_io": obj.n_io, "n_consts": obj.n_consts, "uses_pool": obj.uses_pool,
+            "parts": len(obj.parts)}
 
 
 def _entry(meta: dict[str, Any], obj: Any, consts: list[np.ndarray],
            pool_code: bytes | None) -> cache_mod.Entry:
     meta = dict(meta, **_object_meta(obj))
     blobs = {"object": obj.object_code}
+    blobs.update((f"part{i}", code) for i, code in enumerate(obj.parts))
     if pool_code is not None:
         blobs["pool"] = pool_code
     return cache_mod.Entry(meta, blobs, {f"const{i}": a for i, a in enumerate(consts)})
@@ -89,7 +91,8 @@ def load_library(entry: cache_mod.Entry, ensure_pool: Any) -> tuple[Any, list[np
 
     m = entry.meta
     obj = CompiledObject(entry.blobs["object"], m["entry"], m["entry_py"], m["n_io"],
-                         m["n_consts"], bool(m.get("uses_pool", True)), str(m.get("fastcall", "")))
+                         m["n_consts"], bool(m.get("uses_pool", True)), str(m.get("fastcall", "")),
+                         tuple(entry.blobs[f"part{i}"] for i in range(int(m.get("parts", 0)))))
     consts = [entry.arrays[f"const{i}"] for i in range(m["n_consts"])]
     lib = load_object(obj)
     ensure_pool(obj.uses_pool, entry.blobs.get("pool"))

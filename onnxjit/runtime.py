@@ -291,7 +291,8 @@ class CompiledModel:
 
         program = lower_bound(bound, self._with_base(), dumper)
         obj = compile_program(program, opt_level=self.options.opt_level,
-                              dump=dumper.write if dumper.folder is not None else None)
+                              dump=dumper.write if dumper.folder is not None else None,
+                              salt=key)
         lib = load_object(obj)
         pool_code = ensure_pool(obj.uses_pool, self.options.num_threads)
         art = Artifact(
@@ -381,7 +382,8 @@ class CompiledModel:
         dumper = Dumper(self._dump_folder("symbolic-" + _safe(signature_id(ssig))))
         program = lower_symbolic(self._graph(), ssig, hints, self._with_base(), dumper)
         obj = compile_program(program, opt_level=self.options.opt_level,
-                              dump=dumper.write if dumper.folder is not None else None)
+                              dump=dumper.write if dumper.folder is not None else None,
+                              salt=key)
         lib = load_object(obj)
         pool_code = ensure_pool(obj.uses_pool, self.options.num_threads)
         sym = SymbolicArtifact.of_program(program, lib, layout_ok(), self.options.num_threads)

@@ -126,7 +126,7 @@ def both(p: Program) -> list[Artifact]:
     """Artifacts over the MCJIT library then the ELF loader's, each with both entry points."""
     obj = compile_program(p)
     mcjit = load_object(obj)
-    elf = load_elf(obj.object_code, obj.entry, obj.entry_py, obj=obj)
+    elf = elf_loader.load_compiled(obj)
     assert elf.entry_addr != mcjit.entry_addr
     return [artifact(p, lib, use_py) for lib in (mcjit, elf) for use_py in (True, False)]
 

@@ -1,0 +1,227 @@
+"""Compiling a program's kernels in worker processes: parallel on a machine with cores, and
+interruptible (Ctrl-C acts while LLVM works, since LLVM runs in the workers).
+
+LLVM's work (optimisation and code generation: most of a compile) holds llvmlite's global lock
+and cannot be interrupted, so threads neither speed it up nor let the caller stop it. Instead:
+1) `modules.KernelPlan` picks the kernels that get a function; each gets a cost estimate
+   (`kernel_cost`: statements, with a Matmul weighing like the microkernel code it expands to).
+2) The kernels are partitioned into `groups` (longest processing time first: each kernel, the
+   costliest first, joins the cheapest group), a few per worker so that dynamic scheduling
+   balances what the estimate gets wrong; the group ids, costliest first, are written to a task
+   pipe whose write end is closed before the workers start.
+3) `fork` starts W workers (no re-import, no pickling of the program: a worker is a copy of
+   this process). A worker reads a group id (two bytes; EOF: no work left), translates that
+   group's kernels into a module of its own with external linkage (`modules.translate_kernels`),
+   parses, verifies, optimises and emits it (`jit.compile_module`), and writes one framed
+   result (u64 length, then a pickled (group, object code) or (group, exception)) to its own
+   result pipe. Workers ignore SIGINT (the parent decides) and leave with `os._exit`.
+4) Meanwhile the parent compiles the entry module (entry points, kernels declared external:
+   `modules.build_entry_module`), then collects the results with `select`. A worker's
+   exception is raised again in the parent; an exception in the parent (KeyboardInterrupt
+   included) kills and reaps the workers first, so nothing outlives the compile.
+The objects (one per group, then the entry's) become one `CompiledObject` whose `parts` the
+linker (`link.load_object`) loads before the entry. Symbol names carry the program's `salt`
+digest instead of a hash of the module text (the text is only known in the workers).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import warnings
+from typing import Any
+
+from onnxjit.codegen.modules import KernelPlan, translate_kernels
+from onnxjit.errors import CompileError, OnnxJitError
+from onnxjit.ir.loops import Kernel, Matmul, Program, walk
+
+#: below this estimated cost (statements) a program compiles in this process, in one module:
+#: starting workers costs a few milliseconds, a small program compiles in less
+MIN_COST = 4000
+#: what one Matmul statement weighs: its microkernel tiles, stores and tails
+MATMUL_COST = 1500
+#: groups per worker (dynamic balancing); each group at least GROUP_COST when possible
+GROUPS_PER_WORKER = 3
+GROUP_COST = 1500
+_FRAME = struct.Struct("<Q")
+
+
+def kernel_cost(kernel: Kernel) -> int:
+    cost = 1
+    for s in walk(kernel.body):
+        cost += MATMUL_COST if isinstance(s, Matmul) else 1
+    return cost
+
+
+def jobs() -> int:
+    """Worker processes for a compile: $ONNXJIT_COMPILE_JOBS, else the cores this process may
+    use (at most 8); 0 compiles in this process."""
+    env = os.environ.get("ONNXJIT_COMPILE_JOBS", "").strip()
+    if env:
+        try:
+            return max(0, int(env))
+        except ValueError:
+            raise OnnxJitError(f"ONNXJIT_COMPILE_JOBS={env!r}: expected a whole number") from None
+    if not hasattr(os, "fork"):
+        return 0
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, 8))
+
+
+def partition(costs: dict[int, int], n_groups: int) -> list[list[int]]:
+    """Kernel indices in `n_groups` groups of about equal cost (LPT), costliest group first."""
+    groups: list[list[int]] = [[] for _ in range(max(1, n_groups))]
+    load = [0] * len(groups)
+    for n in sorted(costs, key=lambda n: (-costs[n], n)):
+        g = min(range(len(groups)), key=load.__getitem__)
+        groups[g].append(n)
+        load[g] += costs[n]
+    order = sorted(range(len(groups)), key=lambda g: -load[g])
+    return [sorted(groups[g]) for g in order if groups[g]]
+
+
+def plan_groups(program: Program, plan: KernelPlan, workers: int) -> list[list[int]] | None:
+    """The kernel groups to compile in `workers` processes, or None: compile in-process."""
+    if workers < 1:
+        return None
+    costs = {n: kernel_cost(program.kernels[n]) for n in plan.unique}
+    total = sum(costs.values())
+    if total < MIN_COST:
+        return None
+    n_groups = max(1, min(len(costs), workers * GROUPS_PER_WORKER, total // GROUP_COST))
+    return partition(costs, n_groups)
+
+
+def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], prefix: str,
+                   workers: int, opt_level: int, parent_work: Any) -> tuple[list[bytes], Any]:
+    """Object code of each group (in group order) compiled by `workers` forked processes, and
+    what `parent_work()` returned (run here while they work)."""
+    from onnxjit.codegen import jit
+
+    tasks_r, tasks_w = os.pipe()
+    os.write(tasks_w, b"".join(struct.pack("<H", g) for g in range(len(groups))))
+    os.close(tasks_w)
+    pids: dict[int, int] = {}  # result fd -> pid
+    try:
+        for _ in range(min(workers, len(groups))):
+            res_r, res_w = os.pipe()
+            with warnings.catch_warnings():  # 3.12+ warns on fork with threads: see docstring
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the worker
+                os.close(res_r)
+                _worker(program, plan, groups, prefix, opt_level, tasks_r, res_w, jit)
+            os.close(res_w)
+            pids[res_r] = pid
+        os.close(tasks_r)
+        tasks_r = -1
+        extra = parent_work()
+        objects = _collect(pids, len(groups))
+    finally:
+        if tasks_r >= 0:
+            os.close(tasks_r)
+        _reap(pids)
+    return objects, extra
+
+
+def _worker(program: Program, plan: KernelPlan, groups: list[list[int]], prefix: str,
+            opt_level: int, tasks: int, out: int, jit: Any) -> None:
+    status = 0
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        while True:
+            raw = os.read(tasks, 2)
+            if len(raw) < 2:
+                break
+            (g,) = struct.unpack("<H", raw)
+            try:
+                payload = (g, _compile_group(program, plan, groups[g], prefix, opt_level, jit))
+            except BaseException as e:  # noqa: BLE001 - any failure goes to the parent
+                payload = (g, _portable(e))
+            _write_frame(out, pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+            if isinstance(payload[1], BaseException):
+                break
+    except BaseException:  # noqa: BLE001 - a broken pipe: the parent is gone or gave up
+        status = 1
+    finally:
+        os._exit(status)
+
+
+def _compile_group(program: Program, plan: KernelPlan, group: list[int], prefix: str,
+                   opt_level: int, jit: Any) -> bytes:
+    from onnxjit.codegen import target
+    from onnxjit.codegen.modules import new_module
+
+    triple, _, _ = target.host()
+    module = new_module(f"{prefix}.group", triple, target.data_layout())
+    translate_kernels(module, program, plan, group, prefix, external=True)
+    return jit.compile_module(str(module), opt_level, None)
+
+
+def _portable(e: BaseException) -> BaseException:
+    """`e` if it pickles and unpickles as itself, else a CompileError with its text."""
+    try:
+        if isinstance(pickle.loads(pickle.dumps(e)), type(e)):
+            return e
+    except Exception:  # noqa: BLE001 - unpicklable exception: keep its text
+        pass
+    return CompileError(f"code generation failed in a worker: {type(e).__name__}: {e}")
+
+
+def _write_frame(fd: int, data: bytes) -> None:
+    view = memoryview(_FRAME.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _collect(pids: dict[int, int], n_groups: int) -> list[bytes]:
+    """Read every worker's framed results until each group has its object code."""
+    buffers = {fd: bytearray() for fd in pids}
+    objects: dict[int, bytes] = {}
+    open_fds = set(pids)
+    while len(objects) < n_groups:
+        if not open_fds:
+            raise CompileError(f"code generation workers exited with {n_groups - len(objects)}"
+                               " kernel groups not compiled (a worker crashed or was killed)")
+        ready, _, _ = select.select(list(open_fds), [], [])
+        for fd in ready:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                open_fds.discard(fd)
+                continue
+            buf = buffers[fd]
+            buf += chunk
+            while len(buf) >= _FRAME.size:
+                (n,) = _FRAME.unpack_from(buf)
+                if len(buf) < _FRAME.size + n:
+                    break
+                g, result = pickle.loads(bytes(buf[_FRAME.size:_FRAME.size + n]))
+                del buf[:_FRAME.size + n]
+                if isinstance(result, BaseException):
+                    raise result
+                objects[g] = result
+    return [objects[g] for g in range(n_groups)]
+
+
+def _reap(pids: dict[int, int]) -> None:
+    """Kill workers still running (an error or an interrupt in the parent) and wait for all."""
+    for fd, pid in pids.items():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    pids.clear()

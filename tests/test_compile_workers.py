@@ -1,0 +1,153 @@
+"""Compiling in worker processes (`codegen.workers`): the same code as in one process, objects
+in parts through the disk cache, worker errors raised in the caller, interrupts that stop the
+workers, and the in-process path for small programs or ONNXJIT_COMPILE_JOBS=0.
+
+The cost thresholds are lowered so that a small MLP (two MatMuls, a fused elementwise kernel)
+takes the worker path in a few hundred milliseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+from models import finish
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+from onnxjit.codegen import workers
+from onnxjit.errors import OnnxJitError, UnsupportedError
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes need fork")
+
+
+def _mlp():
+    rng = np.random.default_rng(3)
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 96)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((96, 10)).astype(np.float32), "w2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Tanh", ["h"], ["t"]),
+             helper.make_node("MatMul", ["t", "w2"], ["z"]),
+             helper.make_node("Softmax", ["z"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", 64])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [w1, w2])
+    return finish(graph)
+
+
+@pytest.fixture
+def parts(monkeypatch):
+    """Every program of a few kernels compiles in two workers, one kernel per group (nothing
+    from the in-memory cache of other tests)."""
+    from onnxjit import runtime
+
+    runtime._MEMORY.clear()
+    monkeypatch.setattr(workers, "MIN_COST", 0)
+    monkeypatch.setattr(workers, "GROUP_COST", 1)
+    monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", "2")
+
+
+def _x(n=5):
+    return np.random.default_rng(n).standard_normal((n, 64)).astype(np.float32)
+
+
+def test_parts_match_one_module_and_load_from_the_cache(parts, tmp_path, monkeypatch):
+    model = _mlp()
+    fn = onnxjit.compile(model, cache_dir=tmp_path, specialize="shape")
+    y, = fn(_x())
+    assert fn._last.library.parts  # linked from the kernel groups' objects
+    monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", "0")
+    ref, = onnxjit.compile(model, cache_dir=False, specialize="shape")(_x())
+    np.testing.assert_array_equal(y, ref)
+    # a fresh model object over the same cache: loads the parts, compiles nothing
+    from onnxjit import cache as cache_mod
+    from onnxjit import runtime
+
+    runtime._MEMORY.clear()  # only the disk has it now
+    before = cache_mod.STATS.disk_hits
+    again, = onnxjit.compile(model, cache_dir=tmp_path, specialize="shape")(_x())
+    assert cache_mod.STATS.disk_hits > before
+    np.testing.assert_array_equal(again, ref)
+
+
+def test_entry_stored_in_parts(parts, tmp_path):
+    from onnxjit import cache as cache_mod
+
+    fn = onnxjit.compile(_mlp(), cache_dir=tmp_path, specialize="shape")
+    fn(_x())
+    entries = [cache_mod.decode(p.read_bytes()) for p in tmp_path.rglob("*.ojc")]
+    natives = [e for e in entries if e is not None and "object" in e.blobs]
+    assert natives and all(e.meta["parts"] >= 2 for e in natives)
+    assert all(f"part{i}" in e.blobs for e in natives for i in range(e.meta["parts"]))
+
+
+def test_worker_error_is_raised_in_the_caller(parts, monkeypatch):
+    def fail(*args):
+        raise UnsupportedError("kernel 'k' uses something this test refuses")
+
+    monkeypatch.setattr(workers, "_compile_group", fail)
+    with pytest.raises(UnsupportedError, match="this test refuses"):
+        onnxjit.compile(_mlp(), cache_dir=False, specialize="shape")(_x())
+
+
+def test_worker_crash_is_a_compile_error(parts, monkeypatch):
+    monkeypatch.setattr(workers, "_compile_group", lambda *args: os._exit(3))
+    with pytest.raises(OnnxJitError, match="worker crashed"):
+        onnxjit.compile(_mlp(), cache_dir=False, specialize="shape")(_x())
+
+
+def test_interrupt_stops_the_workers_at_once(parts, monkeypatch):
+    started: list[int] = []
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            started.append(pid)
+        return pid
+
+    def slow(*args):
+        time.sleep(60)
+
+    def interrupted_entry(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fork", fork)
+    monkeypatch.setattr(workers, "_compile_group", slow)
+    from onnxjit.codegen import jit
+
+    monkeypatch.setattr(jit, "build_entry_module", interrupted_entry)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        onnxjit.compile(_mlp(), cache_dir=False, specialize="shape")(_x())
+    assert time.monotonic() - t0 < 30
+    assert started
+    for pid in started:  # reaped: no such child any more
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_small_programs_and_jobs_zero_compile_in_process(monkeypatch):
+    forks: list[int] = []
+    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or (_ for _ in ()).throw(OSError))
+    y, = onnxjit.compile(_mlp(), cache_dir=False)(_x())  # below MIN_COST
+    monkeypatch.setattr(workers, "MIN_COST", 0)
+    monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", "0")
+    y0, = onnxjit.compile(_mlp(), cache_dir=False, specialize="shape")(_x())
+    assert not forks
+    np.testing.assert_allclose(y, y0, rtol=1e-6)
+
+
+def test_bad_jobs_variable_is_named(monkeypatch):
+    monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", "many")
+    with pytest.raises(OnnxJitError, match="ONNXJIT_COMPILE_JOBS"):
+        workers.jobs()
+
+
+def test_partition_balances_costs():
+    groups = workers.partition({0: 10, 1: 9, 2: 5, 3: 4, 4: 1}, 2)
+    loads = sorted(sum({0: 10, 1: 9, 2: 5, 3: 4, 4: 1}[n] for n in g) for g in groups)
+    assert loads == [14, 15]
+    assert sorted(n for g in groups for n in g) == [0, 1, 2, 3, 4]
