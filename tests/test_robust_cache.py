@@ -283,3 +283,18 @@ def test_compiler_id_covers_the_op_families(monkeypatch):
 
     monkeypatch.setattr(hostinfo.os, "stat", touched)
     assert hostinfo.compiler_id.__wrapped__() != before
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 4099])
+def test_sum64_is_the_wrapping_sum_of_padded_words(n):
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
+    padded = data + b"\0" * (-n % 8)
+    words = [int.from_bytes(padded[i:i + 8], "little") for i in range(0, len(padded), 8)]
+    assert cache_mod.sum64(data) == sum(words) % (1 << 64)
+
+
+def test_odd_sized_sections_round_trip():
+    e = cache_mod.Entry({"m": 1}, {"a": b"\x01" * 13, "b": b"\xff" * 3},
+                        {"w": np.arange(5, dtype=np.int8)})
+    back = cache_mod.decode(cache_mod.encode(e, "k"), "k")
+    assert back.blobs == e.blobs and back.arrays["w"].tolist() == [0, 1, 2, 3, 4]
