@@ -9,10 +9,11 @@ The header (a `marshal`led dict) lists the payload's sections (name, offset, len
 shape) and the payload's checksum (`sum64`: the sum of its little-endian 64-bit words modulo
 2**64, the last word zero-padded; numpy computes it at memory speed, 5x faster than CRC-32,
 which matters when the payload is 100 MB of weights on a warm start of a few tens of ms: any
-changed byte, a zeroed page or a truncation changes it); the payload and each section start at a multiple of 64 bytes,
-so a reader that maps the file (copy-on-write; small entries are read into an aligned buffer)
-uses the arrays in place (no copy: a warm start of a model with 100 MB of weights holds them
-once, in the page cache), and a writer writes arrays without copying them.
+changed byte, a zeroed page or a truncation changes it); the payload and each section start at
+a multiple of 64 bytes, so a reader that maps the file (copy-on-write; small entries are read
+into an aligned buffer) uses the arrays in place (no copy: a warm start of a model with 100 MB
+of weights holds them once, in the page cache), and a writer writes arrays without copying
+them.
 Writes go to a temp file in the same folder, then `os.replace` (atomic on POSIX), so readers
 see a whole entry or none. A read checks magic, format, lengths and both checksums (the
 header's before it is unmarshalled); anything off (truncated, corrupt, foreign, from another

@@ -35,7 +35,8 @@ class CompileOptions(Record):
     opt_level: int
     #: Base folder for external data of models given as bytes or objects.
     base_dir: Path | None
-    #: Run the IR verifiers after every pass.
+    #: Run the IR verifiers after every pass (default: $ONNXJIT_VERIFY=1, else False: the
+    #: imported model and each pipeline's result only).
     verify: bool
     #: Products by constant weights may use algorithms with fewer multiplies whose sums round
     #: differently (Strassen for MatMul/Gemm, Winograd F(2x2,3x3) for 3x3 convs: errors
@@ -43,7 +44,7 @@ class CompileOptions(Record):
     fast_algorithms: bool
     _defaults: ClassVar[dict[str, Any]] = {
         "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "auto",
-        "opt_level": 3, "base_dir": None, "verify": True, "fast_algorithms": True}
+        "opt_level": 3, "base_dir": None, "verify": False, "fast_algorithms": True}
 
     @staticmethod
     def from_user(options: dict[str, Any]) -> CompileOptions:
@@ -80,7 +81,7 @@ class CompileOptions(Record):
             specialize=specialize,
             opt_level=opt_level,
             base_dir=Path(base_dir) if base_dir else None,
-            verify=bool(options.get("verify", True)),
+            verify=bool(options.get("verify", os.environ.get("ONNXJIT_VERIFY", "") == "1")),
             fast_algorithms=fast,
         )
 
