@@ -40,13 +40,17 @@ from onnxjit.codegen import pyentry, target
 from onnxjit.codegen.entry import n_io
 from onnxjit.codegen.irutil import LOOP_SELF
 from onnxjit.codegen.llvmgen import uses_pool
-from onnxjit.codegen.modules import build_entry_module, build_module, plan_kernels
+from onnxjit.codegen.modules import (
+    build_entry_module,
+    build_module,
+    fingerprint,
+    plan_kernels,
+)
 from onnxjit.codegen.objects import CompiledObject
 from onnxjit.codegen.pool_ir import PTHREAD_SYMBOLS
 from onnxjit.codegen.vector_variants import inline_variants
 from onnxjit.digest import hexdigest
 from onnxjit.errors import CompileError
-from onnxjit.ir.loop_canon import kernel_key
 from onnxjit.ir.loops import Program
 
 _PLACEHOLDER = "onnxjit_PROGRAMID"
@@ -91,19 +95,20 @@ def compile_program(program: Program, opt_level: int = 3,
 
     with _llvm_lock:
         target.init()
+        plan = plan_kernels(program)
         if dump is None:
-            plan = plan_kernels(program)
             n_jobs = workers.jobs()
             groups = workers.plan_groups(program, plan, n_jobs)
             if groups is not None:
                 return _compile_parts(program, plan, groups, n_jobs, opt_level, salt)
-        return _compile(program, opt_level, dump)
+        return _compile(program, plan, opt_level, dump)
 
 
-def _compile(program: Program, opt_level: int,
+def _compile(program: Program, plan: Any, opt_level: int,
              dump: Callable[[str, str], None] | None) -> CompiledObject:
     triple, _, _ = target.host()
-    module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout())
+    module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout(),
+                                           plan)
     fastcall = pyentry.build(module, f"{_PLACEHOLDER}_fastcall").name
     text = str(module)
     digest = hexdigest(text.encode())[:16]
@@ -121,9 +126,8 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
     """The kernels in `groups` compiled by worker processes, the entry module here."""
     from onnxjit.codegen import workers
 
-    if not salt:
-        salt = "\n".join(kernel_key(program.kernels[n]) or f"{n}:{program.kernels[n].name}"
-                         for n in plan.unique)
+    if not salt:  # kernels' names and fingerprints: symbol names need not be unique
+        salt = repr([(k.name, fingerprint(k)) for k in program.kernels])
     prefix = f"{_symbol_name(program)}_{hexdigest(salt.encode())[:16]}"
 
     def entry_object() -> tuple[bytes, str, str, str]:

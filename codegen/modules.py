@@ -23,11 +23,11 @@ from onnxjit.ir.loop_canon import kernel_args, kernel_key
 from onnxjit.ir.loops import Check, Kernel, Program, walk
 
 
-def build_module(program: Program, prefix: str, triple: str, data_layout: str
-                 ) -> tuple[ir.Module, str, str]:
+def build_module(program: Program, prefix: str, triple: str, data_layout: str,
+                 plan: KernelPlan | None = None) -> tuple[ir.Module, str, str]:
     """The LLVM module of `program`; returns (module, entry name, entry_py name)."""
     module = new_module(prefix, triple, data_layout)
-    plan = plan_kernels(program)
+    plan = plan or plan_kernels(program)
     fns = translate_kernels(module, program, plan, plan.unique, prefix, external=False)
     kernels = [fns[n] if n == o else _Twin(fns[o], k)
                for n, (k, o) in enumerate(zip(program.kernels, plan.origin))]
@@ -55,16 +55,33 @@ class KernelPlan:
             for s in walk(k.body):
                 if isinstance(s, Check):
                     self.check_index[id(s)] = len(self.check_index)
-        first: dict[str, int] = {}
-        self.origin: list[int] = []
+        # Printing a kernel's canonical text costs more than translating some kernels: print
+        # only kernels that a cheap fingerprint (implied by the text) does not already tell
+        # apart from every other.
+        prints: dict[tuple, list[int]] = {}
         for n, k in enumerate(program.kernels):
-            key = kernel_key(k)
-            self.origin.append(first.setdefault(key, n) if key is not None else n)
+            prints.setdefault(fingerprint(k), []).append(n)
+        first: dict[str, int] = {}
+        self.origin = list(range(len(program.kernels)))
+        for same in prints.values():
+            if len(same) < 2:
+                continue  # no other kernel can have its text
+            for n in same:
+                key = kernel_key(program.kernels[n])
+                if key is not None:
+                    self.origin[n] = first.setdefault(key, n)
         self.unique = [n for n, o in enumerate(self.origin) if n == o]
 
 
 def plan_kernels(program: Program) -> KernelPlan:
     return KernelPlan(program)
+
+
+def fingerprint(kernel: Kernel) -> tuple:
+    """What equal canonical texts (`kernel_key`) have in common: statement count, `contract`,
+    and the dtype and shape of each buffer touched, in order of first use."""
+    count = sum(1 for _ in walk(kernel.body))
+    return (count, kernel.contract, tuple((b.dtype, tuple(b.shape)) for b in kernel.buffers()))
 
 
 def kernel_name(prefix: str, program: Program, n: int) -> str:

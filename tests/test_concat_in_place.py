@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
+from onnxjit.codegen.modules import plan_kernels
 from onnxjit.driver import import_model, lower_signature
 from onnxjit.errors import CompileError
 from onnxjit.ir.loop_canon import kernel_args, kernel_key
@@ -133,6 +134,10 @@ def test_slices_share_code() -> None:
     convs = [k for k in prog.kernels if k.name.startswith("conv")]
     assert len(convs) == 2 and kernel_key(convs[0]) == kernel_key(convs[1])
     assert [off for _, off in kernel_args(convs[1])[0] if off] == [3 * 42 * 4]
+    plan = plan_kernels(prog)  # the second conv calls the first one's function
+    a, b = (prog.kernels.index(k) for k in convs)
+    assert plan.origin[b] == a and b not in plan.unique
+    assert len(plan.unique) == len(prog.kernels) - 1
     _check(m)
 
 
