@@ -100,7 +100,10 @@ def compile_program(program: Program, opt_level: int = 3,
             n_jobs = workers.jobs()
             groups = workers.plan_groups(program, plan, n_jobs)
             if groups is not None:
-                return _compile_parts(program, plan, groups, n_jobs, opt_level, salt)
+                try:
+                    return _compile_parts(program, plan, groups, n_jobs, opt_level, salt)
+                except workers.NoWorkers:
+                    pass
         return _compile(program, plan, opt_level, dump)
 
 

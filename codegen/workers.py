@@ -39,14 +39,20 @@ from onnxjit.errors import CompileError, OnnxJitError
 from onnxjit.ir.loops import Kernel, Matmul, Program, walk
 
 #: below this estimated cost (statements) a program compiles in this process, in one module:
-#: starting workers costs a few milliseconds, a small program compiles in less
-MIN_COST = 4000
+#: starting a worker costs 5-20 ms (fork, then a separate entry object); a program with one
+#: Matmul or a few hundred statements takes a few hundred ms, and the worker also keeps an
+#: interrupt prompt
+MIN_COST = 1500
 #: what one Matmul statement weighs: its microkernel tiles, stores and tails
 MATMUL_COST = 1500
 #: groups per worker (dynamic balancing); each group at least GROUP_COST when possible
 GROUPS_PER_WORKER = 3
 GROUP_COST = 1500
 _FRAME = struct.Struct("<Q")
+
+
+class NoWorkers(Exception):
+    """Not even one worker process could be started (the caller compiles in-process)."""
 
 
 def kernel_cost(kernel: Kernel) -> int:
@@ -111,9 +117,16 @@ def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], 
     try:
         for _ in range(min(workers, len(groups))):
             res_r, res_w = os.pipe()
-            with warnings.catch_warnings():  # 3.12+ warns on fork with threads: see docstring
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
+            try:
+                with warnings.catch_warnings():  # 3.12+ warns on fork with threads
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError:  # no more processes: go on with the workers there are
+                os.close(res_r)
+                os.close(res_w)
+                if pids:
+                    break
+                raise NoWorkers from None
             if pid == 0:  # the worker
                 os.close(res_r)
                 _worker(program, plan, groups, prefix, opt_level, tasks_r, res_w, jit)

@@ -129,15 +129,33 @@ def test_interrupt_stops_the_workers_at_once(parts, monkeypatch):
             os.waitpid(pid, os.WNOHANG)
 
 
-def test_small_programs_and_jobs_zero_compile_in_process(monkeypatch):
+def test_small_programs_jobs_zero_and_no_fork_compile_in_process(monkeypatch):
     forks: list[int] = []
-    monkeypatch.setattr(os, "fork", lambda: forks.append(1) or (_ for _ in ()).throw(OSError))
-    y, = onnxjit.compile(_mlp(), cache_dir=False)(_x())  # below MIN_COST
+
+    def no_fork():
+        forks.append(1)
+        raise OSError("fork refused by this test")
+
+    small = finish(helper.make_graph(
+        [helper.make_node("Tanh", ["x"], ["y"])], "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]))
+    ref = np.tanh(_x())
+    monkeypatch.setattr(os, "fork", no_fork)
+    np.testing.assert_allclose(onnxjit.compile(small, cache_dir=False)(_x())[0], ref,
+                               rtol=1e-6)
+    assert not forks  # below MIN_COST
     monkeypatch.setattr(workers, "MIN_COST", 0)
     monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", "0")
     y0, = onnxjit.compile(_mlp(), cache_dir=False, specialize="shape")(_x())
     assert not forks
-    np.testing.assert_allclose(y, y0, rtol=1e-6)
+    monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", "2")  # fork fails: compiled here all the same
+    from onnxjit import runtime
+
+    runtime._MEMORY.clear()
+    y1, = onnxjit.compile(_mlp(), cache_dir=False, specialize="shape")(_x())
+    assert forks
+    np.testing.assert_array_equal(y0, y1)
 
 
 def test_bad_jobs_variable_is_named(monkeypatch):
