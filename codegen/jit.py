@@ -40,6 +40,7 @@ from onnxjit.codegen.vector_variants import inline_variants
 from onnxjit.digest import hexdigest
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Program
+from onnxjit.timings import Laps
 
 _PLACEHOLDER = "onnxjit_PROGRAMID"
 _LOOP_SELF = re.compile(r'(!\d+) = !\{ !"' + re.escape(LOOP_SELF) + r'\.\d+",')
@@ -83,6 +84,7 @@ def compile_program(program: Program, opt_level: int = 3,
 def _compile(program: Program, opt_level: int,
              dump: Callable[[str, str], None] | None) -> CompiledObject:
     target.init()
+    laps = Laps("llvm-ir")
     triple, _, _ = target.host()
     module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout())
     fastcall = pyentry.build(module, f"{_PLACEHOLDER}_fastcall").name
@@ -95,17 +97,21 @@ def _compile(program: Program, opt_level: int,
                                  for name in (entry, entry_py, fastcall))
     if dump is not None:
         dump("llvm.ll", text)
+    laps.next("llvm-parse")
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"codegen produced invalid LLVM IR: {e}") from e
+    laps.next("llvm-optimize")
     tm = target.create_target_machine(opt_level)
     optimize(mod, tm, opt_level)
+    laps.next("emit-object")
     if dump is not None:
         dump("llvm-opt.ll", str(mod))
         dump("asm.s", tm.emit_assembly(mod))
     obj = tm.emit_object(mod)
+    laps.end()
     return CompiledObject(bytes(obj), entry, entry_py, n_io(program), len(program.consts),
                           uses_pool(program), fastcall)
 
