@@ -112,6 +112,8 @@ def _subprocesses(row: dict[str, Any], folder: str, cache: str, threads: int) ->
     row["mem_ort_mb"] = ort["peak_kb"] / 1024 if "peak_kb" in ort else None
     row["ort_load_ms"] = ort["first_s"] * 1e3 if "first_s" in ort else None
     row["mem_method"] = cold["method"]
+    if cold.get("stages"):  # where the cold compile's time went (`report.stages`)
+        row["compile_stages_ms"] = {k: v * 1e3 for k, v in cold["stages"].items()}
 
 
 class _ProcError(Exception):

@@ -58,6 +58,10 @@ def test_subprocess_measurements_and_thread_scaling(monkeypatch):
     assert row["mem_onnxjit_mb"] >= 0 and row["mem_onnxjit_cold_mb"] > 0
     assert row["mem_ort_mb"] is not None and row["mem_method"] in ("clear_refs", "hwm-delta")
     assert row["speedup_threads"] > 0
+    stages = row["compile_stages_ms"]  # the cold compile's stages, and their table
+    assert {"passes", "lowering", "llvm-ir", "llvm-optimize", "emit-object", "link"} <= set(stages)
+    table = bench_report.markdown({"results": [row]})
+    assert "Cold compile by stage" in table and "| mlp_b1 | " in table.split("by stage")[1]
 
 
 def test_blocks_and_alternating_calls(monkeypatch):
