@@ -54,6 +54,7 @@ class Display:
         self.delay = delay
         self.t0 = time.perf_counter()
         self.text = "starting"
+        self.verb = "compiling"
         self.shown = False
         self.lock = threading.Lock()
         self.stop = threading.Event()
@@ -77,7 +78,7 @@ class Display:
             self.stop.wait(_REPAINT)
 
     def _paint(self) -> None:
-        line = f"onnxjit: compiling {self.text}  {time.perf_counter() - self.t0:.1f} s"
+        line = f"onnxjit: {self.verb} {self.text}  {time.perf_counter() - self.t0:.1f} s"
         with self.lock:
             if self.stop.is_set():
                 return
@@ -99,8 +100,10 @@ class Session:
     """The recorder and progress reporting of one signature's lookup (see the module
     docstring); `stages()` gives the seconds per stage afterwards."""
 
-    def __init__(self, what: str, option: Any) -> None:
+    def __init__(self, what: str, option: Any, verbs: tuple[str, str] = ("compiling",
+                                                                         "compiled")) -> None:
         self.what = what
+        self.verbs = verbs
         self.option = option
         self.recorder = Recorder(self)
         self.callback: ProgressFn | None = None
@@ -122,11 +125,11 @@ class Session:
         if kind is None:
             if self.callback is not None:
                 self.callback("done", self.done, self.done)
-            log(INFO, "compiled %s in %.2f s", self.what, seconds)
+            log(INFO, "%s %s in %.2f s", self.verbs[1], self.what, seconds)
         else:
             if isinstance(self.callback, Display):
                 self.callback.close()
-            log(INFO, "compile of %s stopped after %.2f s by %s", self.what, seconds,
+            log(INFO, "%s %s stopped after %.2f s by %s", self.verbs[0], self.what, seconds,
                 getattr(kind, "__name__", kind))
 
     def compiling(self, expected: int) -> None:
@@ -137,8 +140,10 @@ class Session:
             return
         self.compiled = True
         self.t0 = time.perf_counter()
-        log(INFO, "compiling %s", self.what)
+        log(INFO, "%s %s", self.verbs[0], self.what)
         self.callback = resolve(self.option)
+        if isinstance(self.callback, Display):
+            self.callback.verb = self.verbs[0]
 
     # timings.Listener
     def begin(self, stage: str) -> None:

@@ -74,7 +74,7 @@ class CompiledModel:
         self._fastcall: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
         self._defaults: dict[int, np.ndarray] = {}
         self._timings: dict[str, dict[str, float]] = {}
-        with Session(f"{source_name} (import)", options.progress) as session:
+        with Session(source_name, options.progress, ("importing", "imported")) as session:
             meta = self._model_meta()
         if session.stages():
             self._timings["model"] = session.stages()
