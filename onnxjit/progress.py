@@ -100,7 +100,7 @@ class Session:
     """The recorder and progress reporting of one signature's lookup (see the module
     docstring); `stages()` gives the seconds per stage afterwards."""
 
-    def __init__(self, what: str, option: Any, verbs: tuple[str, str] = ("compiling",
+    def __init__(self, what: Any, option: Any, verbs: tuple[str, str] = ("compiling",
                                                                          "compiled")) -> None:
         self.what = what
         self.verbs = verbs
@@ -166,9 +166,21 @@ def compiling(expected: int) -> None:
         session.compiling(expected)
 
 
-def cache_event(kind: str, what: str) -> None:
+def cache_event(kind: str, what: Any) -> None:
     """A debug log line for a memory hit, disk hit or miss."""
     log(DEBUG, "%s: %s", kind, what)
+
+
+class LazyText:
+    """Text computed when first formatted (a log line nobody shows costs nothing)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], str]) -> None:
+        self.make = make
+
+    def __str__(self) -> str:
+        return self.make()
 
 
 def format_table(stages: dict[str, float]) -> str:

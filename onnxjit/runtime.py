@@ -27,7 +27,7 @@ from onnxjit.entries import ensure_pool, layout_ok
 from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
 from onnxjit.options import CompileOptions
-from onnxjit.progress import Session, cache_event, compiling
+from onnxjit.progress import LazyText, Session, cache_event, compiling
 from onnxjit.signature import (
     Declared,
     check,
@@ -237,15 +237,16 @@ class CompiledModel:
 
     def _artifact(self, sig: tuple) -> Any:
         """The artifact of a new signature, its stages timed (`timings`) and reported."""
-        what = describe(self.input_names, sig)
-        with Session(f"{self._source_name} for {what}", self.options.progress) as session:
+        # texts made only when logged or timed: a symbolic program binds sizes in microseconds
+        what = LazyText(lambda: f"{self._source_name} for {describe(self.input_names, sig)}")
+        with Session(what, self.options.progress) as session:
             art = self._lookup(sig, what)
         stages = session.stages() or getattr(art, "timings", None)
         if stages:
-            self._timings[what] = art.timings = stages
+            self._timings[describe(self.input_names, sig)] = art.timings = stages
         return art
 
-    def _lookup(self, sig: tuple, what: str) -> Any:
+    def _lookup(self, sig: tuple, what: Any) -> Any:
         if self._symbolic.enabled():
             art = self._symbolic.artifact(sig)
             if art is not None:

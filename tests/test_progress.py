@@ -118,12 +118,13 @@ def test_logger_reports_compiles_and_cache_events(caplog):
     caplog.set_level(logging.DEBUG, logger="onnxjit")
     text = TEXT.replace("Mul", "Add")  # a model no other test compiles
     onnxjit.compile(text, cache_dir=False)(X)
-    assert "miss: x: f32[2,3]" in caplog.text
+    assert "miss: <model text> for x: f32[2,3]" in caplog.text
     assert "compiling <model text> for x: f32[2,3]" in caplog.text
     assert "compiled <model text> for x: f32[2,3] in" in caplog.text
     caplog.clear()
     onnxjit.compile(text, cache_dir=False)(X)
-    assert "memory hit: x: f32[2,3]" in caplog.text and "compiling" not in caplog.text
+    assert "memory hit: <model text> for x: f32[2,3]" in caplog.text
+    assert "compiling" not in caplog.text
 
 
 def test_interrupted_compile_leaves_no_cache_entry_and_recovers(tmp_path):
