@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from onnxjit.timings import DEBUG, INFO, Recorder, current, log, recording
+from onnxjit.timings import DEBUG, INFO, Recorder, _current, current, log
 
 ProgressFn = Callable[[str, int, int], None]
 DELAY = 1.0  # seconds before the terminal display appears: quick compiles stay silent
@@ -113,12 +113,11 @@ class Session:
         self.compiled = False
 
     def __enter__(self) -> Session:
-        self._recording = recording(self.recorder)
-        self._recording.__enter__()
-        return self
+        self._token = _current.set(self.recorder)  # (`timings.recording`, inlined: every
+        return self  # new size a symbolic program binds opens a session)
 
     def __exit__(self, kind: type | None, exc: object, tb: object) -> None:
-        self._recording.__exit__()
+        _current.reset(self._token)
         if not self.compiled:
             return
         seconds = time.perf_counter() - self.t0
@@ -155,7 +154,7 @@ class Session:
             self.done += 1
 
     def stages(self) -> dict[str, float]:
-        return self.recorder.summary()
+        return self.recorder.summary() if self.recorder.stages else {}
 
 
 def compiling(expected: int) -> None:
