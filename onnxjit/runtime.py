@@ -408,8 +408,8 @@ class CompiledModel:
     @property
     def required_inputs(self) -> list[str]:
         """Names of the inputs without a default value (graph inputs that are not also
-        initializers), in graph-input order."""
-        self._graph()
+        initializers), in graph-input order (from the bytes if the model is not imported)."""
+        self._load_defaults()
         return [n for i, n in enumerate(self.input_names) if i not in self._defaults]
 
     def timings(self) -> dict[str, dict[str, float]]:

@@ -77,6 +77,8 @@ def test_run_takes_given_or_asked_for_random_values_and_defaults(files, capsys):
                  "--cache-dir", str(files / "cache")]) == 0
     with np.load(out) as z:  # b is the model's default: not required, not invented
         np.testing.assert_array_equal(z["y"], np.ones((2, 3)) + [1, 2, 3])
+    warm = onnxjit.compile(files / "fixed.onnxtxt", cache_dir=files / "cache")
+    assert warm.required_inputs == ["x"] and warm._model is None  # a warm run imports nothing
     assert main(["run", f"{files}/sym.onnxtxt", "--random", "--shape", "x=4x3",
                  "--cache-dir", str(files / "cache")]) == 0
     assert "y: float32[4, 3]" in capsys.readouterr().out
