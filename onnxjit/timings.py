@@ -175,6 +175,16 @@ def grouped(stages: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def grouped_total(timings: dict[str, dict[str, float]]) -> dict[str, float]:
+    """`CompiledModel.timings()` (stages per signature) added up over its signatures and
+    grouped (`grouped`): where a whole run's compile time went."""
+    out: dict[str, float] = {}
+    for stages in timings.values():
+        for name, s in grouped(stages).items():
+            out[name] = out.get(name, 0.0) + s
+    return out
+
+
 def log(level: int, message: str, *args: Any) -> None:
     """Log to the `onnxjit` logger, if `logging` is in use (see the module docstring)."""
     logging = sys.modules.get("logging")

@@ -81,13 +81,9 @@ def run(engine: str, model: str, feeds_path: str, cache: str, threads: int) -> d
     out = {"first_s": first, "import_s": import_s, "peak_kb": max(0, hwm - base),
            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "method": method}
     if engine == "onnxjit":
-        from onnxjit.timings import grouped
+        from onnxjit.timings import grouped_total
 
-        stages: dict = {}
-        for per in fn.timings().values():
-            for name, s in grouped(per).items():
-                stages[name] = stages.get(name, 0.0) + s
-        out["stages"] = stages
+        out["stages"] = grouped_total(fn.timings())
     return out
 
 

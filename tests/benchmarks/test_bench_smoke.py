@@ -99,6 +99,8 @@ def test_stream_row_end_to_end():
     assert row["ratio_cold"] > 0 and row["ratio_warm"] > 0 and row["ratio_steady"] > 0
     table = bench_report.markdown({"results": [row]})
     assert "| stream_decoder | 5 |" in table
+    assert row["compile_stages_ms"]["llvm-optimize"] > 0  # the cold stream's compiles
+    assert "| stream_decoder | " in table.split("by stage")[1]
 
 
 def test_single_thread_gemm_reports_peak_fraction():
