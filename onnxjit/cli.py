@@ -145,6 +145,7 @@ def _timings(args: argparse.Namespace) -> int:
     """Compile the model (no disk cache: a cold compile) for its declared shapes, or those of
     `--shape`, and print the seconds of each compile stage (`CompiledModel.timings`)."""
     from onnxjit.progress import format_table
+    from onnxjit.timings import grouped_total
 
     fn = onnxjit.compile(_model_arg(args.model), cache_dir=False)
     fn._prepare(tuple(cli_inputs.zeros(fn, args.shape)))  # compiles; runs nothing
@@ -154,8 +155,9 @@ def _timings(args: argparse.Namespace) -> int:
             what = f"{what[:90]}, ... ({what.count(': ')} inputs)"
         print(f"{what}:")
         print(format_table(stages))
-    total = sum(s for stages in timings.values() for s in stages.values())
-    print(f"compile total: {total:.3f} s")
+    groups = grouped_total(timings)
+    print(f"compile total: {sum(groups.values()):.3f} s; by group: "
+          + ", ".join(f"{g} {s:.3f} s" for g, s in sorted(groups.items(), key=lambda x: -x[1])))
     return 0
 
 

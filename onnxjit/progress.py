@@ -26,7 +26,7 @@ from onnxjit.timings import DEBUG, INFO, Recorder, _current, current, log
 ProgressFn = Callable[[str, int, int], None]
 DELAY = 1.0  # seconds before the terminal display appears: quick compiles stay silent
 _REPAINT = 0.2
-_UNCOUNTED = frozenset({"verify"})  # stages inside others' steps
+_UNCOUNTED = frozenset({"verify", "op-table"})  # stages between or inside counted steps
 
 
 def resolve(option: Any, stream: IO[str] | None = None) -> ProgressFn | None:

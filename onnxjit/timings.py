@@ -11,6 +11,8 @@ up) and tells an optional listener (`onnxjit.progress`) when each stage begins a
 
 Stage names (what `CompiledModel.timings()` and `onnxjit info --timings` show):
     import            protobuf -> graph IR, verified
+    op-table          the op families' modules imported (once a process, inside the first
+                      pass that looks an op up; taken out of that pass's time)
     pass <name>       one pass of a pipeline (`pass lower-to-loops` is the lowering)
     verify            the IR verifiers run between passes (option `verify`)
     llvm-ir           LLVM IR emission (llvmlite IR objects, then module text)
@@ -18,7 +20,7 @@ Stage names (what `CompiledModel.timings()` and `onnxjit info --timings` show):
     llvm-optimize     LLVM's optimisation pipeline
     emit-object       code generation: machine code for the host (object file)
     link              the object file linked into the process (ELF loader or MCJIT)
-    cache-read        a disk-cache entry read and decoded (a warm start)
+    load              a disk-cache entry read, decoded and linked (a warm start)
     cache-write       the compiled artifact written to the disk cache
 
 A context variable rather than a global: each thread (and asyncio task) compiling has its
@@ -46,20 +48,31 @@ class Listener(Protocol):
 
 
 class Recorder:
-    """The stages of one compile: (name, seconds) in the order they ran."""
+    """The stages of one compile: (name, seconds) in the order they ended. A stage inside
+    another (the op table loading during the first shape inference) counts only for itself:
+    its seconds are taken out of the enclosing stage's, so the stages add up to the total."""
 
-    __slots__ = ("stages", "listener")
+    __slots__ = ("stages", "listener", "inner")
 
     def __init__(self, listener: Listener | None = None) -> None:
         self.stages: list[tuple[str, float]] = []
         self.listener = listener
+        self.inner = [0.0]  # per open stage (and the outermost level): its inner stages' time
 
     def begin(self, stage: str) -> None:
+        self.inner.append(0.0)
         if self.listener is not None:
             self.listener.begin(stage)
 
-    def add(self, stage: str, seconds: float) -> None:
-        self.stages.append((stage, seconds))
+    def end(self, stage: str, seconds: float) -> None:
+        """A stage `begin` opened ended after `seconds` (its inner stages included)."""
+        inner = self.inner.pop() if len(self.inner) > 1 else 0.0
+        self.add(stage, seconds, seconds - inner)
+
+    def add(self, stage: str, seconds: float, own: float | None = None) -> None:
+        """A stage timed elsewhere took `seconds` (`own`: without its inner stages)."""
+        self.inner[-1] += seconds
+        self.stages.append((stage, seconds if own is None else own))
         if self.listener is not None:
             self.listener.end(stage)
 
@@ -113,7 +126,7 @@ class timed:  # noqa: N801 - used like a function: `with timed("stage"):`
 
     def __exit__(self, *exc: object) -> None:
         if self.recorder is not None:
-            self.recorder.add(self.stage, time.perf_counter() - self.t0)
+            self.recorder.end(self.stage, time.perf_counter() - self.t0)
 
 
 class Laps:
@@ -141,7 +154,7 @@ class Laps:
 
     def end(self) -> None:
         if self.recorder is not None and self.stage is not None:
-            self.recorder.add(self.stage, time.perf_counter() - self.t0)
+            self.recorder.end(self.stage, time.perf_counter() - self.t0)
             self.stage = None
 
 

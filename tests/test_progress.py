@@ -9,6 +9,7 @@ import io
 import logging
 import os
 import time
+import types
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import pytest
 import onnxjit
 from onnxjit import cache as cache_mod
 from onnxjit import runtime
+from onnxjit import timings as timings_mod
 from onnxjit.options import CompileOptions
 from onnxjit.progress import Display, resolve
 from onnxjit.timings import Recorder, current, grouped, recording, timed
@@ -46,18 +48,21 @@ def test_timings_name_every_stage_and_a_warm_start_shows_its_load(tmp_path):
     assert warm.timings() == {"x: f32[2,3]": {"load": warm.timings()["x: f32[2,3]"]["load"]}}
 
 
-def test_timed_records_nothing_outside_a_compile():
+def test_timed_records_nothing_outside_a_compile_and_nested_stages_once(monkeypatch):
     with timed("stage"):
         pass
     assert current() is None
+    ticks = iter(range(100))  # a clock advancing one second a reading
+    clock = types.SimpleNamespace(perf_counter=lambda: next(ticks))
+    monkeypatch.setattr(timings_mod, "time", clock)
     rec = Recorder()
     with recording(rec):
-        with timed("a"):
+        with timed("a"):  # 0..3, "b" inside it 1..2
             with timed("b"):
                 pass
-        with timed("a"):
+        with timed("a"):  # 4..5
             pass
-    assert [s for s, _ in rec.stages] == ["b", "a", "a"] and list(rec.summary()) == ["b", "a"]
+    assert rec.stages == [("b", 1), ("a", 2), ("a", 1)] and rec.summary() == {"b": 1, "a": 3}
     assert current() is None
 
 

@@ -109,7 +109,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 #: the columns of the cold compile's stage table (`onnxjit.timings.grouped` names)
-STAGE_COLUMNS = ("import", "passes", "verify", "lowering", "llvm-ir", "llvm-parse",
+STAGE_COLUMNS = ("import", "op-table", "passes", "verify", "lowering", "llvm-ir", "llvm-parse",
                  "llvm-optimize", "emit-object", "link", "cache-write")
 
 
