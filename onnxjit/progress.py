@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from onnxjit.timings import DEBUG, INFO, Recorder, _current, current, log
+from onnxjit.timings import DEBUG, INFO, Recorder, current, install, log, restore
 
 ProgressFn = Callable[[str, int, int], None]
 DELAY = 1.0  # seconds before the terminal display appears: quick compiles stay silent
@@ -113,11 +113,11 @@ class Session:
         self.compiled = False
 
     def __enter__(self) -> Session:
-        self._token = _current.set(self.recorder)  # (`timings.recording`, inlined: every
-        return self  # new size a symbolic program binds opens a session)
+        self._token = install(self.recorder)
+        return self
 
     def __exit__(self, kind: type | None, exc: object, tb: object) -> None:
-        _current.reset(self._token)
+        restore(self._token)
         if not self.compiled:
             return
         seconds = time.perf_counter() - self.t0

@@ -24,7 +24,8 @@ Stage names (what `CompiledModel.timings()` and `onnxjit info --timings` show):
     cache-write       the compiled artifact written to the disk cache
 
 A context variable rather than a global: each thread (and asyncio task) compiling has its
-own recorder, and worker threads started elsewhere see none.
+own recorder, and worker threads started elsewhere see none. Work done in another process
+(a compile worker) is timed there and added here with `record(stage, seconds)`.
 
 `log(level, message, *args)` logs to the `onnxjit` logger only when the `logging` module is
 already imported: importing it costs a few ms of a warm start, and when nobody imported it
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import sys
 import time
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any, Protocol
 
 DEBUG, INFO = 10, 20  # logging's levels, without importing logging
@@ -90,6 +91,15 @@ _current: ContextVar[Recorder | None] = ContextVar("onnxjit_timings", default=No
 def current() -> Recorder | None:
     """The recorder of the compile running in this context, if any."""
     return _current.get()
+
+
+def install(recorder: Recorder) -> Token:
+    """Make `recorder` the current one; `restore(token)` puts the previous one back."""
+    return _current.set(recorder)
+
+
+def restore(token: Token) -> None:
+    _current.reset(token)
 
 
 class recording:  # noqa: N801 - used like a function: `with recording(rec):`
