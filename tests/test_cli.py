@@ -60,6 +60,8 @@ MISTAKES = [
     (["convert", "{d}/nope.onnx", "{d}/out.onnxtxt"], "does not exist"),
     (["run", "{d}/fixed.onnxtxt", "-i", "x={d}/x.npy", "-o", "{d}/no/dir/out.npz"],
      "No such file or directory"),
+    (["bench", "-k", "add4", "--baseline", "{d}/none.json"], "cannot read the baseline"),
+    (["bench", "-k", "add4", "--baseline", "{d}/x.npy"], "is not a bench JSON report"),
 ]
 
 
