@@ -36,6 +36,7 @@ from typing import Any
 
 import llvmlite.binding as llvm
 
+from onnxjit import timings
 from onnxjit.codegen import pyentry, target
 from onnxjit.codegen.entry import n_io
 from onnxjit.codegen.irutil import LOOP_SELF
@@ -52,6 +53,7 @@ from onnxjit.codegen.vector_variants import inline_variants
 from onnxjit.digest import hexdigest
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Program
+from onnxjit.timings import Laps
 
 _PLACEHOLDER = "onnxjit_PROGRAMID"
 _LOOP_SELF = re.compile(r'(!\d+) = !\{ !"' + re.escape(LOOP_SELF) + r'\.\d+",')
@@ -109,6 +111,7 @@ def compile_program(program: Program, opt_level: int = 3,
 
 def _compile(program: Program, plan: Any, opt_level: int,
              dump: Callable[[str, str], None] | None) -> CompiledObject:
+    laps = Laps("llvm-ir")
     triple, _, _ = target.host()
     module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout(),
                                            plan)
@@ -119,6 +122,7 @@ def _compile(program: Program, plan: Any, opt_level: int,
     text = text.replace(_PLACEHOLDER, prefix)
     entry, entry_py, fastcall = (name.replace(_PLACEHOLDER, prefix)
                                  for name in (entry, entry_py, fastcall))
+    laps.end()
     obj = compile_module(text, opt_level, dump)
     return CompiledObject(obj, entry, entry_py, n_io(program), len(program.consts),
                           uses_pool(program), fastcall)
@@ -140,8 +144,18 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
         fastcall = pyentry.build(module, f"{prefix}_fastcall").name
         return compile_module(str(module), opt_level, None), entry, entry_py, fastcall
 
-    parts, (obj, entry, entry_py, fastcall) = workers.compile_groups(
-        program, plan, groups, prefix, n_jobs, opt_level, entry_object)
+    rec = timings.current()
+    listener = rec.listener if rec is not None else None
+
+    def on_group(done: int, total: int) -> None:  # the progress display's text
+        if listener is not None:
+            listener.begin(f"llvm in {min(n_jobs, len(groups))} workers: {done}/{total}")
+
+    with timings.timed("llvm in workers"):
+        parts, (obj, entry, entry_py, fastcall), cpu = workers.compile_groups(
+            program, plan, groups, prefix, n_jobs, opt_level, entry_object, on_group)
+    timings.log(timings.DEBUG, "workers' CPU seconds: %s",
+                ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
     return CompiledObject(obj, entry, entry_py, n_io(program), len(program.consts),
                           uses_pool(program), fastcall, parts=tuple(parts))
 
@@ -152,17 +166,22 @@ def compile_module(text: str, opt_level: int,
     text = _LOOP_SELF.sub(lambda m: f"{m[1]} = distinct !{{ {m[1]},", text)
     if dump is not None:
         dump("llvm.ll", text)
+    laps = Laps("llvm-parse")
     try:
         mod = llvm.parse_assembly(text)
         mod.verify()
     except RuntimeError as e:
         raise CompileError(f"codegen produced invalid LLVM IR: {e}") from e
+    laps.next("llvm-optimize")
     tm = target.create_target_machine(opt_level)
     optimize(mod, tm, opt_level)
+    laps.next("emit-object")
     if dump is not None:
         dump("llvm-opt.ll", str(mod))
         dump("asm.s", tm.emit_assembly(mod))
-    return bytes(tm.emit_object(mod))
+    obj = bytes(tm.emit_object(mod))
+    laps.end()
+    return obj
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:

@@ -13,8 +13,8 @@ and cannot be interrupted, so threads neither speed it up nor let the caller sto
    this process). A worker reads a group id (two bytes; EOF: no work left), translates that
    group's kernels into a module of its own with external linkage (`modules.translate_kernels`),
    parses, verifies, optimises and emits it (`jit.compile_module`), and writes one framed
-   result (u64 length, then a pickled (group, object code) or (group, exception)) to its own
-   result pipe. Workers ignore SIGINT (the parent decides) and leave with `os._exit`.
+   result (u64 length, then a pickled (group, object code or exception, seconds per stage))
+   to its own result pipe. Workers ignore SIGINT (the parent decides) and leave with `os._exit`.
 4) Meanwhile the parent compiles the entry module (entry points, kernels declared external:
    `modules.build_entry_module`), then collects the results with `select`. A worker's
    exception is raised again in the parent; an exception in the parent (KeyboardInterrupt
@@ -32,11 +32,13 @@ import select
 import signal
 import struct
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from onnxjit.codegen.modules import KernelPlan, translate_kernels
 from onnxjit.errors import CompileError, OnnxJitError
 from onnxjit.ir.loops import Kernel, Matmul, Program, walk
+from onnxjit.timings import Recorder, recording
 
 #: below this estimated cost (statements) a program compiles in this process, in one module:
 #: starting a worker costs 5-20 ms (fork, then a separate entry object); a program with one
@@ -105,9 +107,12 @@ def plan_groups(program: Program, plan: KernelPlan, workers: int) -> list[list[i
 
 
 def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], prefix: str,
-                   workers: int, opt_level: int, parent_work: Any) -> tuple[list[bytes], Any]:
-    """Object code of each group (in group order) compiled by `workers` forked processes, and
-    what `parent_work()` returned (run here while they work)."""
+                   workers: int, opt_level: int, parent_work: Any,
+                   on_group: Callable[[int, int], None] | None = None
+                   ) -> tuple[list[bytes], Any, dict[str, float]]:
+    """Object code of each group (in group order) compiled by `workers` forked processes,
+    what `parent_work()` returned (run here while they work), and the workers' CPU seconds
+    per stage (`onnxjit.timings` names)."""
     from onnxjit.codegen import jit
 
     tasks_r, tasks_w = os.pipe()
@@ -135,12 +140,13 @@ def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], 
         os.close(tasks_r)
         tasks_r = -1
         extra = parent_work()
-        objects = _collect(pids, len(groups))
+        cpu: dict[str, float] = {}
+        objects = _collect(pids, len(groups), cpu, on_group)
     finally:
         if tasks_r >= 0:
             os.close(tasks_r)
         _reap(pids)
-    return objects, extra
+    return objects, extra, cpu
 
 
 def _worker(program: Program, plan: KernelPlan, groups: list[list[int]], prefix: str,
@@ -153,10 +159,13 @@ def _worker(program: Program, plan: KernelPlan, groups: list[list[int]], prefix:
             if len(raw) < 2:
                 break
             (g,) = struct.unpack("<H", raw)
+            rec = Recorder()  # this group's stage times, for the parent's log
             try:
-                payload = (g, _compile_group(program, plan, groups[g], prefix, opt_level, jit))
+                with recording(rec):
+                    code = _compile_group(program, plan, groups[g], prefix, opt_level, jit)
+                payload = (g, code, rec.summary())
             except BaseException as e:  # noqa: BLE001 - any failure goes to the parent
-                payload = (g, _portable(e))
+                payload = (g, _portable(e), {})
             _write_frame(out, pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
             if isinstance(payload[1], BaseException):
                 break
@@ -193,8 +202,10 @@ def _write_frame(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _collect(pids: dict[int, int], n_groups: int) -> list[bytes]:
-    """Read every worker's framed results until each group has its object code."""
+def _collect(pids: dict[int, int], n_groups: int, cpu: dict[str, float],
+             on_group: Callable[[int, int], None] | None) -> list[bytes]:
+    """Read every worker's framed results until each group has its object code; the workers'
+    seconds per stage are added to `cpu`, `on_group(done, total)` follows each group."""
     buffers = {fd: bytearray() for fd in pids}
     objects: dict[int, bytes] = {}
     open_fds = set(pids)
@@ -214,11 +225,15 @@ def _collect(pids: dict[int, int], n_groups: int) -> list[bytes]:
                 (n,) = _FRAME.unpack_from(buf)
                 if len(buf) < _FRAME.size + n:
                     break
-                g, result = pickle.loads(bytes(buf[_FRAME.size:_FRAME.size + n]))
+                g, result, stages = pickle.loads(bytes(buf[_FRAME.size:_FRAME.size + n]))
                 del buf[:_FRAME.size + n]
                 if isinstance(result, BaseException):
                     raise result
                 objects[g] = result
+                for stage, seconds in stages.items():
+                    cpu[stage] = cpu.get(stage, 0.0) + seconds
+                if on_group is not None:
+                    on_group(len(objects), n_groups)
     return [objects[g] for g in range(n_groups)]
 
 

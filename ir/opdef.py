@@ -128,10 +128,12 @@ def _load_tables() -> None:
     import pkgutil
 
     import onnxjit.ir.ops as package
+    from onnxjit.timings import timed
 
-    names = [m.name for m in pkgutil.walk_packages(package.__path__, "onnxjit.ir.ops.")]
-    for name in sorted(names):
-        importlib.import_module(name)
+    with timed("op-table"):  # about half a second: a compile's timings show it
+        names = [m.name for m in pkgutil.walk_packages(package.__path__, "onnxjit.ir.ops.")]
+        for name in sorted(names):
+            importlib.import_module(name)
     _loaded = True
 
 

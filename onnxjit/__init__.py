@@ -9,6 +9,10 @@ imported on first use, so `import onnxjit` stays cheap.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
 from onnxjit.errors import (
     CompileError,
     InputError,
@@ -18,6 +22,9 @@ from onnxjit.errors import (
     UnsupportedError,
 )
 from onnxjit.version import __version__
+
+if TYPE_CHECKING:
+    from onnxjit.runtime import CompiledModel
 
 __all__ = [
     "CompileError", "InputError", "InputTypeError", "ModelError", "OnnxJitError",
@@ -44,11 +51,49 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
     raise AttributeError(f"module 'onnxjit' has no attribute '{name}'")
 
 
-def compile(model, **options):  # noqa: A001 - the public name DESIGN §1 asks for
-    """Compile an ONNX model (path, bytes, ModelProto, or parsed text) to a `CompiledModel`.
+def compile(  # noqa: A001 - the public name DESIGN §1 asks for
+    model: Any,
+    *,
+    cache_dir: str | os.PathLike | Literal[False] | None = None,
+    dump_ir: str | os.PathLike | None = None,
+    num_threads: int = 0,
+    specialize: Literal["auto", "shape", "dynamic"] | None = None,
+    opt_level: int = 3,
+    base_dir: str | os.PathLike | None = None,
+    verify: bool | None = None,
+    fast_algorithms: bool = True,
+    progress: bool | Literal["auto"] | Callable[[str, int, int], None] | None = None,
+) -> CompiledModel:
+    """Compile an ONNX model to a `CompiledModel`, a callable that compiles each new input
+    signature on its first call (and finds it in memory or the disk cache after that).
 
-    Options are those of `onnxjit.options.CompileOptions`.
+    model: a path to a `.onnx` or `.onnxtxt` file, the model's bytes, an `onnx.ModelProto`,
+        or model text in the ONNX textual syntax.
+    cache_dir: the disk-cache folder; False for none; None: `$ONNXJIT_CACHE_DIR`, else
+        `$XDG_CACHE_HOME/onnxjit` or `~/.cache/onnxjit`.
+    dump_ir: a folder receiving the IR after every pass, the LLVM IR and the assembly;
+        None: `$ONNXJIT_DUMP_IR`, else no dumps.
+    num_threads: worker threads of parallel loops; 0: every core this process may use.
+    specialize: "auto" (default; also `$ONNXJIT_SPECIALIZE`): code for the first shapes, then
+        one program with the dims seen varying symbolic; "dynamic": the dims the model
+        declares symbolic stay symbolic from the first call; "shape": a program per shape.
+    opt_level: LLVM optimisation level, 0..3.
+    base_dir: the folder of external data for a model given as bytes or an object (a model
+        file's own folder otherwise).
+    verify: run the IR verifiers after every pass (a failure is a `CompileError` naming the
+        pass); None: `$ONNXJIT_VERIFY=1`, else False: the imported model and each pipeline's
+        result only (about a tenth less compile time).
+    fast_algorithms: products by constant weights may use Strassen (MatMul/Gemm) and
+        Winograd F(2x2,3x3) (3x3 convs), whose rounding is bounded by the operands'
+        magnitudes rather than element by element; False: direct sums only.
+    progress: reporting of compiles: None (`$ONNXJIT_PROGRESS`: 0 off, 1 on; default "auto":
+        a one-line display on stderr for compiles over a second when stderr is a terminal),
+        True, False, or a callable `fn(stage, done, total)` called as each stage begins.
+
+    These are the fields of `onnxjit.options.CompileOptions` (`fn.options`).
     """
     from onnxjit.runtime import compile_model
 
-    return compile_model(model, **options)
+    return compile_model(model, cache_dir=cache_dir, dump_ir=dump_ir, num_threads=num_threads,
+                         specialize=specialize, opt_level=opt_level, base_dir=base_dir,
+                         verify=verify, fast_algorithms=fast_algorithms, progress=progress)

@@ -1,15 +1,20 @@
-"""The `onnxjit` command line: demo, run, dump, info, convert, bench.
+"""The `onnxjit` command line: demo, run, dump, info, compile, convert, bench.
 
     onnxjit demo                      compile the bundled MLP, check it against numpy, time it
-    onnxjit run MODEL [-i name=x.npy] [--shape name=1x3x224x224] [-o out.npz]
-    onnxjit dump MODEL DIR [--shape ...]   IR after every pass, LLVM IR and assembly into DIR
-    onnxjit info MODEL                inputs, outputs, opsets, op counts, unsupported ops
+    onnxjit run MODEL -i name=x.npy [-o out.npz]    (or --random [--shape name=1x3x224x224])
+    onnxjit dump MODEL DIR [-i ...] [--shape ...]   IR after every pass, LLVM IR and assembly
+    onnxjit info MODEL [--timings [--shape ...]]    inputs, outputs, opsets, op counts; with
+                                      --timings, a compile and the seconds of each stage
+    onnxjit compile MODEL [--hint batch=8]          the program for every size, into the cache
     onnxjit convert IN OUT            .onnx <-> .onnxtxt (ONNX textual syntax); '-' is stdin/out
     onnxjit bench [--quick] [-k NAME] [--json F] [--markdown F] [--baseline F --tolerance 0.2]
+    onnxjit --version;  -v / -vv before the command: the `onnxjit` logger's info / debug lines
 
 MODEL is a `.onnx` file, a `.onnxtxt` file (the ONNX textual syntax), or `-` for model text on
-stdin. Errors onnxjit raises on purpose are printed as one line (exit 2); anything else is a bug and
-keeps its traceback.
+stdin. A user's mistake (an error onnxjit raises on purpose, a file that cannot be read or
+written) is printed as one line (exit 2), Ctrl-C as "onnxjit: interrupted" (exit 130); anything
+else is a bug and keeps its traceback. Compiles over a second show their progress on stderr
+when it is a terminal (`ONNXJIT_PROGRESS=0` turns that off).
 """
 
 from __future__ import annotations
@@ -23,40 +28,10 @@ from pathlib import Path
 import numpy as np
 
 import onnxjit
+from onnxjit import cli_inputs
 from onnxjit.errors import OnnxJitError
 
 DEMO_MODEL = Path(__file__).parent / "examples" / "mlp.onnx"
-
-
-def _shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
-    out = {}
-    for s in specs:
-        name, _, dims = s.partition("=")
-        out[name] = tuple(int(d) for d in dims.split("x") if d) if dims else ()
-    return out
-
-
-def _feeds(fn: onnxjit.runtime.CompiledModel, files: Sequence[str],
-           shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-    feeds: dict[str, np.ndarray] = {}
-    for spec in files:
-        name, _, path = spec.partition("=")
-        feeds[name] = np.load(path)
-    rng = np.random.default_rng(0)
-    for name, dtype, dims in fn._declared:
-        if name in feeds:
-            continue
-        shape = shapes.get(name)
-        if shape is None:
-            if dims is None or not all(isinstance(d, int) for d in dims):
-                raise OnnxJitError(f"input '{name}' has symbolic dims {dims}; give --shape "
-                                   f"{name}=AxBxC or -i {name}=file.npy")
-            shape = tuple(dims)  # type: ignore[arg-type]
-        if dtype.is_float:
-            feeds[name] = rng.standard_normal(shape).astype(dtype.numpy)
-        else:
-            feeds[name] = rng.integers(0, 2, shape).astype(dtype.numpy)
-    return feeds
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -105,8 +80,9 @@ def _model_arg(model: str):  # noqa: ANN202 - a path or a parsed ModelProto
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Run the model once on the values of `-i` files (or random ones with `--random`)."""
     fn = onnxjit.compile(_model_arg(args.model), cache_dir=args.cache_dir or None)
-    feeds = _feeds(fn, args.input, _shapes(args.shape))
+    feeds = cli_inputs.feeds(fn, args.input, args.shape, args.random, fn.required_inputs)
     t0 = time.perf_counter()
     outs = fn(**feeds)
     dt = time.perf_counter() - t0
@@ -120,8 +96,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
+    """Compile with dumps into DIR; inputs not given by `-i` are random (only their shapes
+    matter to the code, unless shapes depend on values)."""
     fn = onnxjit.compile(_model_arg(args.model), dump_ir=args.dir, cache_dir=False)
-    fn(**_feeds(fn, args.input, _shapes(args.shape)))
+    fn(**cli_inputs.feeds(fn, args.input, args.shape, True, fn.required_inputs))
     files = sorted(p.relative_to(args.dir) for p in Path(args.dir).rglob("*") if p.is_file())
     for f in files:
         print(f)
@@ -129,6 +107,11 @@ def cmd_dump(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    """What the model declares and uses; `--timings`: compile it and time each stage."""
+    if args.timings:
+        return _timings(args)
+    if args.shape:
+        raise OnnxJitError("--shape sizes the compile of --timings; add --timings")
     from collections import Counter
 
     from onnxjit.importer import load_model
@@ -155,6 +138,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     if per_shape:
         print(f"  ops whose code needs concrete sizes: {', '.join(per_shape)}; with "
               "specialize 'auto'/'dynamic' the model compiles a program per input shape")
+    return 0
+
+
+def _timings(args: argparse.Namespace) -> int:
+    """Compile the model (no disk cache: a cold compile) for its declared shapes, or those of
+    `--shape`, and print the seconds of each compile stage (`CompiledModel.timings`)."""
+    from onnxjit.progress import format_table
+    from onnxjit.timings import grouped_total
+
+    fn = onnxjit.compile(_model_arg(args.model), cache_dir=False)
+    fn._prepare(tuple(cli_inputs.zeros(fn, args.shape)))  # compiles; runs nothing
+    timings = fn.timings()
+    for what, stages in timings.items():
+        if len(what) > 100:  # old models list their weights as inputs: hundreds of them
+            what = f"{what[:90]}, ... ({what.count(': ')} inputs)"
+        print(f"{what}:")
+        print(format_table(stages))
+    groups = grouped_total(timings)
+    print(f"compile total: {sum(groups.values()):.3f} s; by group: "
+          + ", ".join(f"{g} {s:.3f} s" for g, s in sorted(groups.items(), key=lambda x: -x[1])))
     return 0
 
 
@@ -215,7 +218,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `onnxjit` command: Ctrl-C ends it with one line and exit status 130 (the shell's
+    for SIGINT), wherever it lands (a compile leaves no partial cache entry: `cache`)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print("onnxjit: interrupted", file=sys.stderr)
+        return 130
+
+
+def _logging(verbosity: int) -> None:
+    """-v: the `onnxjit` logger's info lines (compiles) on stderr; -vv: debug (cache hits)."""
+    if verbosity:
+        import logging
+
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("onnxjit: %(message)s"))
+        log = logging.getLogger("onnxjit")
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     p = argparse.ArgumentParser(prog="onnxjit", description="ONNX compiler for CPUs")
+    p.add_argument("--version", action="version", version=f"onnxjit {onnxjit.__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log compiles (-v) and cache hits and misses (-vv) on stderr")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("demo", help="compile and check the bundled example model")
     d.add_argument("--cache-dir", default=None)
@@ -229,8 +258,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if name == "run":
             s.add_argument("-o", "--output", default=None, help="write outputs to .npz")
             s.add_argument("--cache-dir", default=None)
+            s.add_argument("--random", action="store_true",
+                           help="random values for the inputs not given by -i")
     s = sub.add_parser("info")
     s.add_argument("model")
+    s.add_argument("--timings", action="store_true",
+                   help="compile (no disk cache) and print the seconds of each stage")
+    s.add_argument("--shape", action="append", default=[],
+                   help="name=AxBxC: the size of symbolic dims for --timings")
     s = sub.add_parser("compile", help="build the program for every size of the model's "
                                        "symbolic dims into the disk cache (a warm start)")
     s.add_argument("model")
@@ -264,12 +299,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="alternate blocks of calls after pauses (default), or single calls: "
                         "then each engine's idle spinning threads slow the other's next call")
     args = p.parse_args(argv)
+    _logging(args.verbose)
     handler = {"demo": cmd_demo, "run": cmd_run, "dump": cmd_dump, "info": cmd_info,
                "compile": cmd_compile, "convert": cmd_convert, "bench": cmd_bench}[args.cmd]
     try:
         return handler(args)
     except OnnxJitError as e:
         print(f"onnxjit: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file of the user's (an output path, a --baseline) unusable
+        where = f" '{e.filename}'" if e.filename else ""
+        print(f"onnxjit: error: {e.strerror or e}{where}", file=sys.stderr)
         return 2
 
 

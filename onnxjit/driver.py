@@ -24,6 +24,7 @@ from onnxjit.ir.types import Sym
 from onnxjit.options import CompileOptions
 from onnxjit.passes import PassContext, get_pass
 from onnxjit.signature import entry_type
+from onnxjit.timings import timed
 
 GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "fold-constants",
                   "simplify", "fold-batchnorm", "dce"]
@@ -100,20 +101,23 @@ class PassHook:
     @staticmethod
     def _verify(pass_name: str, ir: Any) -> None:
         try:
-            verify_ir(ir)
+            with timed("verify"):
+                verify_ir(ir)
         except OnnxJitError as e:
             raise CompileError(f"IR invalid after pass '{pass_name}': {e}") from e
 
 
 def run_passes(ir: Any, names: list[str], ctx: PassContext | None = None,
                hook: Callable[[str, Any, float], None] | None = None) -> Any:
-    """Run a pipeline of pass names over `ir`; `hook(name, ir, seconds)` after each."""
+    """Run a pipeline of pass names over `ir`; `hook(name, ir, seconds)` after each. Each
+    pass is a stage `pass <name>` of the running compile's timings (`onnxjit.timings`)."""
     ctx = ctx or PassContext()
     passes = [get_pass(n) for n in names]  # unknown names fail before anything runs
     for p in passes:
         t0 = time.perf_counter()
         try:
-            ir = p.run(ir, ctx).ir
+            with timed(f"pass {p.name}"):
+                ir = p.run(ir, ctx).ir
         except (OnnxJitError, MemoryError):  # a MemoryError is the sizes', not a pass bug
             raise
         except Exception as e:
@@ -136,8 +140,9 @@ def import_model(source: Any, options: CompileOptions, dumper: Dumper | None = N
     from onnxjit.importer import load_model
 
     dumper = dumper or Dumper(None)
-    model = load_model(source, base_dir=options.base_dir)
-    verify_ir(model)  # the user's model, whatever `verify` says
+    with timed("import"):
+        model = load_model(source, base_dir=options.base_dir)
+        verify_ir(model)  # the user's model, whatever `verify` says
     dumper.ir("import", model)
     defaults = overridable_defaults(model)
     for k in defaults:

@@ -20,7 +20,7 @@ class CompileOptions(Record):
     """The validated options of one `compile` call (see `from_user`); immutable."""
 
     __slots__ = ("cache_dir", "dump_ir", "num_threads", "specialize", "opt_level", "base_dir",
-                 "verify", "fast_algorithms")
+                 "verify", "fast_algorithms", "progress")
     #: Disk cache folder; None disables the disk cache.
     cache_dir: Path | None
     #: Folder receiving the IR after every pass; None for no dumps.
@@ -42,9 +42,14 @@ class CompileOptions(Record):
     #: differently (Strassen for MatMul/Gemm, Winograd F(2x2,3x3) for 3x3 convs: errors
     #: bounded by the operands' magnitudes, not element by element); False: direct sums only.
     fast_algorithms: bool
+    #: Progress of compiles: "auto" (a one-line display on stderr when it is a terminal, for
+    #: compiles over a second), True (that display even when stderr is not a terminal), False
+    #: (none), or a callable `fn(stage, done, total)` (`onnxjit.progress`).
+    progress: Any
     _defaults: ClassVar[dict[str, Any]] = {
         "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "auto",
-        "opt_level": 3, "base_dir": None, "verify": False, "fast_algorithms": True}
+        "opt_level": 3, "base_dir": None, "verify": False, "fast_algorithms": True,
+        "progress": "auto"}
 
     @staticmethod
     def from_user(options: dict[str, Any]) -> CompileOptions:
@@ -75,13 +80,14 @@ class CompileOptions(Record):
         if not isinstance(fast, bool):
             raise OnnxJitError(f"fast_algorithms must be True or False, got {fast!r}")
         return CompileOptions(
+            progress=_progress(options.get("progress")),
             cache_dir=cache_dir,
             dump_ir=Path(dump) if dump else None,
             num_threads=num_threads or (available_cores()),
             specialize=specialize,
             opt_level=opt_level,
             base_dir=Path(base_dir) if base_dir else None,
-            verify=bool(options.get("verify", os.environ.get("ONNXJIT_VERIFY", "") == "1")),
+            verify=_verify(options.get("verify")),
             fast_algorithms=fast,
         )
 
@@ -89,6 +95,18 @@ class CompileOptions(Record):
         """The options that change generated code (part of the cache key)."""
         return (f"opt{self.opt_level}-threads:{self.num_threads}"
                 f"{'' if self.fast_algorithms else '-direct'}")
+
+
+def _progress(value: Any) -> Any:
+    """The `progress` option: None takes `$ONNXJIT_PROGRESS` (0: off, 1: on), else "auto"."""
+    if value is None:
+        env = os.environ.get("ONNXJIT_PROGRESS", "").strip().lower()
+        value = {"0": False, "false": False, "off": False, "no": False,
+                 "1": True, "true": True, "on": True, "yes": True}.get(env, "auto")
+    if not (isinstance(value, bool) or callable(value) or value == "auto"):
+        raise OnnxJitError(f"progress must be True, False, 'auto' or a callable "
+                           f"fn(stage, done, total), got {value!r}")
+    return value
 
 
 def _default_cache_dir() -> str:
@@ -104,3 +122,10 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def _verify(value: Any) -> bool:
+    """The `verify` option: as given, else $ONNXJIT_VERIFY=1."""
+    if value is None:
+        return os.environ.get("ONNXJIT_VERIFY", "") == "1"
+    return bool(value)

@@ -27,6 +27,7 @@ from onnxjit.entries import ensure_pool, layout_ok
 from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
 from onnxjit.options import CompileOptions
+from onnxjit.progress import LazyText, Session, cache_event, compiling
 from onnxjit.signature import (
     Declared,
     check,
@@ -36,6 +37,7 @@ from onnxjit.signature import (
     signature_id,
     to_array,
 )
+from onnxjit.timings import record, timed
 
 if TYPE_CHECKING:
     from onnxjit.ir.graph import Model
@@ -71,7 +73,11 @@ class CompiledModel:
         self._last: Artifact | None = None
         self._fastcall: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
         self._defaults: dict[int, np.ndarray] = {}
-        meta = self._model_meta()
+        self._timings: dict[str, dict[str, float]] = {}
+        with Session(source_name, options.progress, ("importing", "imported")) as session:
+            meta = self._model_meta()
+        if session.stages():
+            self._timings["model"] = session.stages()
         self.input_names: list[str] = meta["inputs"]
         self.output_names: list[str] = meta["outputs"]
         self._declared: list[Declared] = meta.get("declared") or [
@@ -108,9 +114,10 @@ class CompiledModel:
     def _graph(self) -> Model:
         with self._lock:
             if self._model is None:
-                from onnxjit.driver import Dumper, import_model
+                from onnxjit.driver import GRAPH_PIPELINE, Dumper, import_model
 
                 dumper = Dumper(self.options.dump_ir / "graph" if self.options.dump_ir else None)
+                compiling(1 + len(GRAPH_PIPELINE))
                 src: Any = self._data
                 try:
                     self._model = import_model(src, self._with_base(), dumper)
@@ -229,6 +236,17 @@ class CompiledModel:
                                   str(cache_mod.FORMAT), host_id(), compiler_id())
 
     def _artifact(self, sig: tuple) -> Any:
+        """The artifact of a new signature, its stages timed (`timings`) and reported."""
+        # texts made only when logged or timed: a symbolic program binds sizes in microseconds
+        what = LazyText(lambda: f"{self._source_name} for {describe(self.input_names, sig)}")
+        with Session(what, self.options.progress) as session:
+            art = self._lookup(sig, what)
+        stages = session.stages() or getattr(art, "timings", None)
+        if stages:
+            self._timings[describe(self.input_names, sig)] = art.timings = stages
+        return art
+
+    def _lookup(self, sig: tuple, what: Any) -> Any:
         if self._symbolic.enabled():
             art = self._symbolic.artifact(sig)
             if art is not None:
@@ -239,14 +257,19 @@ class CompiledModel:
             if art is not None:
                 _MEMORY.move_to_end(key)
                 cache_mod.STATS.memory_hits += 1
+                cache_event("memory hit", what)
                 return art
         with self._lock:
+            t0 = time.perf_counter()
             entry = self._disk.get(key)
             art = self._from_entry(sig, entry) if entry is not None else None
             if art is not None:
+                record("load", time.perf_counter() - t0)
                 cache_mod.STATS.disk_hits += 1
+                cache_event("disk hit", what)
             else:
                 cache_mod.STATS.misses += 1
+                cache_event("miss", what)
                 art = self._compile(sig, key)
             with _MEMORY_LOCK:
                 _MEMORY[key] = art
@@ -255,6 +278,9 @@ class CompiledModel:
             return art
 
     def _compile(self, sig: tuple, key: str) -> Any:
+        from onnxjit.driver import SIGNATURE_PIPELINE
+
+        compiling(len(SIGNATURE_PIPELINE) + 6)
         t0 = time.perf_counter()
         model = self._graph()
         from onnxjit.driver import Dumper, bind_signature
@@ -286,15 +312,10 @@ class CompiledModel:
 
     def _native(self, sig: tuple, key: str, bound: Model, dumper: Any) -> Artifact:
         """Lower a specialised graph, generate and load its code, and store it in the cache."""
-        from onnxjit.codegen import compile_program, load_object
         from onnxjit.driver import lower_bound
 
         program = lower_bound(bound, self._with_base(), dumper)
-        obj = compile_program(program, opt_level=self.options.opt_level,
-                              dump=dumper.write if dumper.folder is not None else None,
-                              salt=key)
-        lib = load_object(obj)
-        pool_code = ensure_pool(obj.uses_pool, self.options.num_threads)
+        obj, lib, pool_code = self._codegen(program, dumper, key)
         art = Artifact(
             signature=sig,
             out_specs=[(tuple(b.shape), b.dtype.numpy) for b in program.outputs],
@@ -309,6 +330,17 @@ class CompiledModel:
         )
         self._store(key, art, obj, pool_code)
         return art
+
+    def _codegen(self, program: Any, dumper: Any, key: str) -> tuple[Any, Any, bytes | None]:
+        """(object code, its linked library, the worker pool's code) of a loop program;
+        `key` (its cache key) names its symbols."""
+        from onnxjit.codegen import compile_program, load_object
+
+        obj = compile_program(program, opt_level=self.options.opt_level,
+                              dump=dumper.write if dumper.folder is not None else None,
+                              salt=key)
+        with timed("link"):
+            return obj, load_object(obj), ensure_pool(obj.uses_pool, self.options.num_threads)
 
     # stages of a signature with data-dependent shapes (onnxjit.staged) ---------------------
     def _stage_passes(self, model: Model, key: str) -> Model:
@@ -341,7 +373,8 @@ class CompiledModel:
     def _store(self, key: str, art: Artifact, obj: Any, pool_code: bytes | None) -> None:
         from onnxjit.entries import native_entry
 
-        self._disk.put(key, native_entry(art, obj, pool_code))
+        with timed("cache-write"):
+            self._disk.put(key, native_entry(art, obj, pool_code))
 
     def _from_entry(self, sig: tuple, entry: cache_mod.Entry) -> Artifact | None:
         from onnxjit.entries import native_from_entry
@@ -373,31 +406,21 @@ class CompiledModel:
 
         return symbolic_from_entry(entry, self._pool_for, layout_ok(), self.options.num_threads)
 
-    def _compile_symbolic(self, ssig: tuple, hints: dict[str, int], key: str) -> Any:
-        from onnxjit.codegen import compile_program, load_object
-        from onnxjit.driver import Dumper, lower_symbolic
-        from onnxjit.dynamic import SymbolicArtifact
-        from onnxjit.entries import symbolic_entry
-
-        dumper = Dumper(self._dump_folder("symbolic-" + _safe(signature_id(ssig))))
-        program = lower_symbolic(self._graph(), ssig, hints, self._with_base(), dumper)
-        obj = compile_program(program, opt_level=self.options.opt_level,
-                              dump=dumper.write if dumper.folder is not None else None,
-                              salt=key)
-        lib = load_object(obj)
-        pool_code = ensure_pool(obj.uses_pool, self.options.num_threads)
-        sym = SymbolicArtifact.of_program(program, lib, layout_ok(), self.options.num_threads)
-        sym.program = program
-        self._disk.put(key, symbolic_entry(sym, obj, pool_code))
-        return sym
-
     # introspection ------------------------------------------------------------------------------
     @property
     def required_inputs(self) -> list[str]:
         """Names of the inputs without a default value (graph inputs that are not also
-        initializers), in graph-input order."""
-        self._graph()
+        initializers), in graph-input order (from the bytes if the model is not imported)."""
+        self._load_defaults()
         return [n for i, n in enumerate(self.input_names) if i not in self._defaults]
+
+    def timings(self) -> dict[str, dict[str, float]]:
+        """Seconds per compile stage: {what: {stage: seconds}}, in the order things ran;
+        `what` is "model" (the import and graph pipeline, when this object imported the
+        model), a signature's text (as in `signatures`), or "every size" (`precompile`).
+        Stage names are listed in `onnxjit.timings`; a signature served from the disk cache
+        shows only its `load`, one from this process's memory the compile that made it."""
+        return {k: dict(v) for k, v in self._timings.items()}
 
     @property
     def signatures(self) -> list[str]:
@@ -439,7 +462,11 @@ class CompiledModel:
         sharing the cache, compile nothing. Keywords give symbols' usual sizes (`batch=8`),
         which tiling decisions use. Returns {"symbolic": built or not, "symbols", "reason" (why
         not), "compile_seconds"}; a model whose sizes are all fixed gets its one program."""
-        return self._symbolic.precompile(hints)
+        with Session(f"{self._source_name} for every size", self.options.progress) as session:
+            out = self._symbolic.precompile(hints)
+        if session.stages():
+            self._timings["every size"] = session.stages()
+        return out
 
     @staticmethod
     def cache_info() -> dict[str, int]:
@@ -449,10 +476,6 @@ class CompiledModel:
     def __repr__(self) -> str:
         return (f"<onnxjit.CompiledModel {self._source_name} inputs={self.input_names} "
                 f"outputs={self.output_names} signatures={len(self._fast)}>")
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
 def compile_model(source: Any, **options: Any) -> CompiledModel:

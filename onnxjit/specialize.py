@@ -38,6 +38,7 @@ from onnxjit.dynamic import (
 )
 from onnxjit.errors import OnnxJitError
 from onnxjit.ir.types import DType
+from onnxjit.signature import signature_id
 
 #: the size a symbol is taken to have usually when `precompile` is given no hint for it
 DEFAULT_HINT = 16
@@ -126,13 +127,32 @@ class Specializer:
                 cache_mod.STATS.misses += 1
                 t0 = time.perf_counter()
                 try:
-                    prog = owner._compile_symbolic(ssig, hints, key)
+                    prog = self._compile(ssig, hints, key)
                     prog.compile_seconds = time.perf_counter() - t0
                 except OnnxJitError as e:
                     self.not_symbolic[key] = str(e)
                     owner._disk.put(key, cache_mod.Entry({"not_symbolic": str(e)}))
             self.programs[key] = prog
             return prog
+
+    def _compile(self, ssig: tuple, hints: dict[str, int], key: str) -> SymbolicArtifact:
+        """Compile the symbolic program of `ssig`, link it and store it in the disk cache."""
+        from onnxjit.driver import SIGNATURE_PIPELINE, Dumper, lower_symbolic
+        from onnxjit.entries import layout_ok, symbolic_entry
+        from onnxjit.progress import compiling
+        from onnxjit.timings import timed
+
+        owner = self.owner
+        compiling(len(SIGNATURE_PIPELINE) + 7)
+        dumper = Dumper(owner._dump_folder("symbolic-" + _safe(signature_id(ssig))))
+        program = lower_symbolic(owner._graph(), ssig, hints, owner._with_base(), dumper)
+        obj, lib, pool_code = owner._codegen(program, dumper, key)
+        threads = owner.options.num_threads
+        sym = SymbolicArtifact.of_program(program, lib, layout_ok(), threads)
+        sym.program = program
+        with timed("cache-write"):
+            owner._disk.put(key, symbolic_entry(sym, obj, pool_code))
+        return sym
 
     def precompile(self, hints: dict[str, int]) -> dict[str, Any]:
         """Build (or find in the disk cache) the program in which every dim the model declares
@@ -179,3 +199,7 @@ class Specializer:
     def reasons(self) -> list[str]:
         """Why symbolic programs could not be built, one line each."""
         return sorted(set(self.not_symbolic.values()))
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)

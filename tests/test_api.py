@@ -98,8 +98,31 @@ def test_compile_from_path_and_bytes(tmp_path, mlp_model):
 
 
 def test_unknown_option():
-    with pytest.raises(onnxjit.OnnxJitError, match="unknown compile option"):
+    """`compile` names its options (help, IDEs and type checkers see them): a misspelt one is
+    Python's TypeError naming it; the options object lists the known ones."""
+    with pytest.raises(TypeError, match="'fast'"):
         onnxjit.compile(chain(4), cache_dir=False, fast=True)
+    from onnxjit.options import CompileOptions
+
+    with pytest.raises(onnxjit.OnnxJitError, match="unknown compile option.*known: base_dir"):
+        CompileOptions.from_user({"fast": True})
+
+
+def test_compile_keywords_mirror_compile_options():
+    """Every CompileOptions field is a keyword-only parameter of `compile`, documented in its
+    docstring and in the README's options table, and nothing else is."""
+    import inspect
+    from pathlib import Path
+
+    from onnxjit.options import CompileOptions
+
+    params = inspect.signature(onnxjit.compile).parameters
+    keywords = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    assert set(keywords) == set(CompileOptions._fields)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for name in keywords:
+        assert f"    {name}:" in onnxjit.compile.__doc__, name
+        assert f"| `{name}` |" in readme, name
 
 
 @pytest.mark.parametrize("declared", [None, "untyped-dims"])

@@ -322,7 +322,7 @@ def test_cli_convert_both_ways_and_stdin(tmp_path, monkeypatch, capsys):
     assert cli_main(["info", str(txt)]) == 0
     assert "Add" in capsys.readouterr().out
     monkeypatch.setattr(sys, "stdin", io.StringIO(SMALL))
-    assert cli_main(["run", "-", "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert cli_main(["run", "-", "--random", "--cache-dir", str(tmp_path / "cache")]) == 0
     assert "Y: float32[2, 3]" in capsys.readouterr().out
     monkeypatch.setattr(sys, "stdin", io.StringIO("g (x) => (y) { y = Relu(x }"))
     assert cli_main(["info", "-"]) == 2

@@ -45,6 +45,7 @@ def test_wheel_contains_and_imports_every_module(tmp_path):
             rel = py.relative_to(ROOT / source).as_posix()
             assert f"{installed}/{rel}" in files, py
     assert "onnxjit/examples/mlp.onnx" in files
+    assert "onnxjit/py.typed" in files  # PEP 561: type checkers read the inline hints
     out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "site")],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr

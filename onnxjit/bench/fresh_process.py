@@ -6,7 +6,10 @@ ENGINE is `onnxjit` (compiled with `cache_dir=CACHE_DIR`: an empty folder gives 
 compile time, a folder a previous run filled gives the warm start) or `onnxruntime`. THREADS 0
 means the engine's default (onnxruntime: 2 intra-op threads, the bench's comparison setting).
 Prints one JSON object: `first_s` (from before `compile`/`InferenceSession` to the first result,
-imports and reading the feeds excluded), `import_s`, and memory in KiB.
+imports and reading the feeds excluded), `import_s`, memory in KiB, and for onnxjit `stages`:
+the seconds of each compile stage, summed over the model's import and its signatures and
+grouped as `onnxjit.timings.grouped` does (passes, lowering, llvm-ir, llvm-optimize,
+emit-object, link, load, ...).
 
 Memory method: tracemalloc cannot see native allocations (LLVM, onnxruntime's arena, onnxjit's
 arena and packed weights), so the kernel's accounting is used. After the imports and reading the
@@ -75,8 +78,13 @@ def run(engine: str, model: str, feeds_path: str, cache: str, threads: int) -> d
         for _ in range(3):
             sess.run(None, feeds)
     hwm = _status_kb("VmHWM")
-    return {"first_s": first, "import_s": import_s, "peak_kb": max(0, hwm - base),
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "method": method}
+    out = {"first_s": first, "import_s": import_s, "peak_kb": max(0, hwm - base),
+           "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "method": method}
+    if engine == "onnxjit":
+        from onnxjit.timings import grouped_total
+
+        out["stages"] = grouped_total(fn.timings())
+    return out
 
 
 if __name__ == "__main__":

@@ -104,7 +104,34 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_f(r.get('ratio'), '.2f', 'x')} | {_f(r.get('ratio_calls'), '.2f', 'x')} | {gf} | "
             f"{_f(r.get('compile_cold_ms'), '.0f', ' ms')} | "
             f"{_f(r.get('compile_warm_ms'), '.0f', ' ms')} | {mem} | {note} |")
-    return "\n".join(lines) + "\n" + _dynamic(doc["results"]) + _streams(doc["results"])
+    return ("\n".join(lines) + "\n" + stages(doc["results"]) + _dynamic(doc["results"])
+            + _streams(doc["results"]))
+
+
+#: the columns of the cold compile's stage table (`onnxjit.timings.grouped` names)
+STAGE_COLUMNS = ("import", "op-table", "passes", "verify", "lowering", "llvm-ir", "llvm-parse",
+                 "llvm-optimize", "emit-object", "link", "cache-write")
+
+
+def stages(rows: list[dict[str, Any]]) -> str:
+    """The cold compile of each row split by stage (ms), if any row measured it."""
+    rows = [r for r in rows if r.get("compile_stages_ms")]
+    if not rows:
+        return ""
+    lines = ["", "Cold compile by stage (ms, in the cold process; `fn.timings()`, "
+             "`onnxjit info --timings`): passes = graph passes, lowering = lower-to-loops and "
+             "the loop-IR passes, llvm-ir = LLVM IR emission, emit-object = code generation; "
+             "other = the rest of the first result (of the whole stream for streams).", "",
+             "| benchmark | " + " | ".join(STAGE_COLUMNS) + " | other | cold first result |",
+             "|---|" + "---:|" * (len(STAGE_COLUMNS) + 2)]
+    for r in rows:
+        st = r["compile_stages_ms"]
+        known = [st.get(c) for c in STAGE_COLUMNS]
+        cold = r.get("compile_cold_ms") or r.get("onnxjit_cold_s", 0.0) * 1e3
+        other = cold - sum(v for v in st.values())
+        lines.append(f"| {r['name']} | " + " | ".join(_f(v, ".0f") for v in known)
+                     + f" | {other:.0f} | {cold:.0f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _dynamic(rows: list[dict[str, Any]]) -> str:

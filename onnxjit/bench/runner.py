@@ -112,6 +112,8 @@ def _subprocesses(row: dict[str, Any], folder: str, cache: str, threads: int) ->
     row["mem_ort_mb"] = ort["peak_kb"] / 1024 if "peak_kb" in ort else None
     row["ort_load_ms"] = ort["first_s"] * 1e3 if "first_s" in ort else None
     row["mem_method"] = cold["method"]
+    if cold.get("stages"):  # where the cold compile's time went (`report.stages`)
+        row["compile_stages_ms"] = {k: v * 1e3 for k, v in cold["stages"].items()}
 
 
 class _ProcError(Exception):
@@ -244,6 +246,17 @@ ORT_SPINNING = True
 INTERLEAVE = "blocks"
 
 
+def _baseline(path: str) -> dict[str, dict[str, Any]]:
+    """The rows of a baseline report; OnnxJitError when the file is missing or not one."""
+    try:
+        return report.load_results(path)
+    except OSError as e:
+        raise OnnxJitError(f"cannot read the baseline '{path}': {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise OnnxJitError(f"the baseline '{path}' is not a bench JSON report "
+                           f"({type(e).__name__}: {e})") from None
+
+
 def main(args: Any) -> int:
     """The `onnxjit bench` command (options: see `cli.py`)."""
     global ORT_SPINNING, INTERLEAVE
@@ -252,6 +265,8 @@ def main(args: Any) -> int:
     ORT_SPINNING = getattr(args, "ort_spinning", "on") != "off"
     INTERLEAVE = getattr(args, "interleave", "blocks")
     from onnxjit.bench import streams
+
+    baseline = _baseline(args.baseline) if args.baseline else None  # before minutes of runs
 
     names = list(registry())
     if args.quick and not args.k:
@@ -299,8 +314,7 @@ def main(args: Any) -> int:
         print(f"FAILED: {', '.join(failed)}")
     bad: list[str] = []
     if args.baseline:
-        bad = report.regressions(doc["results"], report.load_results(args.baseline),
-                                       args.tolerance)
+        bad = report.regressions(doc["results"], baseline or {}, args.tolerance)
         for msg in bad:
             print(f"REGRESSION {msg}")
     return 1 if bad or failed else 0

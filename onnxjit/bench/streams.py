@@ -10,7 +10,8 @@ process (`run_stream`, started by `measure`): onnxruntime from session creation,
 of the same model (other shapes, another seed) filled ("warm": a restarted server meeting new
 requests). Then, in this process, both engines run the stream once more, everything warm,
 alternating whole streams ("steady").
-Ratios are onnxruntime's time over onnxjit's (> 1: onnxjit faster).
+Ratios are onnxruntime's time over onnxjit's (> 1: onnxjit faster). The cold stream's compile
+stages (`onnxjit.timings`, over all its compiles) go into the row as `compile_stages_ms`.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def run_stream(engine: str, name: str, cache: str, seed: int, tiny: bool = False
     data = model.SerializeToString()
     drive = calls_of(name, model, seed, tiny)
     import onnxjit
+    from onnxjit.timings import grouped_total
 
     if engine != "onnxjit":  # both engines imported before the clock starts
         import onnxruntime as ort
@@ -132,7 +134,7 @@ def run_stream(engine: str, name: str, cache: str, seed: int, tiny: bool = False
     if engine == "onnxjit":
         fn = onnxjit.compile(data, cache_dir=cache or False)
         n = drive(lambda feeds: fn(**feeds))
-        stats = type(fn).cache_info()
+        stats = dict(type(fn).cache_info(), stages=grouped_total(fn.timings()))
     else:
         so = ort.SessionOptions()
         so.intra_op_num_threads = ORT_THREADS
@@ -199,6 +201,8 @@ def measure(name: str, tiny: bool = False, rounds: int = 3) -> dict[str, Any]:
                cold_compiles=cold["cache"].get("misses"),
                warm_misses=warm["cache"].get("misses"), onnxjit_steady_s=jit_s,
                ort_steady_s=ort_s, ratio_steady=ort_s / jit_s, ratio=ort_s / jit_s)
+    if cold["cache"].get("stages"):  # the cold stream's compiles by stage (`report.stages`)
+        row["compile_stages_ms"] = {k: v * 1e3 for k, v in cold["cache"]["stages"].items()}
     return row
 
 

@@ -58,6 +58,10 @@ def test_subprocess_measurements_and_thread_scaling(monkeypatch):
     assert row["mem_onnxjit_mb"] >= 0 and row["mem_onnxjit_cold_mb"] > 0
     assert row["mem_ort_mb"] is not None and row["mem_method"] in ("clear_refs", "hwm-delta")
     assert row["speedup_threads"] > 0
+    stages = row["compile_stages_ms"]  # the cold compile's stages, and their table
+    assert {"passes", "lowering", "llvm-ir", "llvm-optimize", "emit-object", "link"} <= set(stages)
+    table = bench_report.markdown({"results": [row]})
+    assert "Cold compile by stage" in table and "| mlp_b1 | " in table.split("by stage")[1]
 
 
 def test_blocks_and_alternating_calls(monkeypatch):
@@ -95,6 +99,8 @@ def test_stream_row_end_to_end():
     assert row["ratio_cold"] > 0 and row["ratio_warm"] > 0 and row["ratio_steady"] > 0
     table = bench_report.markdown({"results": [row]})
     assert "| stream_decoder | 5 |" in table
+    assert row["compile_stages_ms"]["llvm-optimize"] > 0  # the cold stream's compiles
+    assert "| stream_decoder | " in table.split("by stage")[1]
 
 
 def test_single_thread_gemm_reports_peak_fraction():
