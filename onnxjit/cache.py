@@ -62,6 +62,8 @@ class CacheStats:
 
 
 STATS = CacheStats()
+if hasattr(os, "register_at_fork"):  # a forked worker counts its own lookups, from zero
+    os.register_at_fork(after_in_child=STATS.__init__)
 
 
 class Entry:

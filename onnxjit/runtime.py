@@ -58,7 +58,8 @@ class CompiledModel:
     """A compiled ONNX model; call it like a function. See DESIGN §1."""
 
     def __init__(self, data: bytes, model_hash: str, options: CompileOptions,
-                 base_dir: Path | None, source_name: str = "<bytes>"):
+                 base_dir: Path | None, source_name: str = "<bytes>",
+                 meta: dict[str, Any] | None = None):
         self.options = options
         self._data = data
         self._hash = model_hash
@@ -71,7 +72,7 @@ class CompiledModel:
         self._last: Artifact | None = None
         self._fastcall: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
         self._defaults: dict[int, np.ndarray] = {}
-        meta = self._model_meta()
+        meta = self._model_meta() if meta is None else meta
         self.input_names: list[str] = meta["inputs"]
         self.output_names: list[str] = meta["outputs"]
         self._declared: list[Declared] = meta.get("declared") or [
@@ -444,9 +445,21 @@ class CompiledModel:
         """Process-wide cache counters: memory_hits, disk_hits, misses, disk_errors, writes."""
         return cache_mod.STATS.as_dict()
 
+    def __reduce__(self) -> tuple:
+        """Pickles as the model and its options; rebuilt without compiling (`onnxjit.portable`)."""
+        from onnxjit.portable import state
+
+        return (_unpickle, (state(self),))
+
     def __repr__(self) -> str:
         return (f"<onnxjit.CompiledModel {self._source_name} inputs={self.input_names} "
                 f"outputs={self.output_names} signatures={len(self._fast)}>")
+
+
+def _unpickle(state: dict[str, Any]) -> CompiledModel:
+    from onnxjit.portable import restore
+
+    return restore(CompiledModel, state)
 
 
 def _safe(name: str) -> str:
