@@ -45,8 +45,13 @@ __all__ = ["CompiledModel", "compile_model"]
 _MEMORY: OrderedDict[str, Artifact] = OrderedDict()
 _MEMORY_LIMIT = 256
 _MEMORY_LOCK = threading.Lock()
+
+
 def _no_fastcall(*args: Any) -> int:
     return -2
+
+
+_NO_FASTCALL: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
 
 
 def _declared(model: Model) -> list[Declared]:
@@ -70,7 +75,7 @@ class CompiledModel:
         self._model: Model | None = None
         self._fast: dict[tuple, Artifact] = {}
         self._last: Artifact | None = None
-        self._fastcall: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
+        self._fastcall = _NO_FASTCALL
         self._defaults: dict[int, np.ndarray] = {}
         meta = self._model_meta() if meta is None else meta
         self.input_names: list[str] = meta["inputs"]
@@ -165,9 +170,12 @@ class CompiledModel:
         except (AttributeError, KeyError, TypeError):
             args, art = self._prepare(args)
             return art.run(args)  # a new signature: its builtin is built if it comes again
+        # The builtin serves the next call only if it is this signature's: `_last` (what
+        # `ir()` shows) is then the signature of every call, whichever path served it.
+        self._last = art
         fast = getattr(art, "fast", None)
-        if fast is not None:
-            self._fastcall = (fast.fn, art.messages, art)  # art keeps the builtin's context
+        # art keeps the builtin's context alive
+        self._fastcall = _NO_FASTCALL if fast is None else (fast.fn, art.messages, art)
         return art.run(args)
 
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any]) -> list:
@@ -217,7 +225,7 @@ class CompiledModel:
         if art is None:
             art = self._artifact(sig)
             self._fast[key] = art
-        self._last = art
+        self._last, self._fastcall = art, _NO_FASTCALL
         return arrays, art
 
     # compiling ----------------------------------------------------------------------------------
@@ -403,34 +411,13 @@ class CompiledModel:
         """The signatures compiled (or loaded) so far, as text."""
         return [describe(self.input_names, a.signature) for a in self._fast.values()]
 
-    def ir(self, stage: str = "loops") -> str:
+    def ir(self, stage: str = "loops", signature: Any = None) -> str:
         """IR text of a stage ("graph", "loops", "llvm", "llvm-opt", "asm") for the last
-        signature called."""
-        stages = ("graph", "loops", "llvm", "llvm-opt", "asm")
-        if stage not in stages:
-            raise OnnxJitError(f"unknown stage '{stage}'; stages are {stages}")
-        if self._last is None:
-            raise OnnxJitError("no signature compiled yet: call the model first")
-        sig = self._last.signature
-        from onnxjit.driver import bind_signature, lower_bound, print_ir
-        from onnxjit.staged import first_dynamic
+        signature called, or for `signature`: input shapes of an earlier call, as a dict
+        name -> shape or a tuple of shapes in input order (`onnxjit.introspect`)."""
+        from onnxjit.introspect import ir_text
 
-        final = bind_signature(self._graph(), sig, self._with_base())
-        if stage == "graph":
-            return print_ir(final)[1]
-        if first_dynamic(final) is not None:
-            raise OnnxJitError(f"the last signature ({describe(self.input_names, sig)}) runs "
-                               "in stages because shapes depend on input values; its "
-                               "graph IR is available, and `dump_ir` writes every stage")
-        program = lower_bound(final, self._with_base())
-        if stage == "loops":
-            return print_ir(program)[1]
-        from onnxjit.codegen import compile_program
-
-        texts: dict[str, str] = {}
-        compile_program(program, opt_level=self.options.opt_level,
-                        dump=lambda name, text: texts.__setitem__(name, text))
-        return texts[{"llvm": "llvm.ll", "llvm-opt": "llvm-opt.ll", "asm": "asm.s"}[stage]]
+        return ir_text(self, stage, signature)
 
     def precompile(self, **hints: int) -> dict[str, Any]:
         """Compile now the program that serves every size of the dims the model declares
