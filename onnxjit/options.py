@@ -20,7 +20,7 @@ class CompileOptions(Record):
     """The validated options of one `compile` call (see `from_user`); immutable."""
 
     __slots__ = ("cache_dir", "dump_ir", "num_threads", "specialize", "opt_level", "base_dir",
-                 "verify", "fast_algorithms")
+                 "verify", "fast_algorithms", "cache_max_bytes")
     #: Disk cache folder; None disables the disk cache.
     cache_dir: Path | None
     #: Folder receiving the IR after every pass; None for no dumps.
@@ -41,9 +41,13 @@ class CompileOptions(Record):
     #: differently (Strassen for MatMul/Gemm, Winograd F(2x2,3x3) for 3x3 convs: errors
     #: bounded by the operands' magnitudes, not element by element); False: direct sums only.
     fast_algorithms: bool
+    #: Size cap of the disk cache in bytes (None: none); a write past it removes the least
+    #: recently used entries (`onnxjit.cache_prune`). `$ONNXJIT_CACHE_MAX_SIZE`, e.g. "2G".
+    cache_max_bytes: int | None
     _defaults: ClassVar[dict[str, Any]] = {
         "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "auto",
-        "opt_level": 3, "base_dir": None, "verify": True, "fast_algorithms": True}
+        "opt_level": 3, "base_dir": None, "verify": True, "fast_algorithms": True,
+        "cache_max_bytes": None}
 
     @staticmethod
     def from_user(options: dict[str, Any]) -> CompileOptions:
@@ -82,12 +86,43 @@ class CompileOptions(Record):
             base_dir=Path(base_dir) if base_dir else None,
             verify=bool(options.get("verify", True)),
             fast_algorithms=fast,
+            cache_max_bytes=_cache_cap(options.get("cache_max_bytes")),
         )
 
     def code_key(self) -> str:
         """The options that change generated code (part of the cache key)."""
         return (f"opt{self.opt_level}-threads:{self.num_threads}"
                 f"{'' if self.fast_algorithms else '-direct'}")
+
+
+#: the disk cache's size cap when neither the option nor the environment sets one
+DEFAULT_CACHE_MAX = "5G"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int, what: str = "a size") -> int:
+    """Bytes of a size given as an int or text: "500M", "2G", "1.5GiB", "1000000" (K, M, G, T
+    are powers of 1024; a trailing "B" or "iB" is allowed)."""
+    import re
+
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
+    if isinstance(text, bool) or m is None:
+        raise OnnxJitError(f"{what} must be a number of bytes or one like 500M or 2G, got "
+                           f"{text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def _cache_cap(value: Any) -> int | None:
+    """The cap in bytes (None: no cap) from the option, else $ONNXJIT_CACHE_MAX_SIZE, else
+    DEFAULT_CACHE_MAX; 0 means no cap."""
+    if value is None:
+        env = os.environ.get("ONNXJIT_CACHE_MAX_SIZE")
+        value, what = (env, "$ONNXJIT_CACHE_MAX_SIZE") if env else (DEFAULT_CACHE_MAX, "")
+    else:
+        what = "cache_max_bytes"
+    return parse_size(value, what) or None
 
 
 def _default_cache_dir() -> str:

@@ -70,7 +70,7 @@ class CompiledModel:
         self._hash = model_hash
         self._base_dir = base_dir
         self._source_name = source_name
-        self._disk = cache_mod.DiskCache(options.cache_dir)
+        self._disk = cache_mod.DiskCache(options.cache_dir, options.cache_max_bytes)
         self._lock = threading.RLock()
         self._model: Model | None = None
         self._fast: dict[tuple, Artifact] = {}
@@ -461,7 +461,8 @@ def compile_model(source: Any, **options: Any) -> CompiledModel:
     from onnxjit.model_source import is_model_text, model_folder, model_hash
 
     opts = CompileOptions.from_user(options)
-    memo = cache_mod.DiskCache(opts.cache_dir) if opts.cache_dir is not None else None
+    memo = (cache_mod.DiskCache(opts.cache_dir, opts.cache_max_bytes)
+            if opts.cache_dir is not None else None)
     data, model_digest = model_hash(source, opts.base_dir, memo)
     base_dir = opts.base_dir
     text = isinstance(source, str) and is_model_text(source)
