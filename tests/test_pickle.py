@@ -118,7 +118,7 @@ def test_forked_multiprocessing_pool_map(model, tmp_path):
     for (y,), x in zip(outs, xs):
         np.testing.assert_array_equal(y, fn(x)[0])
     # counters start at zero in a forked child; its memory cache is the parent's
-    assert all(c["misses"] == 0 and c["memory_hits"] >= 0 for c in counts)
+    assert all(c["misses"] == 0 for c in counts)
     assert sum(c["memory_hits"] for c in counts) > 0
 
 
