@@ -50,15 +50,28 @@ def _options(opts: CompileOptions) -> dict[str, Any]:
     return out
 
 
+def _has_external(fn: Any) -> bool:
+    """Does the model reference external data? Remembered on the object: a pool pickles the
+    model with every task, and searching its bytes takes milliseconds."""
+    known = fn.__dict__.get("_external_refs")
+    if known is None:
+        known = False
+        if b"location" in fn._data:  # cheap test first: most models have no external data
+            from onnxjit.external_data import referenced_locations
+
+            known = bool(referenced_locations(fn._data))
+        fn._external_refs = known
+    return known
+
+
 def state(fn: Any) -> dict[str, Any]:
     """What a pickle of `fn` holds (see the module docstring)."""
     data, external = fn._data, None
-    if b"location" in data:  # cheap test first: most models have no external data
-        from onnxjit.external_data import inline_external, referenced_locations
+    if _has_external(fn):
+        from onnxjit.external_data import inline_external
 
-        if referenced_locations(data):
-            inlined = inline_external(data, fn._base_dir, INLINE_LIMIT)
-            data, external = (data, "referenced") if inlined is None else (inlined, "inlined")
+        inlined = inline_external(data, fn._base_dir, INLINE_LIMIT)
+        data, external = (data, "referenced") if inlined is None else (inlined, "inlined")
     base = fn._base_dir
     return {
         "format": FORMAT, "data": data, "hash": fn._hash, "external": external,
