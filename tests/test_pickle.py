@@ -52,6 +52,10 @@ def test_process_local_options_are_dropped(model, tmp_path):
     g = pickle.loads(pickle.dumps(fn))
     assert g.options.dump_ir is None
     assert g.options == fn.options.replace(dump_ir=None)
+    # a callable option (a progress callback) stays with its process: workers get the default
+    fn.options = fn.options.replace(verify=lambda *a: None)
+    portable._RESTORED.clear()
+    assert pickle.loads(pickle.dumps(fn)).options.verify is True
 
 
 def test_pickles_while_another_thread_compiles(model, tmp_path):
