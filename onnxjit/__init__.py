@@ -63,6 +63,7 @@ def compile(  # noqa: A001 - the public name DESIGN §1 asks for
     verify: bool | None = None,
     fast_algorithms: bool = True,
     progress: bool | Literal["auto"] | Callable[[str, int, int], None] | None = None,
+    cache_max_bytes: int | str | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model to a `CompiledModel`, a callable that compiles each new input
     signature on its first call (and finds it in memory or the disk cache after that).
@@ -89,6 +90,9 @@ def compile(  # noqa: A001 - the public name DESIGN §1 asks for
     progress: reporting of compiles: None (`$ONNXJIT_PROGRESS`: 0 off, 1 on; default "auto":
         a one-line display on stderr for compiles over a second when stderr is a terminal),
         True, False, or a callable `fn(stage, done, total)` called as each stage begins.
+    cache_max_bytes: the disk cache's size cap (bytes, or text like "500M", "2G"; 0: none);
+        None: `$ONNXJIT_CACHE_MAX_SIZE`, else 5 GiB. A write past it removes the least
+        recently used entries.
 
     These are the fields of `onnxjit.options.CompileOptions` (`fn.options`).
     """
@@ -96,4 +100,5 @@ def compile(  # noqa: A001 - the public name DESIGN §1 asks for
 
     return compile_model(model, cache_dir=cache_dir, dump_ir=dump_ir, num_threads=num_threads,
                          specialize=specialize, opt_level=opt_level, base_dir=base_dir,
-                         verify=verify, fast_algorithms=fast_algorithms, progress=progress)
+                         verify=verify, fast_algorithms=fast_algorithms, progress=progress,
+                         cache_max_bytes=cache_max_bytes)

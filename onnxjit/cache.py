@@ -15,7 +15,9 @@ into an aligned buffer) uses the arrays in place (no copy: a warm start of a mod
 of weights holds them once, in the page cache), and a writer writes arrays without copying
 them.
 Writes go to a temp file in the same folder, then `os.replace` (atomic on POSIX), so readers
-see a whole entry or none. A read checks magic, format, lengths and both checksums (the
+see a whole entry or none. A hit touches the entry's mtime, which makes it the last use; a
+write past the folder's size cap prunes the least recently used entries (`cache_prune`).
+A read checks magic, format, lengths and both checksums (the
 header's before it is unmarshalled); anything off (truncated, corrupt, foreign, from another
 format) is treated as a miss and rebuilt. The checksums detect damage, not forgery: an entry
 is trusted because it is the user's own file (below). CRC-32 and marshal rather than SHA-256
@@ -40,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit import digest
+from onnxjit import cache_prune, digest
 
 MAGIC = b"ONNXJIT\x00"
 FORMAT = 4
@@ -66,6 +68,8 @@ class CacheStats:
 
 
 STATS = CacheStats()
+if hasattr(os, "register_at_fork"):  # a forked worker counts its own lookups, from zero
+    os.register_at_fork(after_in_child=STATS.__init__)
 
 
 class Entry:
@@ -98,9 +102,10 @@ def _warn_once(folder: Path, why: str) -> None:
 
 
 class DiskCache:
-    def __init__(self, folder: Path | None):
+    def __init__(self, folder: Path | None, max_bytes: int | None = None):
         self.folder = folder
         self.usable = folder is not None
+        self.max_bytes = max_bytes  # None: no cap (`cache_prune`)
 
     def _ready(self) -> bool:
         if not self.usable or self.folder is None:
@@ -129,6 +134,7 @@ class DiskCache:
                     or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
                 STATS.disk_errors += 1
                 return None
+            cache_prune.touch(fd, st.st_mtime)  # its mtime is its last use
             if st.st_size >= MAP_MIN_BYTES:
                 # A private (copy-on-write) mapping: the page cache's pages, neither copied nor
                 # zeroed (a read into fresh memory faults in and zeroes every page first:
@@ -164,6 +170,7 @@ class DiskCache:
                     f.writelines(parts)
                     f.flush()
                     os.fsync(f.fileno())
+                    written = f.tell()
                 os.chmod(tmp, 0o600)
                 os.replace(tmp, self.folder / f"{key}.ojc")
                 STATS.writes += 1
@@ -174,6 +181,8 @@ class DiskCache:
         except OSError as e:
             self.usable = False
             _warn_once(self.folder, str(e))
+            return
+        cache_prune.after_write(self.folder, written, self.max_bytes, key)
 
 
 class _suppress:

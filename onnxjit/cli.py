@@ -9,6 +9,7 @@
     onnxjit convert IN OUT            .onnx <-> .onnxtxt (ONNX textual syntax); '-' is stdin/out
     onnxjit bench [--quick] [-k NAME] [--json F] [--markdown F] [--baseline F --tolerance 0.2]
     onnxjit --version;  -v / -vv before the command: the `onnxjit` logger's info / debug lines
+    onnxjit cache info | clear | prune [--max-size 2G] [--cache-dir DIR]
 
 MODEL is a `.onnx` file, a `.onnxtxt` file (the ONNX textual syntax), or `-` for model text on
 stdin. A user's mistake (an error onnxjit raises on purpose, a file that cannot be read or
@@ -24,6 +25,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -211,6 +213,53 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    """`onnxjit cache info | clear | prune [--max-size SIZE]` on the disk cache folder."""
+    from datetime import datetime
+
+    from onnxjit import cache_prune
+    from onnxjit.cache_prune import human as format_size
+    from onnxjit.options import CompileOptions, parse_size
+
+    opts = CompileOptions.from_user({"cache_dir": args.cache_dir})
+    folder = opts.cache_dir
+    if folder is None:
+        raise OnnxJitError("the disk cache is disabled ($ONNXJIT_CACHE_DIR is empty)")
+    cap = opts.cache_max_bytes
+    if args.action == "info":
+        i = cache_prune.info(folder)
+        print(f"cache folder: {folder}{'' if folder.is_dir() else ' (not created yet)'}")
+        print(f"entries: {i['entries']}, {format_size(i['bytes'])}; cap "
+              f"{format_size(cap) if cap else 'none'}")
+        if i["entries"]:
+            when = [datetime.fromtimestamp(i[k]).strftime("%Y-%m-%d %H:%M")
+                    for k in ("oldest", "newest")]
+            print(f"least recently used {when[0]}, most recently {when[1]}")
+        return 0
+    if args.action == "clear":
+        r = cache_prune.clear(folder)
+        print(f"removed {r['removed']} entries ({format_size(r['removed_bytes'])}) from "
+              f"{folder}")
+        return 0
+    limit = cap if args.max_size is None else parse_size(args.max_size, "--max-size")
+    if limit is None:
+        raise OnnxJitError("no size cap is set: give --max-size SIZE (e.g. 500M)")
+    r = cache_prune.prune(folder, limit)
+    print(f"removed {r['removed']} entries ({format_size(r['removed_bytes'])}); "
+          f"{r['entries']} left, {format_size(r['bytes'])} (cap {format_size(limit)})")
+    return 0
+
+
+def _cache_parser(sub: Any) -> None:
+    s = sub.add_parser("cache", help="show, clear or prune the disk cache")
+    s.add_argument("action", choices=("info", "clear", "prune"))
+    s.add_argument("--max-size", default=None,
+                   help="prune: remove the least recently used entries down to this size "
+                        "(e.g. 500M, 2G; default: the cap, $ONNXJIT_CACHE_MAX_SIZE or 5G)")
+    s.add_argument("--cache-dir", default=None,
+                   help="the folder (default $ONNXJIT_CACHE_DIR, else ~/.cache/onnxjit)")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from onnxjit.bench.runner import main as bench_main
 
@@ -298,10 +347,12 @@ def _main(argv: Sequence[str] | None) -> int:
     b.add_argument("--interleave", choices=("blocks", "calls"), default="blocks",
                    help="alternate blocks of calls after pauses (default), or single calls: "
                         "then each engine's idle spinning threads slow the other's next call")
+    _cache_parser(sub)
     args = p.parse_args(argv)
     _logging(args.verbose)
     handler = {"demo": cmd_demo, "run": cmd_run, "dump": cmd_dump, "info": cmd_info,
-               "compile": cmd_compile, "convert": cmd_convert, "bench": cmd_bench}[args.cmd]
+               "compile": cmd_compile, "convert": cmd_convert, "bench": cmd_bench,
+               "cache": cmd_cache}[args.cmd]
     try:
         return handler(args)
     except OnnxJitError as e:

@@ -230,13 +230,21 @@ def external_locations(proto: P.ModelProto) -> list[str]:
     """Every external-data location named in the model: initializers, sparse initializers and
     tensor attributes, in subgraphs and functions too (unreadable entries are skipped)."""
     out: list[str] = []
+    for t in external_tensors(proto):
+        try:
+            out.append(external_info(t, "")[0])
+        except ModelError:
+            pass
+    return out
+
+
+def external_tensors(proto: P.ModelProto) -> list[P.TensorProto]:
+    """Every tensor of the model whose data is EXTERNAL (see `external_locations`)."""
+    out: list[P.TensorProto] = []
 
     def tensor(t: P.TensorProto) -> None:
         if t.data_location == P.TensorProto.EXTERNAL:
-            try:
-                out.append(external_info(t, "")[0])
-            except ModelError:
-                pass
+            out.append(t)
 
     def graph(g: P.GraphProto) -> None:
         for t in g.initializer:
@@ -263,3 +271,39 @@ def external_locations(proto: P.ModelProto) -> list[str]:
         for n in f.node:
             attrs(n.attribute)
     return out
+
+
+def inline_external(data: bytes, base_dir: str | os.PathLike | None, limit: int
+                    ) -> bytes | None:
+    """The model with the data of every external tensor read in (as raw_data, through the
+    checks of `ExternalReader`), for a model that must travel without its folder (a pickled
+    `CompiledModel`). None when there is nothing to inline or it cannot be: no folder, a file
+    refused or missing (whoever imports the model reports it), or more than `limit` bytes in
+    all (protobuf caps a message at 2 GiB; the caller then references the folder instead)."""
+    proto = P.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError):
+        return None
+    tensors = external_tensors(proto)
+    if not tensors or base_dir is None:
+        return None
+    folder = base_dir if isinstance(base_dir, Path) else Path(base_dir)
+    try:
+        total = 0
+        for t in tensors:  # sizes first: a model over the limit reads nothing
+            location, offset, length = external_info(t, "external data")
+            if length is None:
+                length = resolve(folder, location, "external data")[2].st_size - offset
+            total += max(length, 0)
+        if total > limit:
+            return None
+        read = ExternalReader(folder)
+        for t in tensors:
+            raw = read(t, f"tensor '{t.name}'")
+            del t.external_data[:]
+            t.data_location = P.TensorProto.DEFAULT
+            t.raw_data = raw
+    except ModelError:
+        return None
+    return proto.SerializeToString()

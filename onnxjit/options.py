@@ -20,7 +20,7 @@ class CompileOptions(Record):
     """The validated options of one `compile` call (see `from_user`); immutable."""
 
     __slots__ = ("cache_dir", "dump_ir", "num_threads", "specialize", "opt_level", "base_dir",
-                 "verify", "fast_algorithms", "progress")
+                 "verify", "fast_algorithms", "progress", "cache_max_bytes")
     #: Disk cache folder; None disables the disk cache.
     cache_dir: Path | None
     #: Folder receiving the IR after every pass; None for no dumps.
@@ -46,10 +46,13 @@ class CompileOptions(Record):
     #: compiles over a second), True (that display even when stderr is not a terminal), False
     #: (none), or a callable `fn(stage, done, total)` (`onnxjit.progress`).
     progress: Any
+    #: Size cap of the disk cache in bytes (None: none); a write past it removes the least
+    #: recently used entries (`onnxjit.cache_prune`). `$ONNXJIT_CACHE_MAX_SIZE`, e.g. "2G".
+    cache_max_bytes: int | None
     _defaults: ClassVar[dict[str, Any]] = {
         "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "auto",
         "opt_level": 3, "base_dir": None, "verify": False, "fast_algorithms": True,
-        "progress": "auto"}
+        "progress": "auto", "cache_max_bytes": None}
 
     @staticmethod
     def from_user(options: dict[str, Any]) -> CompileOptions:
@@ -89,6 +92,7 @@ class CompileOptions(Record):
             base_dir=Path(base_dir) if base_dir else None,
             verify=_verify(options.get("verify")),
             fast_algorithms=fast,
+            cache_max_bytes=_cache_cap(options.get("cache_max_bytes")),
         )
 
     def code_key(self) -> str:
@@ -107,6 +111,36 @@ def _progress(value: Any) -> Any:
         raise OnnxJitError(f"progress must be True, False, 'auto' or a callable "
                            f"fn(stage, done, total), got {value!r}")
     return value
+
+
+#: the disk cache's size cap when neither the option nor the environment sets one
+DEFAULT_CACHE_MAX = "5G"
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int, what: str = "a size") -> int:
+    """Bytes of a size given as an int or text: "500M", "2G", "1.5GiB", "1000000" (K, M, G, T
+    are powers of 1024; a trailing "B" or "iB" is allowed)."""
+    import re
+
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(text))
+    if isinstance(text, bool) or m is None:
+        raise OnnxJitError(f"{what} must be a number of bytes or one like 500M or 2G, got "
+                           f"{text!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def _cache_cap(value: Any) -> int | None:
+    """The cap in bytes (None: no cap) from the option, else $ONNXJIT_CACHE_MAX_SIZE, else
+    DEFAULT_CACHE_MAX; 0 means no cap."""
+    if value is None:
+        env = os.environ.get("ONNXJIT_CACHE_MAX_SIZE")
+        value, what = (env, "$ONNXJIT_CACHE_MAX_SIZE") if env else (DEFAULT_CACHE_MAX, "")
+    else:
+        what = "cache_max_bytes"
+    return parse_size(value, what) or None
 
 
 def _default_cache_dir() -> str:

@@ -47,8 +47,13 @@ __all__ = ["CompiledModel", "compile_model"]
 _MEMORY: OrderedDict[str, Artifact] = OrderedDict()
 _MEMORY_LIMIT = 256
 _MEMORY_LOCK = threading.Lock()
+
+
 def _no_fastcall(*args: Any) -> int:
     return -2
+
+
+_NO_FASTCALL: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
 
 
 def _declared(model: Model) -> list[Declared]:
@@ -60,22 +65,23 @@ class CompiledModel:
     """A compiled ONNX model; call it like a function. See DESIGN §1."""
 
     def __init__(self, data: bytes, model_hash: str, options: CompileOptions,
-                 base_dir: Path | None, source_name: str = "<bytes>"):
+                 base_dir: Path | None, source_name: str = "<bytes>",
+                 meta: dict[str, Any] | None = None):
         self.options = options
         self._data = data
         self._hash = model_hash
         self._base_dir = base_dir
         self._source_name = source_name
-        self._disk = cache_mod.DiskCache(options.cache_dir)
+        self._disk = cache_mod.DiskCache(options.cache_dir, options.cache_max_bytes)
         self._lock = threading.RLock()
         self._model: Model | None = None
         self._fast: dict[tuple, Artifact] = {}
         self._last: Artifact | None = None
-        self._fastcall: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
+        self._fastcall = _NO_FASTCALL
         self._defaults: dict[int, np.ndarray] = {}
         self._timings: dict[str, dict[str, float]] = {}
         with Session(source_name, options.progress, ("importing", "imported")) as session:
-            meta = self._model_meta()
+            meta = self._model_meta() if meta is None else meta
         if session.stages():
             self._timings["model"] = session.stages()
         self.input_names: list[str] = meta["inputs"]
@@ -171,9 +177,12 @@ class CompiledModel:
         except (AttributeError, KeyError, TypeError):
             args, art = self._prepare(args)
             return art.run(args)  # a new signature: its builtin is built if it comes again
+        # The builtin serves the next call only if it is this signature's: `_last` (what
+        # `ir()` shows) is then the signature of every call, whichever path served it.
+        self._last = art
         fast = getattr(art, "fast", None)
-        if fast is not None:
-            self._fastcall = (fast.fn, art.messages, art)  # art keeps the builtin's context
+        # art keeps the builtin's context alive
+        self._fastcall = _NO_FASTCALL if fast is None else (fast.fn, art.messages, art)
         return art.run(args)
 
     def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any]) -> list:
@@ -223,7 +232,7 @@ class CompiledModel:
         if art is None:
             art = self._artifact(sig)
             self._fast[key] = art
-        self._last = art
+        self._last, self._fastcall = art, _NO_FASTCALL
         return arrays, art
 
     # compiling ----------------------------------------------------------------------------------
@@ -342,34 +351,6 @@ class CompiledModel:
         with timed("link"):
             return obj, load_object(obj), ensure_pool(obj.uses_pool, self.options.num_threads)
 
-    # stages of a signature with data-dependent shapes (onnxjit.staged) ---------------------
-    def _stage_passes(self, model: Model, key: str) -> Model:
-        from onnxjit.driver import Dumper, specialize
-
-        return specialize(model, self._with_base(), Dumper(self._dump_folder(key[:16])))
-
-    def _stage_artifact(self, stage_key: str, model: Model) -> Artifact:
-        """The native artifact of a stage's static prefix: memory, then disk, then compile."""
-        from onnxjit.driver import Dumper
-
-        sig = tuple((v.dtype, tuple(v.shape)) for v in model.graph.inputs)
-        key = cache_mod.make_key("stage", stage_key)
-        with _MEMORY_LOCK:
-            art = _MEMORY.get(key)
-        if art is not None:
-            cache_mod.STATS.memory_hits += 1
-            return art
-        entry = self._disk.get(key)
-        art = self._from_entry(sig, entry) if entry is not None else None
-        if art is None:
-            cache_mod.STATS.misses += 1
-            art = self._native(sig, key, model, Dumper(self._dump_folder(key[:16])))
-        else:
-            cache_mod.STATS.disk_hits += 1
-        with _MEMORY_LOCK:
-            _MEMORY[key] = art
-        return art
-
     def _store(self, key: str, art: Artifact, obj: Any, pool_code: bytes | None) -> None:
         from onnxjit.entries import native_entry
 
@@ -427,34 +408,13 @@ class CompiledModel:
         """The signatures compiled (or loaded) so far, as text."""
         return [describe(self.input_names, a.signature) for a in self._fast.values()]
 
-    def ir(self, stage: str = "loops") -> str:
+    def ir(self, stage: str = "loops", signature: Any = None) -> str:
         """IR text of a stage ("graph", "loops", "llvm", "llvm-opt", "asm") for the last
-        signature called."""
-        stages = ("graph", "loops", "llvm", "llvm-opt", "asm")
-        if stage not in stages:
-            raise OnnxJitError(f"unknown stage '{stage}'; stages are {stages}")
-        if self._last is None:
-            raise OnnxJitError("no signature compiled yet: call the model first")
-        sig = self._last.signature
-        from onnxjit.driver import bind_signature, lower_bound, print_ir
-        from onnxjit.staged import first_dynamic
+        signature called, or for `signature`: input shapes of an earlier call, as a dict
+        name -> shape or a tuple of shapes in input order (`onnxjit.introspect`)."""
+        from onnxjit.introspect import ir_text
 
-        final = bind_signature(self._graph(), sig, self._with_base())
-        if stage == "graph":
-            return print_ir(final)[1]
-        if first_dynamic(final) is not None:
-            raise OnnxJitError(f"the last signature ({describe(self.input_names, sig)}) runs "
-                               "in stages because shapes depend on input values; its "
-                               "graph IR is available, and `dump_ir` writes every stage")
-        program = lower_bound(final, self._with_base())
-        if stage == "loops":
-            return print_ir(program)[1]
-        from onnxjit.codegen import compile_program
-
-        texts: dict[str, str] = {}
-        compile_program(program, opt_level=self.options.opt_level,
-                        dump=lambda name, text: texts.__setitem__(name, text))
-        return texts[{"llvm": "llvm.ll", "llvm-opt": "llvm-opt.ll", "asm": "asm.s"}[stage]]
+        return ir_text(self, stage, signature)
 
     def precompile(self, **hints: int) -> dict[str, Any]:
         """Compile now the program that serves every size of the dims the model declares
@@ -473,9 +433,21 @@ class CompiledModel:
         """Process-wide cache counters: memory_hits, disk_hits, misses, disk_errors, writes."""
         return cache_mod.STATS.as_dict()
 
+    def __reduce__(self) -> tuple:
+        """Pickles as the model and its options; rebuilt without compiling (`onnxjit.portable`)."""
+        from onnxjit.portable import state
+
+        return (_unpickle, (state(self),))
+
     def __repr__(self) -> str:
         return (f"<onnxjit.CompiledModel {self._source_name} inputs={self.input_names} "
                 f"outputs={self.output_names} signatures={len(self._fast)}>")
+
+
+def _unpickle(state: dict[str, Any]) -> CompiledModel:
+    from onnxjit.portable import restore
+
+    return restore(CompiledModel, state)
 
 
 def compile_model(source: Any, **options: Any) -> CompiledModel:
@@ -486,7 +458,8 @@ def compile_model(source: Any, **options: Any) -> CompiledModel:
     from onnxjit.model_source import is_model_text, model_folder, model_hash
 
     opts = CompileOptions.from_user(options)
-    memo = cache_mod.DiskCache(opts.cache_dir) if opts.cache_dir is not None else None
+    memo = (cache_mod.DiskCache(opts.cache_dir, opts.cache_max_bytes)
+            if opts.cache_dir is not None else None)
     data, model_digest = model_hash(source, opts.base_dir, memo)
     base_dir = opts.base_dir
     text = isinstance(source, str) and is_model_text(source)
