@@ -149,7 +149,7 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
 
     def on_group(done: int, total: int) -> None:  # the progress display's text
         if listener is not None:
-            listener.begin(f"llvm in {min(n_jobs, len(groups))} workers: {done}/{total}")
+            listener.begin(f"llvm in {min(n_jobs, total)} workers: {done}/{total}")
 
     with timings.timed("llvm in workers"):
         parts, (obj, entry, entry_py, fastcall), cpu = workers.compile_groups(

@@ -15,8 +15,9 @@ and cannot be interrupted, so threads neither speed it up nor let the caller sto
    parses, verifies, optimises and emits it (`jit.compile_module`), and writes one framed
    result (u64 length, then a pickled (group, object code or exception, seconds per stage))
    to its own result pipe. Workers ignore SIGINT (the parent decides) and leave with `os._exit`.
-4) Meanwhile the parent compiles the entry module (entry points, kernels declared external:
-   `modules.build_entry_module`), then collects the results with `select`. A worker's
+4) The entry module (entry points, kernels declared external: `modules.build_entry_module`)
+   is one more task, the first in the pipe (a model with hundreds of inputs has a large
+   one). The parent only collects the results with `select`, so Ctrl-C acts at once. A worker's
    exception is raised again in the parent; an exception in the parent (KeyboardInterrupt
    included) kills and reaps the workers first, so nothing outlives the compile.
 The objects (one per group, then the entry's) become one `CompiledObject` whose `parts` the
@@ -107,20 +108,29 @@ def plan_groups(program: Program, plan: KernelPlan, workers: int) -> list[list[i
 
 
 def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], prefix: str,
-                   workers: int, opt_level: int, parent_work: Any,
+                   workers: int, opt_level: int, entry_work: Callable[[], Any],
                    on_group: Callable[[int, int], None] | None = None
                    ) -> tuple[list[bytes], Any, dict[str, float]]:
     """Object code of each group (in group order) compiled by `workers` forked processes,
-    what `parent_work()` returned (run here while they work), and the workers' CPU seconds
-    per stage (`onnxjit.timings` names)."""
+    what `entry_work()` returned (run by a worker too: the first task, since a model with
+    hundreds of inputs has a large entry), and the workers' CPU seconds per stage
+    (`onnxjit.timings` names). This process only waits, so an interrupt acts at once."""
     from onnxjit.codegen import jit
 
+    entry = len(groups)  # the task id of `entry_work`
     tasks_r, tasks_w = os.pipe()
-    os.write(tasks_w, b"".join(struct.pack("<H", g) for g in range(len(groups))))
+    order = [entry, *range(len(groups))]
+    os.write(tasks_w, b"".join(struct.pack("<H", g) for g in order))
     os.close(tasks_w)
     pids: dict[int, int] = {}  # result fd -> pid
+
+    def work(g: int) -> Any:
+        if g == entry:
+            return entry_work()
+        return _compile_group(program, plan, groups[g], prefix, opt_level, jit)
+
     try:
-        for _ in range(min(workers, len(groups))):
+        for _ in range(min(workers, len(order))):
             res_r, res_w = os.pipe()
             try:
                 with warnings.catch_warnings():  # 3.12+ warns on fork with threads
@@ -134,23 +144,21 @@ def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], 
                 raise NoWorkers from None
             if pid == 0:  # the worker
                 os.close(res_r)
-                _worker(program, plan, groups, prefix, opt_level, tasks_r, res_w, jit)
+                _worker(work, tasks_r, res_w)
             os.close(res_w)
             pids[res_r] = pid
         os.close(tasks_r)
         tasks_r = -1
-        extra = parent_work()
         cpu: dict[str, float] = {}
-        objects = _collect(pids, len(groups), cpu, on_group)
+        results = _collect(pids, len(order), cpu, on_group)
     finally:
         if tasks_r >= 0:
             os.close(tasks_r)
         _reap(pids)
-    return objects, extra, cpu
+    return results[:entry], results[entry], cpu
 
 
-def _worker(program: Program, plan: KernelPlan, groups: list[list[int]], prefix: str,
-            opt_level: int, tasks: int, out: int, jit: Any) -> None:
+def _worker(work: Callable[[int], Any], tasks: int, out: int) -> None:
     status = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -159,11 +167,11 @@ def _worker(program: Program, plan: KernelPlan, groups: list[list[int]], prefix:
             if len(raw) < 2:
                 break
             (g,) = struct.unpack("<H", raw)
-            rec = Recorder()  # this group's stage times, for the parent's log
+            rec = Recorder()  # this task's stage times, for the parent's log
             try:
                 with recording(rec):
-                    code = _compile_group(program, plan, groups[g], prefix, opt_level, jit)
-                payload = (g, code, rec.summary())
+                    result = work(g)
+                payload = (g, result, rec.summary())
             except BaseException as e:  # noqa: BLE001 - any failure goes to the parent
                 payload = (g, _portable(e), {})
             _write_frame(out, pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
@@ -203,16 +211,16 @@ def _write_frame(fd: int, data: bytes) -> None:
 
 
 def _collect(pids: dict[int, int], n_groups: int, cpu: dict[str, float],
-             on_group: Callable[[int, int], None] | None) -> list[bytes]:
-    """Read every worker's framed results until each group has its object code; the workers'
-    seconds per stage are added to `cpu`, `on_group(done, total)` follows each group."""
+             on_group: Callable[[int, int], None] | None) -> list[Any]:
+    """Read every worker's framed results until each task has its result; the workers'
+    seconds per stage are added to `cpu`, `on_group(done, total)` follows each task."""
     buffers = {fd: bytearray() for fd in pids}
     objects: dict[int, bytes] = {}
     open_fds = set(pids)
     while len(objects) < n_groups:
         if not open_fds:
             raise CompileError(f"code generation workers exited with {n_groups - len(objects)}"
-                               " kernel groups not compiled (a worker crashed or was killed)")
+                               " tasks not done (a worker crashed or was killed)")
         ready, _, _ = select.select(list(open_fds), [], [])
         for fd in ready:
             chunk = os.read(fd, 1 << 20)

@@ -100,7 +100,7 @@ def test_worker_crash_is_a_compile_error(parts, monkeypatch):
 
 def test_interrupt_stops_the_workers_at_once(parts, monkeypatch):
     started: list[int] = []
-    real_fork = os.fork
+    real_fork, real_select = os.fork, workers.select.select
 
     def fork():
         pid = real_fork()
@@ -111,14 +111,13 @@ def test_interrupt_stops_the_workers_at_once(parts, monkeypatch):
     def slow(*args):
         time.sleep(60)
 
-    def interrupted_entry(*args, **kwargs):
+    def interrupted(*args):  # Ctrl-C while the caller waits for the workers
+        real_select(*args[:3], 0.2)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(os, "fork", fork)
     monkeypatch.setattr(workers, "_compile_group", slow)
-    from onnxjit.codegen import jit
-
-    monkeypatch.setattr(jit, "build_entry_module", interrupted_entry)
+    monkeypatch.setattr(workers.select, "select", interrupted)
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         onnxjit.compile(_mlp(), cache_dir=False, specialize="shape")(_x())
