@@ -44,7 +44,7 @@ def _feeds(fn: onnxjit.runtime.CompiledModel, files: Sequence[str],
         feeds[name] = np.load(path)
     rng = np.random.default_rng(0)
     for name, dtype, dims in fn._declared:
-        if name in feeds:
+        if name in feeds or name not in fn.input_names:  # an initializer keeps its value
             continue
         shape = shapes.get(name)
         if shape is None:

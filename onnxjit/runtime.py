@@ -72,13 +72,17 @@ class CompiledModel:
         self._fastcall: tuple[Any, list[str], Any] = (_no_fastcall, [], None)
         self._defaults: dict[int, np.ndarray] = {}
         meta = self._model_meta()
-        self.input_names: list[str] = meta["inputs"]
+        # Graph inputs in order (the signature's); the public, positional ones are those
+        # without an initializer: one with an initializer is overridable by name only.
+        self._all_names: list[str] = meta["inputs"]
+        self.input_names: list[str] = meta["required"]
         self.output_names: list[str] = meta["outputs"]
         self._declared: list[Declared] = meta.get("declared") or [
             (n, DType(d), None if s is None else tuple(s))
             for n, d, s in zip(meta["inputs"], meta["input_dtypes"], meta["input_shapes"])]
-        self._n_in = len(self.input_names)
-        self._index = {n: i for i, n in enumerate(self.input_names)}
+        self._n_in = len(self._all_names)
+        self._index = {n: i for i, n in enumerate(self._all_names)}
+        self._positions = [self._index[n] for n in self.input_names]
         from onnxjit.specialize import Specializer
 
         self._symbolic = Specializer(self)
@@ -92,11 +96,12 @@ class CompiledModel:
 
     def _model_meta(self) -> dict[str, Any]:
         entry = self._disk.get(self._model_key())
-        if entry is not None and "inputs" in entry.meta:
+        if entry is not None and "required" in entry.meta:
             return entry.meta
         model = self._graph()
         decl = _declared(model)
         meta = {"inputs": [n for n, _, _ in decl], "outputs": list(model.graph.output_names),
+                "required": [v.name for v in model.graph.inputs if v.const is None],
                 "input_dtypes": [d.value if isinstance(d, DType) else None for _, d, _ in decl],
                 "input_shapes": [None if s is None else list(s) for _, _, s in decl]}
         if all(isinstance(d, DType) for _, d, _ in decl):
@@ -131,7 +136,7 @@ class CompiledModel:
         with self._lock:
             if self._model is None and not self._defaults:
                 values = input_defaults(self._data, self._base_dir)
-                self._defaults = {i: values[n] for i, n in enumerate(self.input_names)
+                self._defaults = {i: values[n] for i, n in enumerate(self._all_names)
                                   if n in values}
 
     def _with_base(self) -> CompileOptions:
@@ -142,7 +147,7 @@ class CompiledModel:
         """Run with inputs by position (graph-input order) and/or by name -> tuple of arrays."""
         if kwargs and not args and len(kwargs) == self._n_in:
             try:  # every input by name: the fast path takes them in graph-input order
-                args, kwargs = tuple(map(kwargs.__getitem__, self.input_names)), {}
+                args, kwargs = tuple(map(kwargs.__getitem__, self._all_names)), {}
             except KeyError:  # an unknown name: `_order` says which
                 pass
         if not kwargs:
@@ -185,15 +190,19 @@ class CompiledModel:
         return [outs[pos[n]] for n in output_names]
 
     def _order(self, args: tuple, kwargs: dict) -> tuple:
-        if len(args) > self._n_in:
-            raise InputError(f"model takes {self._n_in} inputs {self.input_names}, "
+        """All graph inputs in order: positional arguments are the required inputs, keywords
+        any input (an overridable one too); omitted ones take their initializer."""
+        if len(args) > len(self._positions):
+            raise InputError(f"model takes {len(self._positions)} inputs {self.input_names}, "
                              f"got {len(args)} positional arguments")
-        out: list[Any] = list(args) + [None] * (self._n_in - len(args))
-        given = [True] * len(args) + [False] * (self._n_in - len(args))
+        out: list[Any] = [None] * self._n_in
+        given = [False] * self._n_in
+        for i, x in zip(self._positions, args):
+            out[i], given[i] = x, True
         for name, x in kwargs.items():
             i = self._index.get(name)
             if i is None:
-                raise InputError(f"unknown input name '{name}'; inputs are {self.input_names}")
+                raise InputError(f"unknown input name '{name}'; inputs are {self._all_names}")
             if given[i]:
                 raise InputError(f"input '{name}' given twice (by position and by name)")
             out[i], given[i] = x, True
@@ -204,7 +213,7 @@ class CompiledModel:
                 if i in self._defaults:
                     out[i] = self._defaults[i]
                 else:
-                    raise InputError(f"missing input '{self.input_names[i]}'; inputs are "
+                    raise InputError(f"missing input '{self._all_names[i]}'; inputs are "
                                      f"{self.input_names}")
         return tuple(out)
 
@@ -261,7 +270,7 @@ class CompiledModel:
         from onnxjit.staged import Stage, Staged, first_dynamic
 
         dumper = Dumper(self._dump_folder(signature_id(sig)))
-        with sized_for_call(describe(self.input_names, sig), shapes=self._call_sized()):
+        with sized_for_call(describe(self._all_names, sig), shapes=self._call_sized()):
             bound = bind_signature(model, sig, self._with_base(), dumper)
             if first_dynamic(bound) is not None:
                 self._disk.put(key, cache_mod.Entry({"staged": True}))
@@ -364,7 +373,7 @@ class CompiledModel:
 
     def _store_varying(self, names: list[str]) -> None:
         entry = self._disk.get(self._model_key())
-        if entry is not None and "inputs" in entry.meta:
+        if entry is not None and "required" in entry.meta:
             self._disk.put(self._model_key(), cache_mod.Entry(dict(entry.meta, varying=names)))
 
     def _symbolic_from_entry(self, entry: cache_mod.Entry) -> Any:
@@ -394,42 +403,47 @@ class CompiledModel:
     def required_inputs(self) -> list[str]:
         """Names of the inputs without a default value (graph inputs that are not also
         initializers), in graph-input order."""
-        self._graph()
-        return [n for i, n in enumerate(self.input_names) if i not in self._defaults]
+        return list(self.input_names)
+
+    @property
+    def inputs(self) -> list:
+        """The required inputs as onnxruntime's NodeArgs (name, type, shape), positional
+        order."""
+        from onnxjit.model_info import declared_arg
+
+        return [declared_arg(*self._declared[i]) for i in self._positions]
+
+    @property
+    def overridable_inputs(self) -> list:
+        """NodeArgs of the inputs with an initializer (given by name only, or defaulted)."""
+        from onnxjit.model_info import declared_arg
+
+        required = set(self._positions)
+        return [declared_arg(*d) for i, d in enumerate(self._declared) if i not in required]
+
+    @property
+    def outputs(self) -> list:
+        """The outputs as NodeArgs, with the shapes shape inference found."""
+        from onnxjit.model_info import value_arg
+
+        g = self._graph().graph
+        return [value_arg(n, v.type) for n, v in zip(g.output_names, g.outputs)]
 
     @property
     def signatures(self) -> list[str]:
         """The signatures compiled (or loaded) so far, as text."""
-        return [describe(self.input_names, a.signature) for a in self._fast.values()]
+        return [describe(self._all_names, a.signature) for a in self._fast.values()]
 
     def ir(self, stage: str = "loops") -> str:
         """IR text of a stage ("graph", "loops", "llvm", "llvm-opt", "asm") for the last
         signature called."""
-        stages = ("graph", "loops", "llvm", "llvm-opt", "asm")
-        if stage not in stages:
-            raise OnnxJitError(f"unknown stage '{stage}'; stages are {stages}")
         if self._last is None:
             raise OnnxJitError("no signature compiled yet: call the model first")
+        from onnxjit.driver import ir_text
+
         sig = self._last.signature
-        from onnxjit.driver import bind_signature, lower_bound, print_ir
-        from onnxjit.staged import first_dynamic
-
-        final = bind_signature(self._graph(), sig, self._with_base())
-        if stage == "graph":
-            return print_ir(final)[1]
-        if first_dynamic(final) is not None:
-            raise OnnxJitError(f"the last signature ({describe(self.input_names, sig)}) runs "
-                               "in stages because shapes depend on input values; its "
-                               "graph IR is available, and `dump_ir` writes every stage")
-        program = lower_bound(final, self._with_base())
-        if stage == "loops":
-            return print_ir(program)[1]
-        from onnxjit.codegen import compile_program
-
-        texts: dict[str, str] = {}
-        compile_program(program, opt_level=self.options.opt_level,
-                        dump=lambda name, text: texts.__setitem__(name, text))
-        return texts[{"llvm": "llvm.ll", "llvm-opt": "llvm-opt.ll", "asm": "asm.s"}[stage]]
+        return ir_text(self._graph(), sig, self._with_base(), stage,
+                       describe(self._all_names, sig))
 
     def precompile(self, **hints: int) -> dict[str, Any]:
         """Compile now the program that serves every size of the dims the model declares
