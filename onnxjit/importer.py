@@ -68,6 +68,10 @@ def load_model(src: Any, base_dir: str | os.PathLike | None = None) -> Model:
 def import_proto(proto: P.ModelProto, base_dir: str | os.PathLike | None = None) -> Model:
     """Import a parsed ModelProto (of `onnxjit.proto`); see `load_model`."""
     opsets = _opset_imports(proto.opset_import, proto.ir_version, "the model")
+    if "com.microsoft" not in opsets and any(n.domain == "com.microsoft"
+                                             for n in proto.graph.node):
+        # onnxruntime runs its contrib ops unimported, and its optimizer writes models so.
+        opsets["com.microsoft"] = 1
     local_domains = {f.domain for f in proto.functions}
     reader = ExternalReader(base_dir)
     gi = GraphImporter(opsets, reader, local_domains, legacy_inputs=0 < proto.ir_version <= 3)

@@ -1,5 +1,8 @@
-"""expand-contrib: rewrite onnxruntime's quantized contrib ops (domain com.microsoft) into
-standard ONNX ops.
+"""expand-contrib: rewrite onnxruntime's contrib ops (domain com.microsoft) into standard ONNX
+ops. The quantized QLinear family is expanded here; transformer ops (`contrib_transformer`) and
+dynamically quantized / 4-bit ops (`contrib_quant`) by the tables of those modules. When the
+model has any of the latter, the walk also infers each node's types as it goes (as the
+infer-shapes pass would), since their expansions need operands' ranks.
 
 onnxruntime's quantization tool in QOperator format emits, besides the standard QLinearConv and
 QLinearMatMul, contrib ops such as QLinearAdd, QLinearMul, QLinearSoftmax and QGemm. Each is,
@@ -28,8 +31,12 @@ import numpy as np
 
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Graph, Model, Node, Value
+from onnxjit.ir.infer import infer_node
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
+from onnxjit.passes.contrib_quant import EXPANSIONS as QUANT
+from onnxjit.passes.contrib_transformer import EXPANSIONS as TRANSFORMER
+from onnxjit.passes.contrib_transformer import ONNX_DOMAIN_EXPANSIONS as ONNX_DOMAIN
 
 name = "expand-contrib"
 level = "graph"
@@ -177,27 +184,44 @@ EXPANSIONS: dict[str, Callable[[_Emitter], None]] = {
 }
 
 
-def _expand_graph(graph: Graph) -> bool:
+def _expansion(node: Node) -> Callable[[_Emitter], None] | None:
+    if node.domain == MS:
+        return EXPANSIONS.get(node.op) or TRANSFORMER.get(node.op) or QUANT.get(node.op)
+    if node.domain == "":
+        return ONNX_DOMAIN.get(node.op)
+    return None
+
+
+def _expand_graph(graph: Graph, infer: bool) -> bool:
+    """Expand the contrib nodes of `graph`; with `infer`, infer every node's types on the way
+    (the shape inference pass's walk), since some expansions depend on operands' ranks."""
     changed = False
     out: list[Node] = []
     for node in graph.nodes:
         for g in node.regions():
-            changed |= _expand_graph(g)
-        fn = EXPANSIONS.get(node.op) if node.domain == MS else None
+            changed |= _expand_graph(g, False)
+        fn = _expansion(node)
         if fn is None:
             out.append(node)
+            if infer:
+                infer_node(node)
             continue
-        if len(node.outputs) != 1:
+        if node.op in EXPANSIONS and len(node.outputs) != 1:
             raise ModelError(f"{node.op} has one output; the node names {len(node.outputs)}",
                              where=node)
         e = _Emitter(graph, node)
         fn(e)
         out.extend(e.nodes)
+        if infer:
+            for m in e.nodes:
+                infer_node(m)
         changed = True
     graph.nodes = out
     return changed
 
 
 def run(model: Model, ctx: PassContext) -> PassResult:
-    """Expand every contrib op of `EXPANSIONS` in the model's graphs."""
-    return PassResult(model, _expand_graph(model.graph))
+    """Expand every contrib op of the expansion tables in the model's graphs."""
+    infer = any(n.domain == MS and (n.op in TRANSFORMER or n.op in QUANT)
+                or (n.domain == "" and n.op in ONNX_DOMAIN) for n in model.graph.nodes)
+    return PassResult(model, _expand_graph(model.graph, infer))
