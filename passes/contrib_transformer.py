@@ -16,6 +16,10 @@ RMSNormalization, Gelu, the opset-23 Attention, MatMul with prepacked weights):
         (3-D), the standard Attention with an additive float mask built from mask_index (key
         positions a mask excludes get `mask_filter_value`, -10000 by default, as onnxruntime's
         kernel adds) and `is_causal` for `unidirectional`. A `past` input is not supported.
+    MultiHeadAttention(q, k, v, bias, key_padding_mask, attention_bias) -> [bias Adds,] the
+        standard Attention (3-D query/key/value; packed forms and past are not supported)
+    RotaryEmbedding(x, position_ids, cos, sin) -> the standard RotaryEmbedding (an offset
+        position_ids of shape [1] becomes offset + [0, S) per batch row)
     FusedMatMul(a, b; alpha, transA, transB) -> [Transpose] MatMul [* alpha]
     FusedConv(x, w, b, z; activation)    -> Conv [+ z], then the activation
 
@@ -208,6 +212,60 @@ def _attention(e: Any) -> None:
            out=n.outputs[0], **attrs)
 
 
+def _multi_head_attention(e: Any) -> None:
+    """MultiHeadAttention(query, key, value, bias, key_padding_mask, attention_bias) with 3-D
+    query, key and value (not packed, no past)."""
+    n = e.node
+    if any(n.input(i) is not None for i in (6, 7, 8, 9)) or _out(n, 1) or _out(n, 2):
+        raise UnsupportedError("MultiHeadAttention with past/present state is not supported",
+                               where=n)
+    q, k, v = _req(n, 0, "query"), n.input(1), n.input(2)
+    if k is None or v is None or any(x.shape is None or len(x.shape) != 3 for x in (q, k, v)):
+        raise UnsupportedError("MultiHeadAttention is supported with 3-D query, key and "
+                               "value (not packed)", where=n)
+    heads = int(n.attr("num_heads", 0))
+    if n.input(3) is not None:
+        parts = [Value(None, f"{n.name}/bias_{p}") for p in "qkv"]
+        e.nodes.append(Node("Split", [n.inputs[3]], parts, {"axis": 0, "num_outputs": 3},
+                            "", 18, f"{n.name}/split_bias"))
+        q, k, v = (e.emit("Add", 14, [x, b], f"add_{p}") for x, b, p in zip((q, k, v), parts,
+                                                                          "qkv"))
+    mask = _attention_mask(e, n.inputs[4], q, k) if n.input(4) is not None else None
+    if n.input(5) is not None:
+        mask = n.inputs[5] if mask is None else e.emit("Add", 14, [mask, n.inputs[5]], "bias")
+    attrs: dict[str, Any] = {"q_num_heads": heads, "kv_num_heads": heads,
+                             "is_causal": int(n.attr("unidirectional", 0))}
+    if float(n.attr("scale", 0.0)) != 0.0:
+        attrs["scale"] = float(n.attr("scale"))
+    e.emit("Attention", 23, [q, k, v] + ([mask] if mask is not None else []), "attention",
+           out=n.outputs[0], **attrs)
+
+
+def _rotary_embedding(e: Any) -> None:
+    """RotaryEmbedding(input, position_ids, cos_cache, sin_cache): the standard op (inputs
+    reordered); position_ids of shape [1] is an offset: positions offset + [0, S)."""
+    n = e.node
+    x, pos = _req(n, 0, "input"), _req(n, 1, "position_ids")
+    if int(n.attr("is_packed_batching", 0)):
+        raise UnsupportedError("RotaryEmbedding with is_packed_batching", where=n)
+    if x.shape is None or pos.shape is None:
+        raise ModelError("RotaryEmbedding needs the ranks of input and position_ids", where=n)
+    if len(pos.shape) == 1:
+        seq_axis = 1 if len(x.shape) == 3 else 2
+        t = e.emit("Shape", 15, [x], "s_len", start=seq_axis, end=seq_axis + 1)
+        t = e.emit("Squeeze", 13, [t, e.const(np.array([0], np.int64), "axis0")], "s")
+        r = e.emit("Range", 11, [e.const(np.array(0, np.int64), "zero"), t,
+                                 e.const(np.array(1, np.int64), "one")], "range")
+        r = e.emit("Add", 14, [r, pos], "offset")
+        batch = e.emit("Shape", 15, [x], "batch", start=0, end=1)
+        shape = e.emit("Concat", 13, [batch, e.emit("Shape", 15, [r], "r_len")], "bs", axis=0)
+        pos = e.emit("Expand", 13, [r, shape], "positions")
+    attrs = {k: n.attrs[k] for k in ("interleaved", "num_heads", "rotary_embedding_dim")
+             if k in n.attrs}
+    e.emit("RotaryEmbedding", 23, [x, _req(n, 2, "cos_cache"), _req(n, 3, "sin_cache"), pos],
+           "rotary", out=n.outputs[0], **attrs)
+
+
 def _fused_matmul(e: Any) -> None:
     n = e.node
     a, b = _req(n, 0, "A"), _req(n, 1, "B")
@@ -270,6 +328,8 @@ EXPANSIONS: dict[str, Callable[[Any], None]] = {
     "SimplifiedLayerNormalization": _simplified_norm,
     "EmbedLayerNormalization": _embed_layer_norm,
     "Attention": _attention,
+    "MultiHeadAttention": _multi_head_attention,
+    "RotaryEmbedding": _rotary_embedding,
     "FusedMatMul": _fused_matmul,
     "FusedConv": _fused_conv,
 }
@@ -284,6 +344,9 @@ NOTES = {
     "Attention": "MatMul + bias, Split, standard Attention (mask_index of rank 1-3, "
                  "attention_bias, unidirectional; no past/present)",
     "BiasAdd": "x + bias + skip",
+    "MultiHeadAttention": "[bias Adds,] standard Attention (3-D query/key/value, "
+                          "key_padding_mask, attention_bias; no packed forms, no past)",
+    "RotaryEmbedding": "standard RotaryEmbedding (position_ids [B, S] or an offset [1])",
     "BiasGelu": "Gelu(a + b)",
     "EmbedLayerNormalization": "Gathers + LayerNormalization; mask_index = mask row sums",
     "FastGelu": "Gelu(x + bias), tanh form",

@@ -214,3 +214,30 @@ def test_matmul_integer_to_float_node() -> None:
                                "sa": np.array(0.02, np.float32), "sb": _f(4) * 0.01,
                                "za": np.array(128, np.uint8),
                                "zb": np.zeros(4, np.int8), "bias": _f(4)})
+
+
+@pytest.mark.parametrize("extras", ["plain", "bias-mask"])
+def test_multi_head_attention_node(extras: str) -> None:
+    b, s, kv, h = 2, 4, 6, 16
+    ins = {"q": _f(b, s, h), "k": _f(b, kv, h), "v": _f(b, kv, h)}
+    names, inits = ["q", "k", "v"], {}
+    if extras == "bias-mask":
+        names += ["bias", "m"]
+        inits["bias"] = _f(3 * h) * 0.1
+        ins["m"] = np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], np.int32)
+    node = helper.make_node("MultiHeadAttention", names, ["y"], num_heads=4, **MS)
+    _run_node(node, ins, inits)
+
+
+@pytest.mark.parametrize("positions", ["ids", "offset"])
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding_node(positions: str, interleaved: int) -> None:
+    b, s, heads, d = 2, 3, 2, 8
+    ins = {"x": _f(b, s, heads * d)}
+    ins["p"] = np.array([[0, 1, 2], [2, 3, 4]], np.int64) if positions == "ids" \
+        else np.array([1], np.int64)
+    angles = np.arange(8)[:, None] / 10000 ** (np.arange(d // 2)[None] / (d // 2))
+    node = helper.make_node("RotaryEmbedding", ["x", "p", "cos", "sin"], ["y"],
+                            interleaved=interleaved, num_heads=heads, **MS)
+    _run_node(node, ins, {"cos": np.cos(angles).astype(np.float32),
+                          "sin": np.sin(angles).astype(np.float32)})
