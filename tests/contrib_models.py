@@ -1,7 +1,8 @@
 """Small float models laid out as exporters write them, for onnxruntime's own tools to fuse or
 quantize into contrib ops inside the tests (tests/test_contrib_ops.py): a BERT encoder (as
 PyTorch exports BertModel), GPT-2 MLP blocks (tanh Gelu), an MLP, an LSTM, and a graph with the
-patterns onnxruntime's level-2 optimizer fuses (FusedMatMul, FusedConv, BiasGelu, QuickGelu).
+patterns onnxruntime's level-2 optimizer fuses (FusedMatMul, FusedConv, BiasGelu, QuickGelu), and a
+small CNN for the static quantizer.
 """
 
 from __future__ import annotations
@@ -147,3 +148,18 @@ def level2_patterns() -> onnx.ModelProto:
     m = b.model("patterns", inputs, y, helper.make_tensor_value_info("y", T.FLOAT, None))
     m.graph.output.append(helper.make_tensor_value_info("conv", T.FLOAT, None))
     return m
+
+
+def cnn() -> onnx.ModelProto:
+    """Conv, Relu, a residual Add, SiLU (Sigmoid * x), MaxPool, GlobalAveragePool, Gemm,
+    Softmax: a static quantizer's QOperator output uses most of the QLinear contrib ops."""
+    b = _Builder(5)
+    r = b.n("Relu", [b.n("Conv", ["x", b.w("cw", 8, 3, 3, 3, scale=0.3), b.w("cb", 8)],
+                         pads=[1, 1, 1, 1])])
+    s = b.n("Add", [b.n("Conv", [r, b.w("cw2", 8, 8, 3, 3, scale=0.2)], pads=[1, 1, 1, 1]), r])
+    s = b.n("Mul", [s, b.n("Sigmoid", [s])])
+    p = b.n("GlobalAveragePool", [b.n("MaxPool", [s], kernel_shape=[2, 2], strides=[2, 2])])
+    y = b.n("Softmax", [b.n("Gemm", [b.n("Flatten", [p]), b.w("fw", 8, 10, scale=0.3),
+                                     b.w("fb", 10)])])
+    return b.model("cnn", [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 16, 16])], y,
+                   helper.make_tensor_value_info("y", T.FLOAT, [1, 10]))
