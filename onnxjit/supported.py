@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["supported_ops", "markdown"]
+__all__ = ["contrib_ops", "expanded", "markdown", "supported_ops"]
 
 
 def supported_ops() -> list[dict[str, Any]]:
@@ -76,3 +76,9 @@ def contrib_ops() -> list[tuple[str, str, str]]:
     rows += [(op, "ai.onnx", contrib_transformer.NOTES[op])
              for op in contrib_transformer.ONNX_DOMAIN_EXPANSIONS]
     return sorted(rows)
+
+
+def expanded(domain: str, op: str) -> bool:
+    """Does `expand-contrib` rewrite this (domain, op) into standard ops?"""
+    domain = "ai.onnx" if domain in ("", "ai.onnx") else domain
+    return any(o == op and d == domain for o, d, _ in contrib_ops())

@@ -263,3 +263,16 @@ def test_rotary_embedding_node(positions: str, interleaved: int) -> None:
                             interleaved=interleaved, num_heads=heads, **MS)
     _run_node(node, ins, {"cos": np.cos(angles).astype(np.float32),
                           "sin": np.sin(angles).astype(np.float32)})
+
+
+def test_info_counts_expanded_contrib_ops_as_supported(tmp_path, capsys) -> None:
+    from onnxjit import cli
+
+    node = helper.make_node("FastGelu", ["x", "bias"], ["y"], **MS)
+    onnx.save(_node_model(node, {"x": _f(2, 8)}, {"bias": _f(8)}), tmp_path / "m.onnx")
+    unknown = helper.make_node("NotAnOp", ["x"], ["y"], **MS)
+    onnx.save(_node_model(unknown, {"x": _f(2, 8)}), tmp_path / "u.onnx")
+    assert cli.main(["info", str(tmp_path / "m.onnx")]) == 0
+    assert "FastGelu" in (out := capsys.readouterr().out) and "not supported" not in out
+    assert cli.main(["info", str(tmp_path / "u.onnx")]) == 0
+    assert "not supported" in capsys.readouterr().out
