@@ -24,7 +24,8 @@ from onnxjit.ir.types import (
     TensorType,
 )
 
-__all__ = ["ModelMetadata", "NodeArg", "declared_arg", "model_metadata", "value_arg"]
+__all__ = ["Interface", "ModelMetadata", "NodeArg", "declared_arg", "model_metadata",
+           "value_arg"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,33 @@ def model_metadata(model: Any) -> ModelMetadata:
         producer_name=model.producer_name, graph_name=model.graph.name, domain=model.domain,
         description=model.doc, graph_description=getattr(model.graph, "doc", "") or "",
         version=int(model.model_version), custom_metadata_map=dict(model.metadata))
+
+
+class Interface:
+    """The NodeArgs of a `CompiledModel` (its base class): the host provides `_declared`
+    (every graph input's declaration), `_positions` (the required inputs' indices in it) and
+    `_graph()` (the imported model)."""
+
+    _declared: list
+    _positions: list[int]
+
+    def _graph(self) -> Any:
+        raise NotImplementedError
+
+    @property
+    def inputs(self) -> list[NodeArg]:
+        """The required inputs as onnxruntime's NodeArgs (name, type, shape), positional
+        order."""
+        return [declared_arg(*self._declared[i]) for i in self._positions]
+
+    @property
+    def overridable_inputs(self) -> list[NodeArg]:
+        """NodeArgs of the inputs with an initializer (given by name only, or defaulted)."""
+        required = set(self._positions)
+        return [declared_arg(*d) for i, d in enumerate(self._declared) if i not in required]
+
+    @property
+    def outputs(self) -> list[NodeArg]:
+        """The outputs as NodeArgs, with the shapes shape inference found."""
+        g = self._graph().graph
+        return [value_arg(n, v.type) for n, v in zip(g.output_names, g.outputs)]

@@ -26,6 +26,7 @@ from onnxjit.artifact import Artifact, sized_for_call
 from onnxjit.entries import ensure_pool, layout_ok
 from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
+from onnxjit.model_info import Interface
 from onnxjit.options import CompileOptions
 from onnxjit.signature import (
     Declared,
@@ -54,7 +55,7 @@ def _declared(model: Model) -> list[Declared]:
     return [declared_of(v.name, v.type) for v in model.graph.inputs]
 
 
-class CompiledModel:
+class CompiledModel(Interface):
     """A compiled ONNX model; call it like a function. See DESIGN §1."""
 
     def __init__(self, data: bytes, model_hash: str, options: CompileOptions,
@@ -404,30 +405,6 @@ class CompiledModel:
         """Names of the inputs without a default value (graph inputs that are not also
         initializers), in graph-input order."""
         return list(self.input_names)
-
-    @property
-    def inputs(self) -> list:
-        """The required inputs as onnxruntime's NodeArgs (name, type, shape), positional
-        order."""
-        from onnxjit.model_info import declared_arg
-
-        return [declared_arg(*self._declared[i]) for i in self._positions]
-
-    @property
-    def overridable_inputs(self) -> list:
-        """NodeArgs of the inputs with an initializer (given by name only, or defaulted)."""
-        from onnxjit.model_info import declared_arg
-
-        required = set(self._positions)
-        return [declared_arg(*d) for i, d in enumerate(self._declared) if i not in required]
-
-    @property
-    def outputs(self) -> list:
-        """The outputs as NodeArgs, with the shapes shape inference found."""
-        from onnxjit.model_info import value_arg
-
-        g = self._graph().graph
-        return [value_arg(n, v.type) for n, v in zip(g.output_names, g.outputs)]
 
     @property
     def signatures(self) -> list[str]:
