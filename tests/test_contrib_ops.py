@@ -164,7 +164,9 @@ def _node_model(node: onnx.NodeProto, inputs: dict, inits: dict | None = None
                 ) -> onnx.ModelProto:
     ins = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
            for n, a in inputs.items()]
-    outs = [helper.make_tensor_value_info(o, T.FLOAT, None) for o in node.output if o]
+    types = {"mask_index": T.INT32}  # outputs are float but for these names
+    outs = [helper.make_tensor_value_info(o, types.get(o, T.FLOAT), None)
+            for o in node.output if o]
     g = helper.make_graph([node], "g", ins, outs,
                           [numpy_helper.from_array(a, n) for n, a in (inits or {}).items()])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
@@ -276,3 +278,17 @@ def test_info_counts_expanded_contrib_ops_as_supported(tmp_path, capsys) -> None
     assert "FastGelu" in (out := capsys.readouterr().out) and "not supported" not in out
     assert cli.main(["info", str(tmp_path / "u.onnx")]) == 0
     assert "not supported" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("with_mask", [False, True], ids=["no-mask", "mask"])
+def test_embed_layer_normalization_node(with_mask: bool) -> None:
+    h = 8
+    inits = {"we": _f(10, h), "pe": _f(6, h), "se": _f(2, h), "g": _f(h), "b": _f(h)}
+    ins = {"ids": RNG.integers(0, 10, (2, 4)).astype(np.int32),
+           "seg": RNG.integers(0, 2, (2, 4)).astype(np.int32)}
+    if with_mask:
+        ins["mask"] = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], np.int32)
+    node = helper.make_node("EmbedLayerNormalization", list(ins)[:2] + list(inits)
+                            + (["mask"] if with_mask else []), ["y", "mask_index", "sum"],
+                            epsilon=1e-12, **MS)
+    _run_node(node, ins, inits)
