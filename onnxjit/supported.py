@@ -67,11 +67,11 @@ def markdown() -> str:
 
 def contrib_ops() -> list[tuple[str, str, str]]:
     """(op, domain, what it is rewritten into) of every contrib op `expand-contrib` handles."""
-    from onnxjit.passes import contrib_quant, contrib_transformer, expand_contrib
+    from onnxjit.passes import contrib_gqa, contrib_quant, contrib_transformer, expand_contrib
 
     rows = [(op, "com.microsoft", "DequantizeLinear, the float op, QuantizeLinear")
             for op in expand_contrib.EXPANSIONS]
-    for mod in (contrib_transformer, contrib_quant):
+    for mod in (contrib_transformer, contrib_gqa, contrib_quant):
         rows += [(op, "com.microsoft", mod.NOTES[op]) for op in mod.EXPANSIONS]
     rows += [(op, "ai.onnx", contrib_transformer.NOTES[op])
              for op in contrib_transformer.ONNX_DOMAIN_EXPANSIONS]

@@ -70,9 +70,9 @@ def _dynamic_quantize_matmul(e: Any) -> None:
     prepacked) rather than on integer loops: the integer products are exact in float, their
     sums rounded to float32 at the end instead of once, the result scaled to float anyway."""
     n = e.node
-    aq, a_scale, a_zp = (Value(None, f"{n.name}/{p}") for p in ("a_q", "a_scale", "a_zp"))
+    aq, a_scale, a_zp = (e.value(p) for p in ("a_q", "a_scale", "a_zp"))
     e.nodes.append(Node("DynamicQuantizeLinear", [_req(n, 0, "A")], [aq, a_scale, a_zp], {},
-                        "", 11, f"{n.name}/quantize_a"))
+                        "", 11, e.name("quantize_a")))
     a = e.emit("DequantizeLinear", 13, [aq, a_scale, a_zp], "dq_a")
     b = _dequantized_b(e, _req(n, 1, "B"), _req(n, 2, "b_scale"), n.input(3))
     _float_product(e, a, b, n.input(4))
@@ -152,7 +152,7 @@ def _dynamic_quantize_lstm(e: Any) -> None:
         ins.pop()
     e.nodes.append(Node("LSTM", ins, list(n.outputs), {k: n.attrs[k] for k in keep
                                                        if k in n.attrs}, "", 14,
-                        f"{n.name}/lstm"))
+                        e.name("lstm")))
 
 
 EXPANSIONS: dict[str, Callable[[Any], None]] = {

@@ -196,9 +196,9 @@ def _attention(e: Any) -> None:
     if n.input(2) is not None:
         qkv = e.emit("Add", 14, [qkv, n.inputs[2]], "qkv_bias")
     split = e.const(np.array(sizes, np.int64), "sizes")
-    q, k, v = (Value(None, f"{n.name}/{p}") for p in "qkv")
+    q, k, v = (e.value(p) for p in "qkv")
     e.nodes.append(Node("Split", [qkv, split], [q, k, v], {"axis": -1}, "", 13,
-                        f"{n.name}/split"))
+                        e.name("split")))
     mask = None
     if n.input(3) is not None:
         mask = _attention_mask(e, n.inputs[3], q, k)
@@ -225,9 +225,9 @@ def _multi_head_attention(e: Any) -> None:
                                "value (not packed)", where=n)
     heads = int(n.attr("num_heads", 0))
     if n.input(3) is not None:
-        parts = [Value(None, f"{n.name}/bias_{p}") for p in "qkv"]
+        parts = [e.value(f"bias_{p}") for p in "qkv"]
         e.nodes.append(Node("Split", [n.inputs[3]], parts, {"axis": 0, "num_outputs": 3},
-                            "", 18, f"{n.name}/split_bias"))
+                            "", 18, e.name("split_bias")))
         q, k, v = (e.emit("Add", 14, [x, b], f"add_{p}") for x, b, p in zip((q, k, v), parts,
                                                                           "qkv"))
     mask = _attention_mask(e, n.inputs[4], q, k) if n.input(4) is not None else None

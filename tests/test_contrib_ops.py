@@ -292,3 +292,30 @@ def test_embed_layer_normalization_node(with_mask: bool) -> None:
                             + (["mask"] if with_mask else []), ["y", "mask_index", "sum"],
                             epsilon=1e-12, **MS)
     _run_node(node, ins, inits)
+
+
+@pytest.mark.parametrize("step", ["prompt", "decode", "decode-rotary", "decode-window"])
+def test_group_query_attention_node(step: str) -> None:
+    """Generation with a KV cache as onnxruntime-genai models run it: a prompt (no past),
+    then one token at a time with the past (all batch rows of one length)."""
+    b, heads, kv_heads, d = 2, 4, 2, 16
+    s, past = (5, 0) if step == "prompt" else (1, 4)
+    ins = {"q": _f(b, s, heads * d), "k": _f(b, s, kv_heads * d), "v": _f(b, s, kv_heads * d)}
+    names = ["q", "k", "v", "", ""]
+    if past:
+        ins.update(pk=_f(b, kv_heads, past, d), pv=_f(b, kv_heads, past, d))
+        names[3:] = ["pk", "pv"]
+    ins.update(sk=np.full(b, past + s - 1, np.int32), tl=np.array(past + s, np.int32))
+    names += ["sk", "tl"]
+    inits, attrs = {}, {}
+    if step == "decode-rotary":
+        angles = np.arange(16)[:, None] / 10000 ** (np.arange(d // 2)[None] / (d // 2))
+        inits = {"cos": np.cos(angles).astype(np.float32),
+                 "sin": np.sin(angles).astype(np.float32)}
+        names += ["cos", "sin"]
+        attrs["do_rotary"] = 1
+    if step == "decode-window":
+        attrs["local_window_size"] = 3
+    node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"],
+                            num_heads=heads, kv_num_heads=kv_heads, **attrs, **MS)
+    _run_node(node, ins, inits)
