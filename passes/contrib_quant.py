@@ -2,11 +2,12 @@
 standard ONNX ops, for the `expand-contrib` pass.
 
     DynamicQuantizeMatMul(A, B, b_scale, b_zp, bias)
-        -> DequantizeLinear(DynamicQuantizeLinear(A)) @ DequantizeLinear(B) [+ bias]
+        -> DynamicQuantizeLinear(A) -> MatMulInteger(Aq, B, a_zp, b_zp) -> Cast
+           -> * (a_scale * b_scale) [+ bias]      (exact, as onnxruntime's int32 products; a
+           float product would be faster today but flips the next layer's quantization on
+           near-ties)
     MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zp, b_zp, bias)
-        -> DequantizeLinear(A) @ DequantizeLinear(B) [+ bias]
-           (both on the float GEMM kernels with B folded to float weights and prepacked: the
-           integer MatMulInteger lowering has no microkernel yet)
+        -> MatMulInteger -> Cast -> * (a_scale * b_scale) [+ bias]
     MatMulNBits(A, B, scales, zero_points, g_idx, bias; K, N, bits, block_size)
         -> MatMul(A, W) [+ bias], W the float weights dequantized here, at compile time, from
            the packed blocks (values low bits first, zero point 2^(bits-1) when omitted), so
@@ -46,45 +47,31 @@ def _const(node: Node, i: int, what: str) -> np.ndarray:
     return np.asarray(v.const)
 
 
-def _dequantized_b(e: Any, b: Value, scale: Value, zp: Value | None) -> Value:
-    """B in float: per tensor, or per column (a scale of N elements runs along B's last
-    axis); constant B and scales fold to float weights, prepacked like any other."""
-    axis = -1 if scale.shape is not None and len(scale.shape) == 1 else 1
-    if zp is not None and zp.shape is not None and len(zp.shape) == 0 and axis == -1:
-        zp = e.emit("Expand", 13, [zp, e.emit("Shape", 15, [scale], "n")], "b_zp")
-    return e.emit("DequantizeLinear", 13, [b, scale, zp], "dq_b", axis=axis)
-
-
-def _float_product(e: Any, a: Value, b: Value, bias: Value | None) -> None:
+def _scaled(e: Any, acc: Value, a_scale: Value, b_scale: Value, bias: Value | None) -> None:
     n = e.node
+    f = e.emit("Cast", 13, [acc], "acc_float", to=1)
+    scale = e.emit("Mul", 14, [a_scale, b_scale], "scale")
     if bias is None:
-        e.emit("MatMul", 13, [a, b], "matmul", out=n.outputs[0])
+        e.emit("Mul", 14, [f, scale], "scaled", out=n.outputs[0])
         return
-    y = e.emit("MatMul", 13, [a, b], "matmul")
+    y = e.emit("Mul", 14, [f, scale], "scaled")
     e.emit("Add", 14, [y, bias], "bias", out=n.outputs[0])
 
 
 def _dynamic_quantize_matmul(e: Any) -> None:
-    """A is quantized and dequantized as onnxruntime's kernel quantizes it; the product then
-    runs in float on the dequantized operands (the float GEMM kernels, B folded and
-    prepacked) rather than on integer loops: the integer products are exact in float, their
-    sums rounded to float32 at the end instead of once, the result scaled to float anyway."""
     n = e.node
     aq, a_scale, a_zp = (e.value(p) for p in ("a_q", "a_scale", "a_zp"))
     e.nodes.append(Node("DynamicQuantizeLinear", [_req(n, 0, "A")], [aq, a_scale, a_zp], {},
                         "", 11, e.name("quantize_a")))
-    a = e.emit("DequantizeLinear", 13, [aq, a_scale, a_zp], "dq_a")
-    b = _dequantized_b(e, _req(n, 1, "B"), _req(n, 2, "b_scale"), n.input(3))
-    _float_product(e, a, b, n.input(4))
+    acc = e.emit("MatMulInteger", 10, [aq, _req(n, 1, "B"), a_zp, n.input(3)], "matmul")
+    _scaled(e, acc, a_scale, _req(n, 2, "b_scale"), n.input(4))
 
 
 def _matmul_integer_to_float(e: Any) -> None:
-    """As DynamicQuantizeMatMul, with A already quantized (scale and zero point given)."""
     n = e.node
-    a = e.emit("DequantizeLinear", 13, [_req(n, 0, "A"), _req(n, 2, "a_scale"), n.input(4)],
-               "dq_a")
-    b = _dequantized_b(e, _req(n, 1, "B"), _req(n, 3, "b_scale"), n.input(5))
-    _float_product(e, a, b, n.input(6))
+    acc = e.emit("MatMulInteger", 10, [_req(n, 0, "A"), _req(n, 1, "B"), n.input(4),
+                                       n.input(5)], "matmul")
+    _scaled(e, acc, _req(n, 2, "a_scale"), _req(n, 3, "b_scale"), n.input(6))
 
 
 def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
@@ -165,8 +152,7 @@ EXPANSIONS: dict[str, Callable[[Any], None]] = {
 #: What each op becomes, for docs/supported_ops.md.
 NOTES = {
     "DynamicQuantizeLSTM": "LSTM with W, R dequantized at compile time (activations in float)",
-    "DynamicQuantizeMatMul": "DequantizeLinear(DynamicQuantizeLinear(A)) @ dequantized B "
-                             "(float GEMM, B prepacked) [+ bias]",
-    "MatMulIntegerToFloat": "DequantizeLinear(A) @ dequantized B (float GEMM) [+ bias]",
+    "DynamicQuantizeMatMul": "DynamicQuantizeLinear + MatMulInteger, scaled [+ bias]",
+    "MatMulIntegerToFloat": "MatMulInteger, scaled [+ bias]",
     "MatMulNBits": "MatMul by weights dequantized at compile time (2/4/8 bits; no g_idx)",
 }
