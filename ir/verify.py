@@ -163,7 +163,7 @@ class _Verifier:
             what = f"output {k} of {_gdesc(graph)}"
             self._use(v, what, None, graph)
             if not nested:  # typed; its shape may be left to inference (the spec's rule)
-                self._value(v, what, nested, shapeless=True)
+                self._value(v, what, nested)
         for v in opened:
             self.visible.discard(v)
         for v in marked:
@@ -233,10 +233,10 @@ class _Verifier:
         raise ModelError(f"{what} ({v.describe()}) is undefined in {_gdesc(graph)}: not a graph "
                          "input, initializer, constant, or output of an earlier node", where=node)
 
-    def _value(self, v: Value, what: str, may_be_untyped: bool, shapeless: bool = False
-               ) -> None:
-        """A defined value's type (required on the main graph's interface, with a shape on its
-        inputs: `shapeless` for an output, whose shape inference finds) and constant."""
+    def _value(self, v: Value, what: str, may_be_untyped: bool) -> None:
+        """A defined value's type (required on the main graph's interface; its shape is not:
+        an output's is inference's to find, and an input without one takes any shape a call
+        gives, as in onnxruntime) and constant."""
         t = v.type
         if t is None:
             if not may_be_untyped:
@@ -244,10 +244,6 @@ class _Verifier:
                                  "and outputs must have one")
         else:
             _check_type(t, f"{what} ({v.describe()})")
-            if not may_be_untyped and not shapeless and \
-                    isinstance(t, (TensorType, SparseTensorType)) and t.shape is None:
-                raise ModelError(f"{what} ({v.describe()}) has type {t} of unknown rank; the "
-                                 "main graph's inputs and outputs must have a shape")
         if v.const is not None:
             _check_const(v, what)
 

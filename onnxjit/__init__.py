@@ -2,6 +2,7 @@
 
     fn = onnxjit.compile("model.onnx")
     y, = fn(x)
+    sess = onnxjit.InferenceSession("model.onnx")      # onnxruntime's API
 
 See README.md and docs/architecture.md. The heavy parts (importer, passes, code generator) are
 imported on first use, so `import onnxjit` stays cheap.
@@ -30,10 +31,15 @@ __all__ = [
     "CompileError", "InputError", "InputTypeError", "ModelError", "OnnxJitError",
     "UnsupportedError", "compile", "__version__",
     "parse", "parse_graph", "parse_function", "parse_node", "to_text", "supported_ops",
+    "InferenceSession", "SessionOptions", "RunOptions", "GraphOptimizationLevel",
+    "get_available_providers", "get_device", "NodeArg", "ModelMetadata",
 ]
 
 # The ONNX textual syntax (onnxjit.onnxtext), bound on first use so `import onnxjit` stays cheap.
 _TEXT_API = ("parse", "parse_graph", "parse_function", "parse_node", "to_text")
+# onnxruntime's session API (onnxjit.session), also bound on first use.
+_SESSION_API = ("InferenceSession", "SessionOptions", "RunOptions", "GraphOptimizationLevel",
+                "get_available_providers", "get_device", "NodeArg", "ModelMetadata")
 
 
 def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
@@ -41,6 +47,12 @@ def __getattr__(name: str):  # noqa: ANN202 - PEP 562 lazy attributes
         from onnxjit import onnxtext
 
         value = getattr(onnxtext, name)
+        globals()[name] = value
+        return value
+    if name in _SESSION_API:
+        from onnxjit import model_info, session
+
+        value = getattr(session if hasattr(session, name) else model_info, name)
         globals()[name] = value
         return value
     if name == "supported_ops":

@@ -33,8 +33,8 @@ class BackendRep:
             return list(self.compiled(**inputs))
         if isinstance(inputs, np.ndarray) or not isinstance(inputs, Sequence):
             inputs = [inputs]
-        names = self.compiled.required_inputs
-        if len(inputs) == len(names) and len(names) < len(self.compiled.input_names):
+        names = self.compiled._all_names  # every graph input, overridable ones too
+        if len(inputs) == len(names) and len(names) > len(self.compiled.input_names):
             return list(self.compiled(**dict(zip(names, inputs))))
         return list(self.compiled(*inputs))
 

@@ -118,6 +118,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     from onnxjit.importer import load_model
     from onnxjit.ir.opdef import lookup
+    from onnxjit.supported import expanded
 
     m = load_model(_model_arg(args.model))
     g = m.graph
@@ -133,7 +134,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for op_name, k in sorted(ops.items()):
         n = next(n for n in g.walk() if n.qualified_op == op_name)
         d = lookup(n.domain, n.op)
-        mark = "" if d else "   <- not supported"
+        mark = "" if d or expanded(n.domain, n.op) else "   <- not supported"
         if d and not (d.symbolic or d.scalar):
             mark, _ = "   (sizes per shape)", per_shape.append(op_name)
         print(f"    {op_name:24s} {k:5d}{mark}")

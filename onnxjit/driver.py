@@ -239,3 +239,29 @@ def lower_signature(model: Model, signature: tuple, options: CompileOptions,
     """`bind_signature` then `lower_bound`. Returns (final graph, program)."""
     m = bind_signature(model, signature, options, dumper)
     return m, lower_bound(m, options, dumper)
+
+
+def ir_text(model: Model, sig: tuple, options: CompileOptions, stage: str, desc: str) -> str:
+    """`CompiledModel.ir`: the text of a stage ("graph", "loops", "llvm", "llvm-opt", "asm")
+    for signature `sig` (described as `desc` in errors)."""
+    stages = ("graph", "loops", "llvm", "llvm-opt", "asm")
+    if stage not in stages:
+        raise OnnxJitError(f"unknown stage '{stage}'; stages are {stages}")
+    from onnxjit.staged import first_dynamic
+
+    final = bind_signature(model, sig, options)
+    if stage == "graph":
+        return print_ir(final)[1]
+    if first_dynamic(final) is not None:
+        raise OnnxJitError(f"the last signature ({desc}) runs in stages because shapes depend "
+                           "on input values; its graph IR is available, and `dump_ir` writes "
+                           "every stage")
+    program = lower_bound(final, options)
+    if stage == "loops":
+        return print_ir(program)[1]
+    from onnxjit.codegen import compile_program
+
+    texts: dict[str, str] = {}
+    compile_program(program, opt_level=options.opt_level,
+                    dump=lambda name, text: texts.__setitem__(name, text))
+    return texts[{"llvm": "llvm.ll", "llvm-opt": "llvm-opt.ll", "asm": "asm.s"}[stage]]

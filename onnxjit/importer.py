@@ -68,9 +68,13 @@ def load_model(src: Any, base_dir: str | os.PathLike | None = None) -> Model:
 def import_proto(proto: P.ModelProto, base_dir: str | os.PathLike | None = None) -> Model:
     """Import a parsed ModelProto (of `onnxjit.proto`); see `load_model`."""
     opsets = _opset_imports(proto.opset_import, proto.ir_version, "the model")
+    if "com.microsoft" not in opsets and any(n.domain == "com.microsoft"
+                                             for n in proto.graph.node):
+        # onnxruntime runs its contrib ops unimported, and its optimizer writes models so.
+        opsets["com.microsoft"] = 1
     local_domains = {f.domain for f in proto.functions}
     reader = ExternalReader(base_dir)
-    gi = GraphImporter(opsets, reader, local_domains)
+    gi = GraphImporter(opsets, reader, local_domains, legacy_inputs=0 < proto.ir_version <= 3)
     graph = gi.import_graph(proto.graph, None)
     functions = [_import_function(f, opsets, reader, local_domains) for f in proto.functions]
     seen: set[tuple[str, str, str]] = set()
@@ -92,6 +96,8 @@ def input_defaults(data: bytes, base_dir: str | os.PathLike | None = None
     an input) straight from the serialized model, without importing the graph: a warm start
     from the disk cache needs only these. `data` is a model that imported successfully."""
     proto = parse_model(data)
+    if 0 < proto.ir_version <= 3:  # initializers are constants, not inputs (`import_proto`)
+        return {}
     names = {v.name for v in proto.graph.input}
     reader = ExternalReader(base_dir)
     out: dict[str, Any] = {t.name: to_numpy(t, reader) for t in proto.graph.initializer

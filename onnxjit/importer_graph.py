@@ -4,8 +4,11 @@ Algorithm for one graph, given the enclosing scope (None for the main graph):
 1) a new `_Scope` chained to the enclosing one; every name the graph's nodes will define is
    recorded as *pending*, so a use before definition can be told apart from an undefined name;
 2) initializers (dense and sparse, densified) become constant Values; an initializer that is
-   also a graph input is that input's default value (it stays in `graph.inputs`, `.const` set);
-3) inputs get their declared types; value_info types are kept aside for node outputs;
+   also a graph input is that input's default value (it stays in `graph.inputs`, `.const` set),
+   except in the main graph of an IR <= 3 model, where every initializer had to be listed as
+   an input: there it is the constant it is (as onnxruntime has it), not an input;
+3) inputs get their declared types (a negative dim, as Paddle writes, is an unknown dim, as
+   onnxruntime reads it); value_info types are kept aside for node outputs;
 4) nodes in file order: inputs resolved through the scope chain ("" -> None), attributes
    converted (subgraphs recursively, in a scope chained to this one), outputs defined — a
    second definition of a name in this graph, or a node output shadowing a visible outer name,
@@ -159,9 +162,8 @@ def _shape(shape: P.TensorShapeProto, where: str) -> tuple:
     for d in shape.dim:
         which = d.WhichOneof("value")
         if which == "dim_value":
-            if d.dim_value < 0:
-                raise ModelError(f"negative dimension {d.dim_value} in its shape", where=where)
-            dims.append(int(d.dim_value))
+            # onnxruntime reads a negative dim (Paddle's -1) as an unknown one.
+            dims.append(int(d.dim_value) if d.dim_value >= 0 else None)
         elif which == "dim_param" and d.dim_param:
             dims.append(Sym.var(d.dim_param))
         else:
@@ -173,8 +175,11 @@ class GraphImporter:
     """Imports graphs of one model (or function) sharing its opset imports and data reader."""
 
     def __init__(self, opsets: dict[str, int], reader: ExternalReader,
-                 local_domains: frozenset[str] | set[str] = frozenset()):
+                 local_domains: frozenset[str] | set[str] = frozenset(),
+                 legacy_inputs: bool = False):
         self.opsets = opsets
+        # IR <= 3: initializers listed among the main graph's inputs are constants.
+        self.legacy_inputs = legacy_inputs
         self.reader = reader
         self.local_domains = local_domains
 
@@ -209,6 +214,8 @@ class GraphImporter:
         inputs: list[Value] = []
         for vi in g.input:
             where = f"graph input '{vi.name}'"
+            if parent is None and self.legacy_inputs and vi.name in inits:
+                continue
             typ = import_type(vi.type, where) if vi.HasField("type") else None
             v = inits.pop(vi.name, None)
             if v is None:

@@ -31,12 +31,12 @@ def _wanted(fn: Any, signature: Any) -> dict[int, tuple]:
         unknown = [n for n in signature if n not in fn._index]
         if unknown:
             raise InputError(f"ir(): unknown input name(s) {unknown}; inputs are "
-                             f"{fn.input_names}")
+                             f"{fn._all_names}")
         items = [(fn._index[n], s) for n, s in signature.items()]
     elif isinstance(signature, Sequence) and not isinstance(signature, str):
-        if len(signature) != len(fn.input_names):
+        if len(signature) != len(fn._all_names):
             raise InputError(f"ir(): {len(signature)} shapes given for the "
-                             f"{len(fn.input_names)} inputs {fn.input_names}")
+                             f"{len(fn._all_names)} inputs {fn._all_names}")
         items = list(enumerate(signature))
     else:
         raise InputError("ir(): signature takes input shapes, as a dict name -> shape or a "
@@ -85,7 +85,7 @@ def ir_text(fn: Any, stage: str, signature: Any = None) -> str:
     if stage == "graph":
         return print_ir(final)[1]
     if first_dynamic(final) is not None:
-        raise OnnxJitError(f"the signature {describe(fn.input_names, sig)} runs in stages "
+        raise OnnxJitError(f"the signature {describe(fn._all_names, sig)} runs in stages "
                            "because shapes depend on input values; its graph IR is "
                            "available, and `dump_ir` writes every stage")
     program = lower_bound(final, fn._with_base())

@@ -78,7 +78,8 @@ def state(fn: Any) -> dict[str, Any]:
         "base_dir": None if base is None else str(base),
         "real_dir": getattr(base, "real_dir", None),
         "source_name": fn._source_name, "options": _options(fn.options),
-        "inputs": list(fn.input_names), "outputs": list(fn.output_names),
+        "inputs": list(fn._all_names), "required": list(fn.input_names),
+        "outputs": list(fn.output_names),
         "declared": list(fn._declared),
     }
 
@@ -112,7 +113,8 @@ def restore(cls: type, st: dict[str, Any]) -> Any:
         if fn is not None:
             _RESTORED.move_to_end(key)
             return fn
-    meta = {"inputs": st["inputs"], "outputs": st["outputs"], "declared": st["declared"]}
+    meta = {"inputs": st["inputs"], "required": st.get("required", st["inputs"]),
+            "outputs": st["outputs"], "declared": st["declared"]}
     fn = cls(st["data"], digest, opts, base_dir, st["source_name"], meta)
     with _RESTORED_LOCK:
         fn = _RESTORED.setdefault(key, fn)

@@ -26,6 +26,7 @@ from onnxjit.artifact import Artifact, sized_for_call
 from onnxjit.entries import ensure_pool, layout_ok
 from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
+from onnxjit.model_info import Interface
 from onnxjit.options import CompileOptions
 from onnxjit.progress import LazyText, Session, cache_event, compiling
 from onnxjit.signature import (
@@ -61,7 +62,7 @@ def _declared(model: Model) -> list[Declared]:
     return [declared_of(v.name, v.type) for v in model.graph.inputs]
 
 
-class CompiledModel:
+class CompiledModel(Interface):
     """A compiled ONNX model; call it like a function. See DESIGN §1."""
 
     def __init__(self, data: bytes, model_hash: str, options: CompileOptions,
@@ -84,13 +85,17 @@ class CompiledModel:
             meta = self._model_meta() if meta is None else meta
         if session.stages():
             self._timings["model"] = session.stages()
-        self.input_names: list[str] = meta["inputs"]
+        # Graph inputs in order (the signature's); the public, positional ones are those
+        # without an initializer: one with an initializer is overridable by name only.
+        self._all_names: list[str] = meta["inputs"]
+        self.input_names: list[str] = meta["required"]
         self.output_names: list[str] = meta["outputs"]
         self._declared: list[Declared] = meta.get("declared") or [
             (n, DType(d), None if s is None else tuple(s))
             for n, d, s in zip(meta["inputs"], meta["input_dtypes"], meta["input_shapes"])]
-        self._n_in = len(self.input_names)
-        self._index = {n: i for i, n in enumerate(self.input_names)}
+        self._n_in = len(self._all_names)
+        self._index = {n: i for i, n in enumerate(self._all_names)}
+        self._positions = [self._index[n] for n in self.input_names]
         from onnxjit.specialize import Specializer
 
         self._symbolic = Specializer(self)
@@ -104,11 +109,12 @@ class CompiledModel:
 
     def _model_meta(self) -> dict[str, Any]:
         entry = self._disk.get(self._model_key())
-        if entry is not None and "inputs" in entry.meta:
+        if entry is not None and "required" in entry.meta:
             return entry.meta
         model = self._graph()
         decl = _declared(model)
         meta = {"inputs": [n for n, _, _ in decl], "outputs": list(model.graph.output_names),
+                "required": [v.name for v in model.graph.inputs if v.const is None],
                 "input_dtypes": [d.value if isinstance(d, DType) else None for _, d, _ in decl],
                 "input_shapes": [None if s is None else list(s) for _, _, s in decl]}
         if all(isinstance(d, DType) for _, d, _ in decl):
@@ -144,7 +150,7 @@ class CompiledModel:
         with self._lock:
             if self._model is None and not self._defaults:
                 values = input_defaults(self._data, self._base_dir)
-                self._defaults = {i: values[n] for i, n in enumerate(self.input_names)
+                self._defaults = {i: values[n] for i, n in enumerate(self._all_names)
                                   if n in values}
 
     def _with_base(self) -> CompileOptions:
@@ -155,7 +161,7 @@ class CompiledModel:
         """Run with inputs by position (graph-input order) and/or by name -> tuple of arrays."""
         if kwargs and not args and len(kwargs) == self._n_in:
             try:  # every input by name: the fast path takes them in graph-input order
-                args, kwargs = tuple(map(kwargs.__getitem__, self.input_names)), {}
+                args, kwargs = tuple(map(kwargs.__getitem__, self._all_names)), {}
             except KeyError:  # an unknown name: `_order` says which
                 pass
         if not kwargs:
@@ -201,15 +207,19 @@ class CompiledModel:
         return [outs[pos[n]] for n in output_names]
 
     def _order(self, args: tuple, kwargs: dict) -> tuple:
-        if len(args) > self._n_in:
-            raise InputError(f"model takes {self._n_in} inputs {self.input_names}, "
+        """All graph inputs in order: positional arguments are the required inputs, keywords
+        any input (an overridable one too); omitted ones take their initializer."""
+        if len(args) > len(self._positions):
+            raise InputError(f"model takes {len(self._positions)} inputs {self.input_names}, "
                              f"got {len(args)} positional arguments")
-        out: list[Any] = list(args) + [None] * (self._n_in - len(args))
-        given = [True] * len(args) + [False] * (self._n_in - len(args))
+        out: list[Any] = [None] * self._n_in
+        given = [False] * self._n_in
+        for i, x in zip(self._positions, args):
+            out[i], given[i] = x, True
         for name, x in kwargs.items():
             i = self._index.get(name)
             if i is None:
-                raise InputError(f"unknown input name '{name}'; inputs are {self.input_names}")
+                raise InputError(f"unknown input name '{name}'; inputs are {self._all_names}")
             if given[i]:
                 raise InputError(f"input '{name}' given twice (by position and by name)")
             out[i], given[i] = x, True
@@ -220,7 +230,7 @@ class CompiledModel:
                 if i in self._defaults:
                     out[i] = self._defaults[i]
                 else:
-                    raise InputError(f"missing input '{self.input_names[i]}'; inputs are "
+                    raise InputError(f"missing input '{self._all_names[i]}'; inputs are "
                                      f"{self.input_names}")
         return tuple(out)
 
@@ -296,7 +306,7 @@ class CompiledModel:
         from onnxjit.staged import Stage, Staged, first_dynamic
 
         dumper = Dumper(self._dump_folder(signature_id(sig)))
-        with sized_for_call(describe(self.input_names, sig), shapes=self._call_sized()):
+        with sized_for_call(describe(self._all_names, sig), shapes=self._call_sized()):
             bound = bind_signature(model, sig, self._with_base(), dumper)
             if first_dynamic(bound) is not None:
                 self._disk.put(key, cache_mod.Entry({"staged": True}))
@@ -379,7 +389,7 @@ class CompiledModel:
 
     def _store_varying(self, names: list[str]) -> None:
         entry = self._disk.get(self._model_key())
-        if entry is not None and "inputs" in entry.meta:
+        if entry is not None and "required" in entry.meta:
             self._disk.put(self._model_key(), cache_mod.Entry(dict(entry.meta, varying=names)))
 
     def _symbolic_from_entry(self, entry: cache_mod.Entry) -> Any:
@@ -391,9 +401,8 @@ class CompiledModel:
     @property
     def required_inputs(self) -> list[str]:
         """Names of the inputs without a default value (graph inputs that are not also
-        initializers), in graph-input order (from the bytes if the model is not imported)."""
-        self._load_defaults()
-        return [n for i, n in enumerate(self.input_names) if i not in self._defaults]
+        initializers), in graph-input order."""
+        return list(self.input_names)
 
     def timings(self) -> dict[str, dict[str, float]]:
         """Seconds per compile stage: {what: {stage: seconds}}, in the order things ran;
@@ -406,7 +415,7 @@ class CompiledModel:
     @property
     def signatures(self) -> list[str]:
         """The signatures compiled (or loaded) so far, as text."""
-        return [describe(self.input_names, a.signature) for a in self._fast.values()]
+        return [describe(self._all_names, a.signature) for a in self._fast.values()]
 
     def ir(self, stage: str = "loops", signature: Any = None) -> str:
         """IR text of a stage ("graph", "loops", "llvm", "llvm-opt", "asm") for the last

@@ -8,7 +8,8 @@ into the type a specialised graph input gets. A map input is a dict (keys as dec
 converted like inputs of the value type) with the entry (its MapType, "map"): no ai.onnx op
 reads a map, so its contents never shape the compiled code. `check` turns a
 call's arguments into arrays and validates them against the declared input types: dtype, rank,
-fixed dims, and symbolic dims (a symbol shared by several inputs must have one size). Python
+fixed dims, and symbolic dims (a symbol shared by several inputs must have one size); an input
+declared as a scalar (rank 0) takes an array of any shape, as onnxruntime allows. Python
 scalars and lists are converted to the declared dtype; numpy arrays of another dtype are refused
 (no silent casts).
 """
@@ -256,7 +257,9 @@ def check(declared: Sequence[Declared], arrays: Sequence[np.ndarray]) -> tuple:
             continue
         if a.dtype != dtype.numpy:
             raise InputTypeError(f"input '{name}' must have dtype {dtype.short}, got {a.dtype}")
-        if dims is not None:
+        # A declared scalar takes any shape, as onnxruntime has it: people pass a VAD model's
+        # sample rate as np.array([16000]); the program is specialised on the shape given.
+        if dims:
             if a.ndim != len(dims):
                 raise InputError(f"input '{name}' must have rank {len(dims)} "
                                  f"(shape [{', '.join(_d(d) for d in dims)}]), got shape "

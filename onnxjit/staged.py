@@ -436,4 +436,4 @@ class Staged:
         """This signature's inputs, for messages (`signature.describe`)."""
         from onnxjit.signature import describe
 
-        return describe(self.root.owner.input_names, self.signature)
+        return describe(self.root.owner._all_names, self.signature)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["supported_ops", "markdown"]
+__all__ = ["contrib_ops", "expanded", "markdown", "supported_ops"]
 
 
 def supported_ops() -> list[dict[str, Any]]:
@@ -56,4 +56,29 @@ def markdown() -> str:
         doc = r["doc"].replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {r['op']} | {r['domain']} | {', '.join(map(str, r['versions']))} | "
                      f"{r['execution']} | {doc} |")
+    lines += ["", "## onnxruntime contrib ops", "",
+              "Rewritten by the `expand-contrib` pass into the standard ops above (so they run "
+              "on the same kernels); a com.microsoft op not listed raises `UnsupportedError`.",
+              "", "| op | domain | becomes |", "|---|---|---|"]
+    for op, domain, note in contrib_ops():
+        lines.append(f"| {op} | {domain} | {note} |")
     return "\n".join(lines) + "\n"
+
+
+def contrib_ops() -> list[tuple[str, str, str]]:
+    """(op, domain, what it is rewritten into) of every contrib op `expand-contrib` handles."""
+    from onnxjit.passes import contrib_gqa, contrib_quant, contrib_transformer, expand_contrib
+
+    rows = [(op, "com.microsoft", "DequantizeLinear, the float op, QuantizeLinear")
+            for op in expand_contrib.EXPANSIONS]
+    for mod in (contrib_transformer, contrib_gqa, contrib_quant):
+        rows += [(op, "com.microsoft", mod.NOTES[op]) for op in mod.EXPANSIONS]
+    rows += [(op, "ai.onnx", contrib_transformer.NOTES[op])
+             for op in contrib_transformer.ONNX_DOMAIN_EXPANSIONS]
+    return sorted(rows)
+
+
+def expanded(domain: str, op: str) -> bool:
+    """Does `expand-contrib` rewrite this (domain, op) into standard ops?"""
+    domain = "ai.onnx" if domain in ("", "ai.onnx") else domain
+    return any(o == op and d == domain for o, d, _ in contrib_ops())

@@ -1,5 +1,9 @@
-"""expand-contrib: rewrite onnxruntime's quantized contrib ops (domain com.microsoft) into
-standard ONNX ops.
+"""expand-contrib: rewrite onnxruntime's contrib ops (domain com.microsoft) into standard ONNX
+ops. The quantized QLinear family is expanded here; transformer ops (`contrib_transformer`,
+`contrib_gqa`) and dynamically quantized / 4-bit ops (`contrib_quant`) by the tables of those
+modules. When the
+model has any of the latter, the walk also infers each node's types as it goes (as the
+infer-shapes pass would), since their expansions need operands' ranks.
 
 onnxruntime's quantization tool in QOperator format emits, besides the standard QLinearConv and
 QLinearMatMul, contrib ops such as QLinearAdd, QLinearMul, QLinearSoftmax and QGemm. Each is,
@@ -28,8 +32,16 @@ import numpy as np
 
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Graph, Model, Node, Value
+from onnxjit.ir.infer import infer_node
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
+from onnxjit.passes.contrib_gqa import EXPANSIONS as GQA
+from onnxjit.passes.contrib_quant import EXPANSIONS as QUANT
+from onnxjit.passes.contrib_transformer import EXPANSIONS as TRANSFORMER
+from onnxjit.passes.contrib_transformer import ONNX_DOMAIN_EXPANSIONS as ONNX_DOMAIN
+
+# Tables whose expansions need operands' ranks (the walk infers types for them).
+RANKED = {**TRANSFORMER, **GQA, **QUANT}
 
 name = "expand-contrib"
 level = "graph"
@@ -40,22 +52,34 @@ MS = "com.microsoft"
 class _Emitter:
     """Builds the replacement nodes of one contrib node."""
 
-    def __init__(self, graph: Graph, node: Node) -> None:
+    def __init__(self, graph: Graph, node: Node, taken: dict[str, int] | None = None) -> None:
         self.graph, self.node = graph, node
         self.nodes: list[Node] = []
+        # Names given so far in this run: contrib nodes often have no name of their own, and
+        # a staged program needs the values it passes between stages named uniquely.
+        self.taken = taken if taken is not None else {}
+
+    def name(self, hint: str) -> str:
+        base = f"{self.node.name}/{hint}"
+        k = self.taken.get(base, 0)
+        self.taken[base] = k + 1
+        return base if k == 0 else f"{base}.{k}"
+
+    def value(self, hint: str) -> Value:
+        return Value(None, self.name(hint))
 
     def const(self, arr: np.ndarray, hint: str) -> Value:
         arr = np.asarray(arr)
-        v = Value(TensorType(DType.from_numpy(arr.dtype), tuple(arr.shape)),
-                  f"{self.node.name}/{hint}", None, arr)
+        v = Value(TensorType(DType.from_numpy(arr.dtype), tuple(arr.shape)), self.name(hint),
+                  None, arr)
         self.graph.initializers.append(v)
         return v
 
     def emit(self, op: str, version: int, inputs: list[Value | None], hint: str,
              out: Value | None = None, **attrs) -> Value:
-        res = out if out is not None else Value(None, f"{self.node.name}/{hint}")
-        self.nodes.append(Node(op, list(inputs), [res], attrs, "", version,
-                               f"{self.node.name}/{hint}"))
+        name = self.name(hint)
+        res = out if out is not None else Value(None, name)
+        self.nodes.append(Node(op, list(inputs), [res], attrs, "", version, name))
         return res
 
     def dq(self, x: Value, scale: Value, zp: Value | None, hint: str, axis: int = 1) -> Value:
@@ -177,27 +201,44 @@ EXPANSIONS: dict[str, Callable[[_Emitter], None]] = {
 }
 
 
-def _expand_graph(graph: Graph) -> bool:
+def _expansion(node: Node) -> Callable[[_Emitter], None] | None:
+    if node.domain == MS:
+        return EXPANSIONS.get(node.op) or RANKED.get(node.op)
+    if node.domain == "":
+        return ONNX_DOMAIN.get(node.op)
+    return None
+
+
+def _expand_graph(graph: Graph, infer: bool, taken: dict[str, int]) -> bool:
+    """Expand the contrib nodes of `graph`; with `infer`, infer every node's types on the way
+    (the shape inference pass's walk), since some expansions depend on operands' ranks."""
     changed = False
     out: list[Node] = []
     for node in graph.nodes:
         for g in node.regions():
-            changed |= _expand_graph(g)
-        fn = EXPANSIONS.get(node.op) if node.domain == MS else None
+            changed |= _expand_graph(g, False, taken)
+        fn = _expansion(node)
         if fn is None:
             out.append(node)
+            if infer:
+                infer_node(node)
             continue
-        if len(node.outputs) != 1:
+        if node.op in EXPANSIONS and len(node.outputs) != 1:
             raise ModelError(f"{node.op} has one output; the node names {len(node.outputs)}",
                              where=node)
-        e = _Emitter(graph, node)
+        e = _Emitter(graph, node, taken)
         fn(e)
         out.extend(e.nodes)
+        if infer:
+            for m in e.nodes:
+                infer_node(m)
         changed = True
     graph.nodes = out
     return changed
 
 
 def run(model: Model, ctx: PassContext) -> PassResult:
-    """Expand every contrib op of `EXPANSIONS` in the model's graphs."""
-    return PassResult(model, _expand_graph(model.graph))
+    """Expand every contrib op of the expansion tables in the model's graphs."""
+    infer = any(n.domain == MS and n.op in RANKED
+                or (n.domain == "" and n.op in ONNX_DOMAIN) for n in model.graph.nodes)
+    return PassResult(model, _expand_graph(model.graph, infer, {}))

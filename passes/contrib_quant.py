@@ -1,0 +1,158 @@
+"""Expansions of onnxruntime's dynamically quantized and 4-bit contrib ops (com.microsoft) into
+standard ONNX ops, for the `expand-contrib` pass.
+
+    DynamicQuantizeMatMul(A, B, b_scale, b_zp, bias)
+        -> DynamicQuantizeLinear(A) -> MatMulInteger(Aq, B, a_zp, b_zp) -> Cast
+           -> * (a_scale * b_scale) [+ bias]      (exact, as onnxruntime's int32 products; a
+           float product would be faster today but flips the next layer's quantization on
+           near-ties)
+    MatMulIntegerToFloat(A, B, a_scale, b_scale, a_zp, b_zp, bias)
+        -> MatMulInteger -> Cast -> * (a_scale * b_scale) [+ bias]
+    MatMulNBits(A, B, scales, zero_points, g_idx, bias; K, N, bits, block_size)
+        -> MatMul(A, W) [+ bias], W the float weights dequantized here, at compile time, from
+           the packed blocks (values low bits first, zero point 2^(bits-1) when omitted), so
+           the product runs on the float kernels with W prepacked like any weight
+    DynamicQuantizeLSTM(X, W, R, B, seq_lens, h0, c0, P, W_scale, W_zp, R_scale, R_zp)
+        -> LSTM with W and R dequantized here ((q - zp) * scale per direction or per
+           column) and transposed to the standard [dirs, 4*hidden, in] layout
+
+onnxruntime's DynamicQuantizeLSTM also quantizes the activations at every step; the float
+LSTM here does not, so results differ from it by about one activation quantization step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from onnxjit.errors import ModelError, UnsupportedError
+from onnxjit.ir.graph import Node, Value
+
+__all__ = ["EXPANSIONS"]
+
+
+def _req(node: Node, i: int, what: str) -> Value:
+    v = node.input(i)
+    if v is None:
+        raise ModelError(f"input {i} ({what}) is required", where=node)
+    return v
+
+
+def _const(node: Node, i: int, what: str) -> np.ndarray:
+    v = _req(node, i, what)
+    if v.const is None:
+        raise UnsupportedError(f"{node.op} needs a constant {what} (input {i})", where=node)
+    return np.asarray(v.const)
+
+
+def _scaled(e: Any, acc: Value, a_scale: Value, b_scale: Value, bias: Value | None) -> None:
+    n = e.node
+    f = e.emit("Cast", 13, [acc], "acc_float", to=1)
+    scale = e.emit("Mul", 14, [a_scale, b_scale], "scale")
+    if bias is None:
+        e.emit("Mul", 14, [f, scale], "scaled", out=n.outputs[0])
+        return
+    y = e.emit("Mul", 14, [f, scale], "scaled")
+    e.emit("Add", 14, [y, bias], "bias", out=n.outputs[0])
+
+
+def _dynamic_quantize_matmul(e: Any) -> None:
+    n = e.node
+    aq, a_scale, a_zp = (e.value(p) for p in ("a_q", "a_scale", "a_zp"))
+    e.nodes.append(Node("DynamicQuantizeLinear", [_req(n, 0, "A")], [aq, a_scale, a_zp], {},
+                        "", 11, e.name("quantize_a")))
+    acc = e.emit("MatMulInteger", 10, [aq, _req(n, 1, "B"), a_zp, n.input(3)], "matmul")
+    _scaled(e, acc, a_scale, _req(n, 2, "b_scale"), n.input(4))
+
+
+def _matmul_integer_to_float(e: Any) -> None:
+    n = e.node
+    acc = e.emit("MatMulInteger", 10, [_req(n, 0, "A"), _req(n, 1, "B"), n.input(4),
+                                       n.input(5)], "matmul")
+    _scaled(e, acc, _req(n, 2, "a_scale"), _req(n, 3, "b_scale"), n.input(6))
+
+
+def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Values of `bits` bits packed low bits first along the last axis -> `count` of them."""
+    per = 8 // bits
+    b = packed.astype(np.uint8)[..., None] >> (np.arange(per, dtype=np.uint8) * bits)
+    vals = (b & ((1 << bits) - 1)).reshape(*packed.shape[:-1], -1)
+    return vals[..., :count]
+
+
+def nbits_weights(node: Node) -> np.ndarray:
+    """The float [K, N] weights of a MatMulNBits node."""
+    k, n_out = int(node.attr("K", 0)), int(node.attr("N", 0))
+    bits, block = int(node.attr("bits", 4)), int(node.attr("block_size", 0))
+    if bits not in (2, 4, 8) or block <= 0 or k <= 0 or n_out <= 0:
+        raise ModelError(f"MatMulNBits needs K, N, block_size > 0 and bits 2, 4 or 8 (got "
+                         f"K={k}, N={n_out}, bits={bits}, block_size={block})", where=node)
+    if node.input(4) is not None:
+        raise UnsupportedError("MatMulNBits with g_idx (act-order) is not supported",
+                               where=node)
+    blocks = -(-k // block)
+    q = _unpack(_const(node, 1, "B").reshape(n_out, blocks, -1), bits, block)
+    scales = _const(node, 2, "scales").astype(np.float32).reshape(n_out, blocks, 1)
+    if node.input(3) is None:
+        zp: Any = np.float32(1 << (bits - 1))
+    else:
+        z = _const(node, 3, "zero_points")
+        if z.dtype == np.uint8:  # packed like B, one value per block
+            z = _unpack(z.reshape(n_out, -1), bits, blocks)
+        zp = z.astype(np.float32).reshape(n_out, blocks, 1)
+    w = ((q.astype(np.float32) - zp) * scales).reshape(n_out, -1)[:, :k]
+    return np.ascontiguousarray(w.T)
+
+
+def _matmul_nbits(e: Any) -> None:
+    n = e.node
+    w = e.const(nbits_weights(n), "weights")
+    if n.input(5) is None:
+        e.emit("MatMul", 13, [_req(n, 0, "A"), w], "matmul", out=n.outputs[0])
+        return
+    y = e.emit("MatMul", 13, [_req(n, 0, "A"), w], "matmul")
+    e.emit("Add", 14, [y, n.inputs[5]], "bias", out=n.outputs[0])
+
+
+def _dequantized(node: Node, i: int, what: str) -> np.ndarray:
+    """W or R of DynamicQuantizeLSTM in float, transposed to [dirs, 4*hidden, in]."""
+    q = _const(node, i, what).astype(np.float32)
+    at = 8 + 2 * (i - 1)  # W_scale, W_zero_point, R_scale, R_zero_point are inputs 8..11
+    scale = _const(node, at, f"{what}_scale").astype(np.float32)
+    zp = _const(node, at + 1, f"{what}_zero_point").astype(np.float32) \
+        if node.input(at + 1) is not None else np.zeros_like(scale)
+    shape = (q.shape[0], 1, -1) if scale.ndim == 2 else (q.shape[0], 1, 1)
+    w = (q - zp.reshape(shape)) * scale.reshape(shape)
+    return np.ascontiguousarray(w.transpose(0, 2, 1))
+
+
+def _dynamic_quantize_lstm(e: Any) -> None:
+    n = e.node
+    w = e.const(_dequantized(n, 1, "W"), "W")
+    r = e.const(_dequantized(n, 2, "R"), "R")
+    keep = ("activation_alpha", "activation_beta", "activations", "clip", "direction",
+            "hidden_size", "input_forget")
+    ins = [_req(n, 0, "X"), w, r] + [n.input(k) for k in range(3, 8)]
+    while ins and ins[-1] is None:
+        ins.pop()
+    e.nodes.append(Node("LSTM", ins, list(n.outputs), {k: n.attrs[k] for k in keep
+                                                       if k in n.attrs}, "", 14,
+                        e.name("lstm")))
+
+
+EXPANSIONS: dict[str, Callable[[Any], None]] = {
+    "DynamicQuantizeMatMul": _dynamic_quantize_matmul,
+    "MatMulIntegerToFloat": _matmul_integer_to_float,
+    "MatMulNBits": _matmul_nbits,
+    "DynamicQuantizeLSTM": _dynamic_quantize_lstm,
+}
+
+#: What each op becomes, for docs/supported_ops.md.
+NOTES = {
+    "DynamicQuantizeLSTM": "LSTM with W, R dequantized at compile time (activations in float)",
+    "DynamicQuantizeMatMul": "DynamicQuantizeLinear + MatMulInteger, scaled [+ bias]",
+    "MatMulIntegerToFloat": "MatMulInteger, scaled [+ bias]",
+    "MatMulNBits": "MatMul by weights dequantized at compile time (2/4/8 bits; no g_idx)",
+}
