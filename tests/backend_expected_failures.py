@@ -16,8 +16,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     '^test_ai_onnx_ml_label_encoder_string_int_no_default_cpu$': "UnsupportedError: node (ai.onnx.ml.LabelEncoder): op 'LabelEncoder' in domain 'ai.onnx.ml' is not supported",
     '^test_ai_onnx_ml_label_encoder_tensor_mapping_cpu$': "UnsupportedError: node (ai.onnx.ml.LabelEncoder): op 'LabelEncoder' in domain 'ai.onnx.ml' is not supported",
     '^test_ai_onnx_ml_label_encoder_tensor_value_only_mapping_cpu$': "UnsupportedError: node (ai.onnx.ml.LabelEncoder): op 'LabelEncoder' in domain 'ai.onnx.ml' is not supported",
-    '^test_ai_onnx_ml_tree_ensemble_set_membership_cpu$': "UnsupportedError: node (ai.onnx.ml.TreeEnsemble): op 'TreeEnsemble' in domain 'ai.onnx.ml' is not supported",
-    '^test_ai_onnx_ml_tree_ensemble_single_tree_cpu$': "UnsupportedError: node (ai.onnx.ml.TreeEnsemble): op 'TreeEnsemble' in domain 'ai.onnx.ml' is not supported",
     '^test_gradient_of_add_and_mul_cpu$': "UnsupportedError: node 'my_gradient' (ai.onnx.preview.training.Gradient): op 'Gradient' in domain 'ai.onnx.preview.training' is not supported",
     '^test_gradient_of_add_cpu$': "UnsupportedError: node 'my_gradient' (ai.onnx.preview.training.Gradient): op 'Gradient' in domain 'ai.onnx.preview.training' is not supported",
     '^test_momentum_cpu$': "UnsupportedError: node (ai.onnx.preview.training.Momentum): op 'Momentum' in domain 'ai.onnx.preview.training' is not supported",
