@@ -63,89 +63,113 @@ class Forest:
         return int(self.feature.max()) + 1 if self.feature.size else 0
 
 
-class _Builder:
-    """Accumulates flat nodes; `leaf()` and `branch()` return node indexes."""
+#: codes of the node modes (ml-opset-5 numbering, then LEAF)
+_CODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4,
+          "BRANCH_NEQ": 5, "BRANCH_MEMBER": 6, "LEAF": 7}
+MEMBER, LEAF = 6, 7
+#: code -> reduced mode; and whether the children swap
+_REDUCED = np.array([LE, LT, LT, LE, EQ, EQ], dtype=np.int8)
+_SWAP = np.array([False, False, True, True, False, True])
 
-    def __init__(self, node: Node, n_targets: int, aggregate: str):
-        self.node = node
-        self.rows: list[list] = []  # [feature, threshold, mode, nan_true, true, false]
-        self.leaf_entries: dict[int, list[tuple[int, float]]] = {}
-        self.n_targets = n_targets
-        self.aggregate = aggregate
 
-    def new(self) -> int:
-        self.rows.append([0, 0.0, LE, False, -1, -1])
-        return len(self.rows) - 1
+@dataclass
+class _Nodes:
+    """Nodes before reduction (arrays over nodes; children are node indexes, a leaf's are
+    itself) and leaf entries (node, target, weight)."""
 
-    def set_leaf(self, m: int, entries: list[tuple[int, float]]) -> None:
-        self.rows[m][4] = self.rows[m][5] = m
-        for t, _ in entries:
-            if not 0 <= t < self.n_targets:
-                raise ModelError(f"leaf target id {t} is out of range [0, {self.n_targets})",
-                                 where=self.node)
-        self.leaf_entries[m] = entries
+    code: np.ndarray
+    feature: np.ndarray
+    threshold: np.ndarray
+    mtt: np.ndarray
+    tc: np.ndarray
+    fc: np.ndarray
+    entries: tuple[np.ndarray, np.ndarray, np.ndarray]
+    members: list[list[float]]  # one list per BRANCH_MEMBER node, in node order
 
-    def set_branch(self, m: int, mode: str, feature: int, thr: float, nan_true: bool,
-                   t: int, f: int) -> None:
-        if mode not in _MODES:
-            raise ModelError(f"node mode {mode!r} is not a branch mode", where=self.node)
-        if feature < 0:
-            raise ModelError(f"node feature id {feature} is negative", where=self.node)
-        reduced, swap = _MODES[mode]
-        nan_true = nan_true or mode == "BRANCH_NEQ"
-        if swap:
-            t, f, nan_true = f, t, not nan_true
-        self.rows[m] = [feature, thr, reduced, nan_true, t, f]
 
-    def set_member(self, m: int, feature: int, members: list[float], nan_true: bool,
-                   t: int, f: int) -> None:
-        """x in members: a chain of EQ nodes, the first at `m` (NaN decided there)."""
-        if not members:
-            self.set_branch(m, "BRANCH_EQ", feature, float("nan"), nan_true, t, f)
-            return
-        cur = m
-        for k, v in enumerate(members):
-            nxt = f if k == len(members) - 1 else self.new()
-            self.rows[cur] = [feature, v, EQ, nan_true, t, nxt]
-            cur = nxt
+def _assemble(node: Node, nd: _Nodes, roots: np.ndarray, n_targets: int, agg: str,
+              base, thr_dtype: type, n_trees: int) -> Forest:
+    """Reduce modes, expand set membership, build the leaf table, measure depths."""
+    n = len(nd.code)
+    code = nd.code.astype(np.int64)
+    if ((code < 0) | (code > LEAF)).any():
+        raise ModelError("a node mode is not one of the ONNX-ML branch modes", where=node)
+    leaf = code == LEAF
+    branch = ~leaf & (code != MEMBER)
+    feature = np.where(leaf, 0, nd.feature).astype(np.int64)
+    if (feature < 0).any():
+        raise ModelError("a node's feature id is negative", where=node)
+    rc = np.where(branch, code, 0)
+    mode = np.where(branch, _REDUCED[rc], EQ).astype(np.int8)
+    mode[leaf] = LE
+    nan_true = (nd.mtt != 0) | (code == 5)
+    swap = branch & _SWAP[rc]
+    tc = np.where(leaf, np.arange(n), np.where(swap, nd.fc, nd.tc))
+    fc = np.where(leaf, np.arange(n), np.where(swap, nd.tc, nd.fc))
+    nan_true = np.where(swap, ~nan_true, nan_true) & ~leaf
+    thr = np.where(leaf, 0.0, nd.threshold)
+    extra = _expand_members(node, code, feature, thr, mode, nan_true, tc, fc, nd.members)
+    if extra is not None:
+        feature, thr, mode, nan_true, tc, fc = extra
+    m, t, w = nd.entries
+    if ((t < 0) | (t >= n_targets)).any():
+        raise ModelError(f"a leaf target id is out of range [0, {n_targets})", where=node)
+    total = np.zeros((len(tc), n_targets))
+    has = np.zeros((len(tc), n_targets), dtype=bool)
+    np.add.at(total, (m, t), w)
+    has[m, t] = True
+    total[~has] = {"MIN": np.inf, "MAX": -np.inf}.get(agg, 0.0)
+    if agg == "AVERAGE":
+        total = total / max(n_trees, 1)
+    bv = None if base is None or len(base) == 0 else np.asarray(base, np.float64).reshape(-1)
+    return Forest(feature, thr.astype(thr_dtype), mode, nan_true.astype(bool), tc, fc, total,
+                  roots, _depths(node, tc, fc, roots), n_targets, agg, bv, thr_dtype)
 
-    def finish(self, roots: list[int], base_values, thr_dtype: type) -> Forest:
-        a = list(zip(*self.rows)) if self.rows else [[]] * 6
-        fill = {"MIN": np.inf, "MAX": -np.inf}.get(self.aggregate, 0.0)
-        weights = np.full((len(self.rows), self.n_targets), fill)
-        for m, entries in self.leaf_entries.items():
-            for t, w in entries:
-                weights[m, t] = w if weights[m, t] == fill else weights[m, t] + w
-        tc = np.array(a[4], dtype=np.int64)
-        fc = np.array(a[5], dtype=np.int64)
-        if (tc < 0).any() or (fc < 0).any():
-            raise ModelError("a tree node is neither a leaf nor a branch with two children",
-                             where=self.node)
-        roots_a = np.array(roots, dtype=np.int64)
-        bv = None if base_values is None or len(base_values) == 0 else \
-            np.asarray(base_values, dtype=np.float64).reshape(-1)
-        return Forest(np.array(a[0], dtype=np.int64), np.array(a[1], dtype=thr_dtype),
-                      np.array(a[2], dtype=np.int8), np.array(a[3], dtype=bool), tc, fc,
-                      weights, roots_a, _depths(self.node, tc, fc, roots_a), self.n_targets,
-                      self.aggregate, bv, thr_dtype)
+
+def _expand_members(node: Node, code, feature, thr, mode, nan_true, tc, fc, members):
+    """Each BRANCH_MEMBER node becomes a chain of EQ nodes (new nodes appended)."""
+    where = np.flatnonzero(code == MEMBER)
+    if len(where) == 0:
+        return None
+    if len(members) != len(where):
+        raise ModelError(f"membership_values holds {len(members)} sets for {len(where)} "
+                         "BRANCH_MEMBER nodes", where=node)
+    cols = [list(a) for a in (feature, thr, mode, nan_true, tc, fc)]
+    for k, vals in zip(where, members):
+        vals = vals or [float("nan")]  # an empty set: nothing is a member
+        chain = [int(k)] + list(range(len(cols[0]), len(cols[0]) + len(vals) - 1))
+        for c in cols:
+            c.extend([0] * (len(vals) - 1))
+        t, f = int(tc[k]), int(fc[k])
+        for i, v in enumerate(vals):
+            nxt = f if i == len(vals) - 1 else chain[i + 1]
+            row = (int(feature[k]), v, EQ, bool(nan_true[k]) and i == 0, t, nxt)
+            for c, x in zip(cols, row):
+                c[chain[i]] = x
+    dts = (np.int64, np.float64, np.int8, bool, np.int64, np.int64)
+    return tuple(np.array(c, dtype=d) for c, d in zip(cols, dts))
 
 
 def _depths(node: Node, tc: np.ndarray, fc: np.ndarray, roots: np.ndarray) -> np.ndarray:
-    """Steps from each root to its deepest leaf (ModelError on a cycle)."""
-    out = np.zeros(len(roots), dtype=np.int64)
-    limit = len(tc) + 1
-    for k, r in enumerate(roots):
-        frontier, d = {int(r)}, 0
-        while True:
-            nxt = {int(c) for m in frontier for c in (tc[m], fc[m]) if c != m}
-            if not nxt:
-                break
-            d += 1
-            if d > limit:
-                raise ModelError("a tree has a cycle", where=node)
-            frontier = nxt
-        out[k] = d
-    return out
+    """Steps from each root to its deepest leaf, all trees level by level (ModelError on a
+    cycle)."""
+    depth = np.zeros(len(roots), dtype=np.int64)
+    frontier, tree = roots.astype(np.int64), np.arange(len(roots))
+    level = 0
+    while len(frontier):
+        kids = np.concatenate([tc[frontier], fc[frontier]])
+        owner = np.concatenate([tree, tree])
+        keep = kids != np.concatenate([frontier, frontier])  # a leaf loops on itself
+        kids, owner = kids[keep], owner[keep]
+        if not len(kids):
+            break
+        level += 1
+        if level > len(tc):
+            raise ModelError("a tree has a cycle", where=node)
+        depth[owner] = level
+        frontier, first = np.unique(kids * len(roots) + owner, return_index=True)
+        frontier, tree = kids[first], owner[first]
+    return depth
 
 
 # ----------------------------------------------------------------------- from the op forms
@@ -169,8 +193,24 @@ def _values(node: Node, name: str) -> tuple[np.ndarray | None, bool]:
     return v, False
 
 
+def _lookup(node: Node, keys: np.ndarray, tree: np.ndarray, ids: np.ndarray,
+            what: str) -> np.ndarray:
+    """Index of node (tree, id) among `keys` (tree << 32 | id), per query."""
+    q = (tree.astype(np.int64) << 32) + ids.astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    pos = np.searchsorted(keys, q, sorter=order)
+    pos = np.minimum(pos, len(keys) - 1)
+    found = order[pos]
+    bad = keys[found] != q
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise ModelError(f"{what} names node ({tree[k]}, {ids[k]}), which does not exist",
+                         where=node)
+    return found
+
+
 def from_legacy(node: Node) -> tuple[Forest, np.ndarray]:
-    """A Forest from TreeEnsembleRegressor/Classifier; also the class column of each target."""
+    """A Forest from TreeEnsembleRegressor/Classifier; also the class columns used."""
     classifier = node.op == "TreeEnsembleClassifier"
     p = "class" if classifier else "target"
     treeids = _attr_list(node, "nodes_treeids", np.int64)
@@ -192,6 +232,13 @@ def from_legacy(node: Node) -> tuple[Forest, np.ndarray]:
                              where=node)
     if mtt is None or len(mtt) == 0:
         mtt = np.zeros(n, dtype=np.int64)
+    try:
+        code = np.array([_CODES[m] for m in modes], dtype=np.int64)
+    except KeyError as e:
+        raise ModelError(f"node mode {e.args[0]!r} is not an ONNX-ML node mode",
+                         where=node) from None
+    if (code == MEMBER).any():
+        raise ModelError("BRANCH_MEMBER exists only in TreeEnsemble (ml opset 5)", where=node)
     if classifier:
         labels = node.attr("classlabels_int64s") or node.attr("classlabels_strings")
         if not labels:
@@ -211,43 +258,26 @@ def from_legacy(node: Node) -> tuple[Forest, np.ndarray]:
     agg = "SUM" if classifier else str(node.attr("aggregate_function", "SUM"))
     if agg not in AGGREGATES:
         raise ModelError(f"aggregate_function {agg!r} is not one of {AGGREGATES}", where=node)
-    used_cols = np.unique(e_id) if len(e_id) else np.zeros(1, np.int64)
-    b = _Builder(node, n_targets, agg)
-    index = {}
-    for k in range(n):
-        index[(int(treeids[k]), int(nodeids[k]))] = b.new()
-    entries: dict[int, list[tuple[int, float]]] = {}
-    for t, nd, c, w in zip(e_tree, e_node, e_id, e_w):
-        m = index.get((int(t), int(nd)))
-        if m is None:
-            raise ModelError(f"{p} weight names node ({t}, {nd}), which does not exist",
-                             where=node)
-        entries.setdefault(m, []).append((int(c), float(w)))
-    for k in range(n):
-        m, tree = k, int(treeids[k])
-        mode = str(modes[k])
-        if mode == "LEAF":
-            b.set_leaf(m, entries.get(m, []))
-            continue
-        try:
-            t, f = index[(tree, int(tids[k]))], index[(tree, int(fids[k]))]
-        except KeyError:
-            raise ModelError(f"node ({tree}, {nodeids[k]}) has a child that does not exist",
-                             where=node) from None
-        b.set_branch(m, mode, int(feats[k]), float(thr[k]), bool(mtt[k]), t, f)
-    roots: dict[int, int] = {}
-    for k in range(n):
-        roots.setdefault(int(treeids[k]), k)
+    if n == 0:
+        raise ModelError("a tree ensemble needs at least one node", where=node)
+    keys = (treeids << 32) + nodeids
+    leaf = code == LEAF
+    tc = np.where(leaf, 0, tids)
+    fc = np.where(leaf, 0, fids)
+    tci = _lookup(node, keys, treeids, tc, "a true child")
+    fci = _lookup(node, keys, treeids, fc, "a false child")
+    em = _lookup(node, keys, e_tree, e_node, f"a {p} weight")
+    nd = _Nodes(code, feats, thr, mtt, tci, fci, (em, e_id, e_w), [])
+    tree_ids, first = np.unique(treeids, return_index=True)
     bv, _ = _values(node, "base_values")
-    forest = b.finish([roots[t] for t in sorted(roots)], bv,
-                      np.float64 if double else np.float32)
-    if agg == "AVERAGE":
-        forest.weights = forest.weights / max(len(roots), 1)
-    return forest, used_cols
+    forest = _assemble(node, nd, first.astype(np.int64), n_targets, agg, bv,
+                       np.float64 if double else np.float32, len(tree_ids))
+    used = np.unique(e_id) if len(e_id) else np.zeros(1, np.int64)
+    return forest, used
 
 
 def from_v5(node: Node) -> Forest:
-    """A Forest from the ml-opset-5 TreeEnsemble."""
+    """A Forest from the ml-opset-5 TreeEnsemble (leaves become nodes after the branches)."""
     def req(name: str, dtype=None) -> np.ndarray:
         v = _attr_list(node, name, dtype)
         if v is None:
@@ -270,61 +300,40 @@ def from_v5(node: Node) -> Forest:
     if len(lweight) != nl:
         raise ModelError("leaf_targetids and leaf_weights must have one entry per leaf",
                          where=node)
+    if ((modes < 0) | (modes > MEMBER)).any():
+        raise ModelError("a node mode is not in [0, 6]", where=node)
     mtt = _attr_list(node, "nodes_missing_value_tracks_true", np.int64)
     if mtt is None or len(mtt) == 0:
         mtt = np.zeros(n, dtype=np.int64)
-    members = _attr_list(node, "membership_values", np.float64)
     agg_code = int(node.attr("aggregate_function", 1))
     if not 0 <= agg_code < 4:
         raise ModelError(f"aggregate_function {agg_code} is not in [0, 4)", where=node)
     n_targets = node.attr("n_targets")
     if n_targets is None:
         raise ModelError("missing required attribute 'n_targets'", where=node)
-    agg = AGGREGATES[agg_code]
-    b = _Builder(node, int(n_targets), agg)
-    node_at = [b.new() for _ in range(n)]
-    leaf_at: dict[int, int] = {}
-
-    def child(idx: int, is_leaf: int) -> int:
-        bound = nl if is_leaf else n
-        if not 0 <= idx < bound:
-            raise ModelError(f"{'leaf' if is_leaf else 'node'} index {idx} is out of range "
-                             f"[0, {bound})", where=node)
-        if not is_leaf:
-            return node_at[idx]
-        if idx not in leaf_at:
-            leaf_at[idx] = b.new()
-            b.set_leaf(leaf_at[idx], [(int(ltarget[idx]), float(lweight[idx]))])
-        return leaf_at[idx]
-
-    member_sets = _member_sets(node, members, modes)
-    for k in range(n):
-        code = int(modes[k])
-        if not 0 <= code < len(_MODE_CODES):
-            raise ModelError(f"node mode {code} is not in [0, 6]", where=node)
-        t, f = child(int(tids[k]), int(tleaf[k])), child(int(fids[k]), int(fleaf[k]))
-        if code == 6:
-            b.set_member(node_at[k], int(feats[k]), member_sets.pop(0), bool(mtt[k]), t, f)
-        else:
-            b.set_branch(node_at[k], _MODE_CODES[code], int(feats[k]), float(splits[k]),
-                         bool(mtt[k]), t, f)
-    root_nodes = []
-    for r in roots:
-        r = int(r)
-        if not 0 <= r < n:
-            raise ModelError(f"tree root {r} is out of range [0, {n})", where=node)
-        # a tree that is one leaf: both branches name the same leaf
-        single = tleaf[r] and fleaf[r] and tids[r] == fids[r]
-        root_nodes.append(child(int(tids[r]), 1) if single else node_at[r])
-    forest = b.finish(root_nodes, None, thr_dtype)
-    if agg == "AVERAGE":
-        forest.weights = forest.weights / max(len(roots), 1)
-    return forest
+    for ids, lf in ((tids, tleaf), (fids, fleaf), (roots, np.zeros_like(roots))):
+        bound = np.where(lf != 0, nl, n)
+        if ((ids < 0) | (ids >= bound)).any():
+            raise ModelError("a node, leaf or root index is out of range", where=node)
+    # nodes 0..n-1 are the branches, n..n+nl-1 the leaves
+    code = np.concatenate([modes, np.full(nl, LEAF)])
+    pad = np.zeros(nl, dtype=np.int64)
+    nd = _Nodes(code, np.concatenate([feats, pad]), np.concatenate([splits, pad * 0.0]),
+                np.concatenate([mtt, pad]),
+                np.concatenate([np.where(tleaf != 0, tids + n, tids), pad]),
+                np.concatenate([np.where(fleaf != 0, fids + n, fids), pad]),
+                (np.arange(nl) + n, ltarget, lweight),
+                _member_sets(node, _attr_list(node, "membership_values", np.float64), modes))
+    # a tree that is one leaf: both branches of its root name the same leaf
+    single = (tleaf[roots] != 0) & (fleaf[roots] != 0) & (tids[roots] == fids[roots])
+    root_nodes = np.where(single, tids[roots] + n, roots).astype(np.int64)
+    return _assemble(node, nd, root_nodes, int(n_targets), AGGREGATES[agg_code], None,
+                     thr_dtype, len(roots))
 
 
 def _member_sets(node: Node, members: np.ndarray | None, modes: np.ndarray) -> list[list]:
     """The member list of each BRANCH_MEMBER node, in node order (NaN-separated)."""
-    n_member = int((modes == 6).sum())
+    n_member = int((modes == MEMBER).sum())
     if n_member == 0:
         return []
     if members is None:
@@ -337,9 +346,6 @@ def _member_sets(node: Node, members: np.ndarray | None, modes: np.ndarray) -> l
             sets[-1].append(float(v))
     if sets and not sets[-1]:
         sets.pop()
-    if len(sets) != n_member:
-        raise ModelError(f"membership_values holds {len(sets)} sets for {n_member} "
-                         "BRANCH_MEMBER nodes", where=node)
     return sets
 
 

@@ -60,81 +60,102 @@ def lower_trees(ctx, node: Node) -> None:
         raise InputError(f"node '{node.name}' ({node.op}): input X has {nf} features but the "
                          f"trees read feature {f.n_features_used - 1}")
     nt = f.n_targets
-    acc = ctx.scratch("tree_acc", F64, (max(n, 1), nt))
+    r_blk, _ = block_sizes(n, len(f.roots))
+    acc = ctx.scratch("tree_acc", F64, (max(math.ceil(n / r_blk) * r_blk, 1), nt))
     if n > 0:
         _walk_kernel(ctx, f, xb, acc, n, nf)
         _finish_kernel(ctx, node, f, acc, n)
 
 
-def _groups(f: F.Forest, g: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first tree, depth) of each group of g consecutive trees."""
-    starts = np.arange(0, len(f.roots), g, dtype=np.int64)
-    depths = np.array([f.depth[s:s + g].max() for s in starts], dtype=np.int64)
-    return starts, depths
+def _layout(f: F.Forest, g: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(roots in walk order, padded to a multiple of g; depth of each group of g trees;
+    padding trees). Trees are sorted by depth so a group's walk wastes few steps on trees
+    already at their leaves (the sum is float64, so its order does not show in a float32
+    result); a padding tree is one extra leaf node holding the aggregate's neutral element."""
+    order = np.argsort(f.depth, kind="stable")
+    roots, depth = f.roots[order], f.depth[order]
+    pad = (-len(roots)) % g
+    roots = np.concatenate([roots, np.full(pad, len(f.true_child), dtype=np.int64)])
+    depth = np.concatenate([depth, np.zeros(pad, dtype=np.int64)])
+    return roots, depth.reshape(-1, g).max(axis=1), pad
+
+
+def _tables(ctx, f: F.Forest, pad: int) -> dict:
+    """The node arrays as constant buffers (plus the padding leaf when there is one)."""
+    k = 1 if pad else 0
+    me = np.arange(len(f.true_child), len(f.true_child) + k)
+    neutral = {"MIN": math.inf, "MAX": -math.inf}.get(f.aggregate, 0.0)
+    return {
+        "feat": ctx.constant("tree_feature", np.concatenate([f.feature, [0] * k]).astype(
+            np.int32)),
+        "thr": ctx.constant("tree_threshold", np.concatenate([f.threshold, [0] * k]).astype(
+            f.thr_dtype)),
+        "tc": ctx.constant("tree_true", np.concatenate([f.true_child, me]).astype(np.int32)),
+        "fc": ctx.constant("tree_false", np.concatenate([f.false_child, me]).astype(np.int32)),
+        "w": ctx.constant("tree_weights", np.concatenate(
+            [f.weights, np.full((k, f.n_targets), neutral)]).astype(np.float64)),
+        "mode": ctx.constant("tree_mode", np.concatenate([f.mode, [0] * k]).astype(np.int32)),
+        "nan": ctx.constant("tree_nan", np.concatenate([f.nan_true, [False] * k]).astype(
+            np.int32)) if f.nan_true.any() else None,
+    }
 
 
 def _walk_kernel(ctx, f: F.Forest, xb, acc, n: int, nf: int) -> None:
-    trees = len(f.roots)
     nt = f.n_targets
-    r_blk, g = block_sizes(n, trees)
+    r_blk, g = block_sizes(n, len(f.roots))
     n_blocks = math.ceil(n / r_blk)
     thr_dt = DType.DOUBLE if f.thr_dtype == np.float64 else DType.FLOAT
-    feat = ctx.constant("tree_feature", f.feature.astype(np.int32))
-    thr = ctx.constant("tree_threshold", f.threshold.astype(f.thr_dtype))
-    tc = ctx.constant("tree_true", f.true_child.astype(np.int32))
-    fc = ctx.constant("tree_false", f.false_child.astype(np.int32))
-    roots = ctx.constant("tree_roots", f.roots.astype(np.int32))
-    wts = ctx.constant("tree_weights", np.ascontiguousarray(f.weights, dtype=np.float64))
-    starts, depths = _groups(f, g)
+    roots, depths, pad = _layout(f, g)
+    tb = _tables(ctx, f, pad)
+    roots_c = ctx.constant("tree_roots", roots.astype(np.int32))
     depth_c = ctx.constant("tree_group_depth", depths)
     modes = sorted(set(f.mode[f.true_child != np.arange(len(f.mode))].tolist())) or [F.LE]
-    mode_c = ctx.constant("tree_mode", f.mode.astype(np.int32)) if len(modes) > 1 else None
-    nan_c = ctx.constant("tree_nan", f.nan_true.astype(np.int32)) if f.nan_true.any() else None
+    mode_c = tb["mode"] if len(modes) > 1 else None
     lanes = ctx.workspace("tree_lanes", DType.INT32, n_blocks * r_blk * g)
     neutral = {"MIN": math.inf, "MAX": -math.inf}.get(f.aggregate, 0.0)
     combine = {"MIN": "min", "MAX": "max"}.get(f.aggregate, "add")
 
+    # Every loop but the depth one has a constant trip count (LLVM unrolls the lane loops):
+    # the last block's rows past n read row n - 1 and accumulate into padding rows of `acc`
+    # that nothing reads.
     b = Builder()
     with b.loop(0, n_blocks, parallel=True, hint="blk") as blk:
         r0 = b.imul(blk, r_blk)
-        rows = b.op("min", i64(r_blk), b.op("sub", i64(n), r0), hint="rows")
         lane0 = b.imul(blk, r_blk * g)
-        with b.loop(0, rows, hint="r") as r:
-            row = b.iadd(r0, r)
-            with b.loop(0, nt, hint="k") as k:
-                b.store(acc, b.iadd(b.imul(row, nt), k), const(neutral, F64))
-        with b.loop(0, len(starts), hint="grp") as grp:
+        with b.loop(0, r_blk * nt, hint="a") as a:
+            b.store(acc, b.iadd(b.imul(r0, nt), a), const(neutral, F64))
+        with b.loop(0, len(depths), hint="grp") as grp:
             t0 = b.imul(grp, g)
-            gsize = b.op("min", i64(g), b.op("sub", i64(trees), t0), hint="gsize")
             # 1) every lane at its tree's root
-            with b.loop(0, rows, hint="r") as r:
+            with b.loop(0, r_blk, hint="r") as r:
                 lr = b.iadd(lane0, b.imul(r, g))
-                with b.loop(0, gsize, hint="j") as j:
-                    b.store(lanes, b.iadd(lr, j), b.load(roots, b.iadd(t0, j)))
+                with b.loop(0, g, hint="j") as j:
+                    b.store(lanes, b.iadd(lr, j), b.load(roots_c, b.iadd(t0, j)))
             # 2) `depth` steps of every lane
             depth = b.load(depth_c, grp, hint="depth")
             with b.loop(0, depth, hint="d"):
-                with b.loop(0, rows, hint="r") as r:
+                with b.loop(0, r_blk, hint="r") as r:
                     lr = b.iadd(lane0, b.imul(r, g))
-                    xrow = b.imul(b.iadd(r0, r), nf)
-                    with b.loop(0, gsize, hint="j") as j:
+                    row = b.op("min", b.iadd(r0, r), i64(n - 1), hint="row")
+                    xrow = b.imul(row, nf)
+                    with b.loop(0, g, hint="j") as j:
                         li = b.iadd(lr, j)
                         nd = b.cast(b.load(lanes, li, hint="node"), DType.INT64)
-                        x = b.load(xb, b.iadd(xrow, b.cast(b.load(feat, nd), DType.INT64)))
-                        x = b.cast(x, thr_dt)
-                        go = _test(b, x, b.load(thr, nd), modes, mode_c, nan_c, nd)
-                        nxt = b.op("select", go, b.load(tc, nd), b.load(fc, nd))
+                        fi = b.cast(b.load(tb["feat"], nd), DType.INT64)
+                        x = b.cast(b.load(xb, b.iadd(xrow, fi)), thr_dt)
+                        go = _test(b, x, b.load(tb["thr"], nd), modes, mode_c, tb["nan"], nd)
+                        nxt = b.op("select", go, b.load(tb["tc"], nd), b.load(tb["fc"], nd))
                         b.store(lanes, li, nxt)
-            # 3) leaves into the accumulators, in tree order
-            with b.loop(0, rows, hint="r") as r:
+            # 3) leaves into the accumulators
+            with b.loop(0, r_blk, hint="r") as r:
                 lr = b.iadd(lane0, b.imul(r, g))
                 arow = b.imul(b.iadd(r0, r), nt)
-                with b.loop(0, gsize, hint="j") as j:
+                with b.loop(0, g, hint="j") as j:
                     leaf = b.cast(b.load(lanes, b.iadd(lr, j), hint="leaf"), DType.INT64)
                     wrow = b.imul(leaf, nt)
                     with b.loop(0, nt, hint="k") as k:
                         ai = b.iadd(arow, k)
-                        w = b.load(wts, b.iadd(wrow, k))
+                        w = b.load(tb["w"], b.iadd(wrow, k))
                         b.store(acc, ai, b.op(combine, b.load(acc, ai), w))
     ctx.kernel("trees", b.body)
 

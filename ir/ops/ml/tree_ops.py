@@ -31,18 +31,22 @@ from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import DType, TensorType, ValueType
 
 _IN_DTYPES = (DType.FLOAT, DType.DOUBLE, DType.INT64, DType.INT32, DType.FLOAT16)
-_CACHE: dict[int, tuple[dict, object]] = {}
+#: forests by the identity of the node's attribute values (shared by every clone of the
+#: graph, which copies the attrs dict but not the values), with the values kept alive
+_CACHE: dict[tuple, tuple[list, object]] = {}
 
 
 def forest_of(node: Node) -> tuple[F.Forest, np.ndarray | None]:
     """The node's Forest (and, for the legacy ops, the class columns used)."""
-    hit = _CACHE.get(id(node.attrs))
-    if hit is not None and hit[0] is node.attrs:
+    vals = [node.op, *node.attrs.values()]
+    key = tuple(id(v) for v in vals)
+    hit = _CACHE.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], vals)):
         return hit[1]  # type: ignore[return-value]
     value = (F.from_v5(node), None) if node.op == "TreeEnsemble" else F.from_legacy(node)
-    if len(_CACHE) > 64:
+    if len(_CACHE) > 16:
         _CACHE.clear()
-    _CACHE[id(node.attrs)] = (node.attrs, value)
+    _CACHE[key] = (vals, value)
     return value
 
 
