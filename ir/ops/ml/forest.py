@@ -398,8 +398,7 @@ def erfinv(x: np.ndarray) -> np.ndarray:
         lg = np.log(y)
         v = 2.0 / (np.pi * 0.147) + 0.5 * lg
         v2 = lg / 0.147
-        r = sgn * np.sqrt(-v + np.sqrt(v * v - v2))
-    return np.where(y == 0, 0.0, r)
+        return sgn * np.sqrt(-v + np.sqrt(v * v - v2))
 
 
 def post_transform(s: np.ndarray, how: str) -> np.ndarray:

@@ -65,11 +65,10 @@ def _exp(b: Builder, v: Operand, mx: Operand, zero: bool) -> Operand:
 
 
 def erfinv(b: Builder, x: Operand) -> Operand:
-    """onnxruntime's approximation of erf^-1(x) (see the module doc); 0 where 1 - x^2 == 0."""
+    """onnxruntime's approximation of erf^-1(x) (see the module doc); +-inf at x = +-1."""
     y = b.op("mul", b.op("sub", _c(1.0), x), b.op("add", _c(1.0), x))
     lg = b.op("log", y)
     a = b.op("add", _c(2.0 / (math.pi * 0.147)), b.op("mul", _c(0.5), lg))
     inner = b.op("sub", b.op("mul", a, a), b.op("mul", lg, _c(1.0 / 0.147)))
     r = b.op("sqrt", b.op("sub", b.op("sqrt", inner), a))
-    r = b.op("select", b.op("lt", x, _c(0.0)), b.op("neg", r), r)
-    return b.op("select", b.op("eq", y, _c(0.0)), _c(0.0), r)
+    return b.op("select", b.op("lt", x, _c(0.0)), b.op("neg", r), r)
