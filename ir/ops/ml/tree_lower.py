@@ -33,6 +33,7 @@ from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Operand, i64
 from onnxjit.ir.ops.ml import forest as F
+from onnxjit.ir.ops.ml import tree_layout
 from onnxjit.ir.ops.ml.post import post_row
 from onnxjit.ir.ops.ml.tree_ops import classifier_info, forest_of, post_name
 from onnxjit.ir.types import DType
@@ -80,37 +81,44 @@ def _layout(f: F.Forest, g: int) -> tuple[np.ndarray, np.ndarray, int]:
     return roots, depth.reshape(-1, g).max(axis=1), pad
 
 
-def _tables(ctx, f: F.Forest, pad: int) -> dict:
-    """The node arrays as constant buffers (plus the padding leaf when there is one)."""
-    k = 1 if pad else 0
-    me = np.arange(len(f.true_child), len(f.true_child) + k)
+def _records(ctx, f: F.Forest, roots: np.ndarray):
+    """Constant buffers: node records (as i32 words and as thresholds), leaf weights, roots
+    in walk order (a padding root is one extra leaf holding the aggregate's neutral value)."""
+    real = roots < len(f.true_child)
+    rec, w, new_roots = tree_layout.preorder(f, roots[real])
+    pad = len(rec)
+    leaf = np.zeros((1, rec.shape[1]), np.int32)
+    leaf[0, 1:3] = pad
+    if f.thr_dtype == np.float64:
+        leaf[0, 4:6] = np.array([np.nan]).view(np.int32)
+    else:
+        leaf[0, 3] = np.array([np.nan], np.float32).view(np.int32)[0]
     neutral = {"MIN": math.inf, "MAX": -math.inf}.get(f.aggregate, 0.0)
-    return {
-        "feat": ctx.constant("tree_feature", np.concatenate([f.feature, [0] * k]).astype(
-            np.int32)),
-        "thr": ctx.constant("tree_threshold", np.concatenate([f.threshold, [0] * k]).astype(
-            f.thr_dtype)),
-        "tc": ctx.constant("tree_true", np.concatenate([f.true_child, me]).astype(np.int32)),
-        "fc": ctx.constant("tree_false", np.concatenate([f.false_child, me]).astype(np.int32)),
-        "w": ctx.constant("tree_weights", np.concatenate(
-            [f.weights, np.full((k, f.n_targets), neutral)]).astype(np.float64)),
-        "mode": ctx.constant("tree_mode", np.concatenate([f.mode, [0] * k]).astype(np.int32)),
-        "nan": ctx.constant("tree_nan", np.concatenate([f.nan_true, [False] * k]).astype(
-            np.int32)) if f.nan_true.any() else None,
-    }
+    rec = np.concatenate([rec, leaf])
+    w = np.concatenate([w, np.full((1, f.n_targets), neutral)])
+    walk_roots = np.full(len(roots), pad, dtype=np.int32)
+    walk_roots[real] = new_roots
+    words = ctx.constant("tree_nodes", rec.reshape(-1))
+    thr_dt = DType.DOUBLE if f.thr_dtype == np.float64 else DType.FLOAT
+    return (words, ctx.reinterpret(words, thr_dt, "tree_thresholds"),
+            ctx.constant("tree_weights", w.astype(np.float64)),
+            ctx.constant("tree_roots", walk_roots))
 
 
 def _walk_kernel(ctx, f: F.Forest, xb, acc, n: int, nf: int) -> None:
     nt = f.n_targets
     r_blk, g = block_sizes(n, len(f.roots))
     n_blocks = math.ceil(n / r_blk)
-    thr_dt = DType.DOUBLE if f.thr_dtype == np.float64 else DType.FLOAT
-    roots, depths, pad = _layout(f, g)
-    tb = _tables(ctx, f, pad)
-    roots_c = ctx.constant("tree_roots", roots.astype(np.int32))
+    roots, depths, _ = _layout(f, g)
+    words, thr, wts, roots_c = _records(ctx, f, roots)
+    double = f.thr_dtype == np.float64
+    rw = tree_layout.RECORD_WORDS[double]  # record size in i32 words
+    thr_words = 2 if double else 1  # threshold size in i32 words
+    thr_at = 2 if double else 3  # threshold's index in its record, in thresholds
     depth_c = ctx.constant("tree_group_depth", depths)
-    modes = sorted(set(f.mode[f.true_child != np.arange(len(f.mode))].tolist())) or [F.LE]
-    mode_c = tb["mode"] if len(modes) > 1 else None
+    inner = f.true_child != np.arange(len(f.mode))
+    modes = sorted(set(f.mode[inner].tolist())) or [F.LE]
+    any_nan = bool(f.nan_true[inner].any())
     lanes = ctx.workspace("tree_lanes", DType.INT32, n_blocks * r_blk * g)
     neutral = {"MIN": math.inf, "MAX": -math.inf}.get(f.aggregate, 0.0)
     combine = {"MIN": "min", "MAX": "max"}.get(f.aggregate, "add")
@@ -140,11 +148,17 @@ def _walk_kernel(ctx, f: F.Forest, xb, acc, n: int, nf: int) -> None:
                     xrow = b.imul(row, nf)
                     with b.loop(0, g, hint="j") as j:
                         li = b.iadd(lr, j)
-                        nd = b.cast(b.load(lanes, li, hint="node"), DType.INT64)
-                        fi = b.cast(b.load(tb["feat"], nd), DType.INT64)
-                        x = b.cast(b.load(xb, b.iadd(xrow, fi)), thr_dt)
-                        go = _test(b, x, b.load(tb["thr"], nd), modes, mode_c, tb["nan"], nd)
-                        nxt = b.op("select", go, b.load(tb["tc"], nd), b.load(tb["fc"], nd))
+                        nd32 = b.load(lanes, li, hint="node")
+                        nd = b.cast(nd32, DType.INT64)
+                        at = b.imul(nd, rw)
+                        packed = b.load(words, at, hint="packed")
+                        t = b.load(thr, b.iadd(b.imul(nd, rw // thr_words), i64(thr_at)))
+                        fi = b.op("and", packed, const(tree_layout.FEATURE_MASK, DType.INT32))
+                        x = b.load(xb, b.iadd(xrow, b.cast(fi, DType.INT64)))
+                        go = _test(b, b.cast(x, t.dtype), t, modes, any_nan, packed)
+                        # the child is word 1 + go: an address, not a select (tree_layout)
+                        child = b.iadd(b.iadd(at, i64(1)), b.cast(go, DType.INT64))
+                        nxt = b.load(words, child, hint="next")
                         b.store(lanes, li, nxt)
             # 3) leaves into the accumulators
             with b.loop(0, r_blk, hint="r") as r:
@@ -155,24 +169,25 @@ def _walk_kernel(ctx, f: F.Forest, xb, acc, n: int, nf: int) -> None:
                     wrow = b.imul(leaf, nt)
                     with b.loop(0, nt, hint="k") as k:
                         ai = b.iadd(arow, k)
-                        w = b.load(tb["w"], b.iadd(wrow, k))
+                        w = b.load(wts, b.iadd(wrow, k))
                         b.store(acc, ai, b.op(combine, b.load(acc, ai), w))
     ctx.kernel("trees", b.body)
 
 
-def _test(b: Builder, x: Operand, t: Operand, modes: list[int], mode_c, nan_c,
-          nd: Operand) -> Operand:
-    """The bool "go to the true child" of node `nd` for feature value x."""
+def _test(b: Builder, x: Operand, t: Operand, modes: list[int], any_nan: bool,
+          packed: Operand) -> Operand:
+    """The bool "go to the true child" for feature value x against threshold t; the mode
+    and NaN rule are bits of the node's packed word (`tree_layout`)."""
     ops = {F.LE: "le", F.LT: "lt", F.EQ: "eq"}
     go = b.op(ops[modes[0]], x, t)
-    if mode_c is not None:
-        m = b.load(mode_c, nd, hint="mode")
+    if len(modes) > 1:
+        m = b.op("and", packed, const(3 << tree_layout.MODE_SHIFT, DType.INT32), hint="mode")
         for mode in modes[1:]:
-            go = b.op("select", b.op("eq", m, const(mode, DType.INT32)), b.op(ops[mode], x, t),
-                      go)
-    if nan_c is not None:
-        nan_go = b.op("ne", b.load(nan_c, nd), const(0, DType.INT32))
-        go = b.op("select", b.op("isnan", x), nan_go, go)
+            hit = b.op("eq", m, const(mode << tree_layout.MODE_SHIFT, DType.INT32))
+            go = b.op("select", hit, b.op(ops[mode], x, t), go)
+    if any_nan:
+        bit = b.op("and", packed, const(tree_layout.NAN_BIT, DType.INT32))
+        go = b.op("select", b.op("isnan", x), b.op("ne", bit, const(0, DType.INT32)), go)
     return go
 
 
