@@ -2,9 +2,10 @@
 xgboost + onnxmltools compile and match onnxruntime.
 
 HistGradientBoosting is not here: skl2onnx 1.20 fails to convert it (it writes numpy bools
-into an ints attribute). Training sets are tiny (tens of rows, a few trees) so the whole file stays fast; the inputs
-hold NaNs where the model handles missing values. Probabilities agree to 1e-5 (both sides sum
-the same leaf values in float32/float64 in different orders); labels match exactly.
+into an ints attribute). Training sets are tiny (tens of rows, a few trees) so the whole file
+stays fast; the inputs hold NaNs where the model handles missing values. Probabilities agree
+to 1e-5 (both sides sum the same leaf values in float32/float64 in different orders); labels
+match exactly.
 """
 
 from __future__ import annotations
