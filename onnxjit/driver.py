@@ -25,8 +25,8 @@ from onnxjit.options import CompileOptions
 from onnxjit.passes import PassContext, get_pass
 from onnxjit.signature import entry_type
 
-GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "fold-constants",
-                  "simplify", "fold-batchnorm", "dce"]
+GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "expand-ml",
+                  "fold-constants", "simplify", "fold-batchnorm", "dce"]
 SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "fold-batchnorm",
                       "fold-transpose", "dce", "fuse-epilogue", "fuse", "lower-to-loops",
                       "prepack-weights", "plan-memory"]
