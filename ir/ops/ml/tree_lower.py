@@ -45,11 +45,17 @@ def _shape_rf(shape: tuple) -> tuple[int, int]:
     return (1, int(shape[0])) if len(shape) == 1 else (int(shape[0]), int(shape[1]))
 
 
+#: trees per group (one row, many rows) and rows per block: measured on the 500-tree
+#: benchmark (`onnxjit/bench/trees.py`)
+GROUP = (32, 32)
+ROWS = 4
+
+
 def block_sizes(n_rows: int, n_trees: int) -> tuple[int, int]:
     """(rows per block R, trees per group G): enough lanes to hide load latency, few enough
     that a block's lane array stays in L1."""
-    g = min(n_trees, 32 if n_rows == 1 else 16)
-    r = 1 if n_rows == 1 else min(8, n_rows)
+    g = min(n_trees, GROUP[0] if n_rows == 1 else GROUP[1])
+    r = 1 if n_rows == 1 else min(ROWS, n_rows)
     return max(r, 1), max(g, 1)
 
 
@@ -127,7 +133,8 @@ def _walk_kernel(ctx, f: F.Forest, xb, acc, n: int, nf: int) -> None:
     # the last block's rows past n read row n - 1 and accumulate into padding rows of `acc`
     # that nothing reads.
     b = Builder()
-    with b.loop(0, n_blocks, parallel=True, hint="blk") as blk:
+    # one block (a single row): no trip through the worker pool
+    with b.loop(0, n_blocks, parallel=n_blocks > 1, hint="blk") as blk:
         r0 = b.imul(blk, r_blk)
         lane0 = b.imul(blk, r_blk * g)
         with b.loop(0, r_blk * nt, hint="a") as a:
