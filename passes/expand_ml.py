@@ -16,7 +16,9 @@ Rewrites (semantics in `ir.ops.ml.simple`):
 - ArrayFeatureExtractor (rank >= 2 and constant indices): Gather(x, indices, axis=-1);
 - LinearRegressor (rank 2, NONE): Gemm(Cast(x, f32), coefficients, intercepts, transB=1);
 - LinearClassifier (rank 2, NONE/LOGISTIC/SOFTMAX): the Gemm scores ([-s, s] for one score
-  column and two labels), the post transform, and the label Gather(labels, ArgMax(scores)).
+  column and two labels), the post transform, and the label Gather(labels, ArgMax(scores));
+- TreeEnsembleClassifier with string labels: the classifier with labels 0..C-1 (native), and
+  Gather(labels, index) (the one host node).
 """
 
 from __future__ import annotations
@@ -167,7 +169,25 @@ def _linear_classifier(e: _Emitter) -> bool:
     return True
 
 
+def _string_labels(e: _Emitter) -> bool:
+    """A tree classifier with string labels: the same classifier with labels 0..C-1 (native
+    code), then Gather of the strings (the only node left on the host)."""
+    n = e.node
+    strs = n.attr("classlabels_strings")
+    if not strs or n.attr("classlabels_int64s") or _rank(n.inputs[0]) is None:
+        return False
+    attrs = {k: v for k, v in n.attrs.items() if k != "classlabels_strings"}
+    attrs["classlabels_int64s"] = tuple(range(len(strs)))
+    idx = Value(None, f"{n.name}/label_index")
+    e.nodes.append(Node(n.op, list(n.inputs), [idx, *n.outputs[1:]], attrs, n.domain,
+                        n.version, f"{n.name}/int_labels"))
+    table = np.array(list(strs), dtype=object)
+    e.emit("Gather", 13, [e.const(table, "labels"), idx], "label", out=n.outputs[0], axis=0)
+    return True
+
+
 EXPANSIONS: dict[str, Callable[[_Emitter], bool]] = {
+    "TreeEnsembleClassifier": _string_labels,
     "Binarizer": _binarizer,
     "Scaler": _scaler,
     "Imputer": _imputer,
@@ -179,7 +199,8 @@ EXPANSIONS: dict[str, Callable[[_Emitter], bool]] = {
 
 
 def _numeric_io(node: Node) -> bool:
-    for v in list(node.inputs[:1]) + list(node.outputs):
+    outs = node.outputs[1:] if node.op == "TreeEnsembleClassifier" else node.outputs
+    for v in list(node.inputs[:1]) + list(outs):
         if v is None or not isinstance(v.type, TensorType):
             return False
     return node.inputs[0].type.dtype != DType.STRING  # type: ignore[union-attr]

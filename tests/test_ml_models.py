@@ -103,6 +103,19 @@ def test_string_labels_and_single_leaf_tree():
     labels = np.array(["cat", "dog", "eel"])[Y_MULTI]
     _compare(_skl(ensemble.RandomForestClassifier(3, max_depth=3, random_state=0).fit(
         X, labels)), XT)
+    # skl2onnx's default ZipMap: a sequence of {label: probability} maps
+    from skl2onnx import to_onnx
+
+    m = to_onnx(ensemble.RandomForestClassifier(3, max_depth=3, random_state=0).fit(
+        X, labels), X[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    m.ir_version = 9
+    want = ort.InferenceSession(m.SerializeToString()).run(None, {"X": XT})
+    got = onnxjit.compile(m, cache_dir=False).run(None, {"X": XT})
+    np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+    assert len(got[1]) == len(want[1])
+    for g, w in zip(got[1], want[1]):
+        assert g.keys() == w.keys()
+        np.testing.assert_allclose([g[k] for k in w], [w[k] for k in w], rtol=1e-6)
     one_leaf = tree.DecisionTreeRegressor().fit(X, np.full(len(X), 2.5, np.float32))
     _compare(_skl(one_leaf), XT)
 
