@@ -17,9 +17,9 @@ opset 5: node and leaf arrays, uint8 modes, set membership) all become one `Fore
   per target and the aggregate's neutral element elsewhere (0 for SUM/AVERAGE, +inf for MIN,
   -inf for MAX), so aggregating is one loop over targets.
 
-`predict_raw` walks every row at once with numpy (constant folding and the host path), the
-native lowering (`tree_lower`) walks the same arrays; `post_transform` applies the ONNX
-post transforms to scores. Thresholds compare in `thr_dtype` (float64 when the model stores
+`forest_eval.predict_raw` walks every row at once with numpy (constant folding and the host
+path), the native lowering (`tree_lower`) walks the same trees laid out as records
+(`tree_layout`). Thresholds compare in `thr_dtype` (float64 when the model stores
 double thresholds, else float32), as onnxruntime does.
 """
 
@@ -347,76 +347,3 @@ def _member_sets(node: Node, members: np.ndarray | None, modes: np.ndarray) -> l
     if sets and not sets[-1]:
         sets.pop()
     return sets
-
-
-# ----------------------------------------------------------------------- numpy semantics
-
-
-def predict_raw(f: Forest, x: np.ndarray, out_dtype) -> np.ndarray:
-    """Aggregated scores [N, n_targets] (base values added, no post transform)."""
-    x = np.asarray(x).astype(f.thr_dtype).reshape(len(x), -1)
-    n = x.shape[0]
-    if f.n_features_used > x.shape[1]:
-        raise_missing_features(f, x.shape[1])
-    acc = np.full((n, f.n_targets), {"MIN": np.inf, "MAX": -np.inf}.get(f.aggregate, 0.0))
-    rows = np.arange(n)
-    for r, d in zip(f.roots, f.depth):
-        idx = np.full(n, r, dtype=np.int64)
-        for _ in range(int(d)):
-            v = x[rows, f.feature[idx]]
-            t = f.threshold[idx]
-            mode = f.mode[idx]
-            with np.errstate(invalid="ignore"):
-                cond = np.where(mode == LE, v <= t, np.where(mode == LT, v < t, v == t))
-            cond = np.where(np.isnan(v), f.nan_true[idx], cond)
-            idx = np.where(cond, f.true_child[idx], f.false_child[idx])
-        w = f.weights[idx]
-        if f.aggregate == "MIN":
-            acc = np.minimum(acc, w)
-        elif f.aggregate == "MAX":
-            acc = np.maximum(acc, w)
-        else:
-            acc += w
-    acc[np.isinf(acc)] = 0.0  # MIN/MAX of a target no leaf names
-    if f.base_values is not None:
-        acc += f.base_values.reshape(1, -1)[:, :f.n_targets]
-    return acc.astype(out_dtype)
-
-
-def raise_missing_features(f: Forest, have: int) -> None:
-    from onnxjit.errors import InputError
-
-    raise InputError(f"the tree ensemble reads feature {f.n_features_used - 1} but X has "
-                     f"{have} features")
-
-
-def erfinv(x: np.ndarray) -> np.ndarray:
-    """onnxruntime's approximation of erf^-1 (Winitzki), used by PROBIT."""
-    sgn = np.where(x < 0, -1.0, 1.0)
-    y = (1.0 - x) * (1.0 + x)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        lg = np.log(y)
-        v = 2.0 / (np.pi * 0.147) + 0.5 * lg
-        v2 = lg / 0.147
-        return sgn * np.sqrt(-v + np.sqrt(v * v - v2))
-
-
-def post_transform(s: np.ndarray, how: str) -> np.ndarray:
-    """The ONNX-ML post transforms on scores [N, C] (float64 math)."""
-    s = s.astype(np.float64)
-    if how == "NONE":
-        return s
-    if how == "LOGISTIC":
-        return 1.0 / (1.0 + np.exp(-s))
-    if how == "SOFTMAX":
-        e = np.exp(s - s.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-    if how == "SOFTMAX_ZERO":
-        mx = s.max(axis=1, keepdims=True)
-        e = np.where(np.abs(s) > 1e-7, np.exp(s - mx), s * np.exp(-mx))
-        tot = e.sum(axis=1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(tot == 0, 0.5, e / tot)
-    if how == "PROBIT":
-        return 1.41421356 * erfinv(s * 2 - 1)
-    raise ValueError(how)

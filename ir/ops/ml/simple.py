@@ -30,7 +30,7 @@ import numpy as np
 from onnxjit.errors import InputError, ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.opdef import op
-from onnxjit.ir.ops.ml import forest as F
+from onnxjit.ir.ops.ml import forest_eval as FE
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import DType, TensorType, ValueType
 
@@ -230,7 +230,7 @@ def _linreg_eval(node: Node, ins: list) -> list[np.ndarray]:
     if post not in ("NONE", "PROBIT"):
         raise ModelError(f"LinearRegressor post_transform {post!r} is not NONE or PROBIT",
                          where=node)
-    return [F.post_transform(s, post).astype(np.float32)]
+    return [FE.post_transform(s, post).astype(np.float32)]
 
 
 def _lincls_infer(node: Node) -> list[ValueType | None]:
@@ -250,7 +250,7 @@ def _lincls_eval(node: Node, ins: list) -> list[np.ndarray]:
     if s.shape[1] == 1 and len(labels) == 2:
         s = np.concatenate([-s, s], axis=1)
     idx = np.argmax(s, axis=1)
-    z = F.post_transform(s, post).astype(np.float32)
+    z = FE.post_transform(s, post).astype(np.float32)
     lab = np.array(labels, dtype=object if isinstance(labels[0], str) else np.int64)[idx]
     return [lab, z]
 

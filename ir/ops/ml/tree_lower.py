@@ -1,21 +1,23 @@
-"""Native code for tree ensembles: a flattened node-array walk, interleaved across lanes.
+"""Native code for tree ensembles: a walk over node records, interleaved across lanes.
 
-The trees are data, not code: the `Forest` arrays (feature, threshold, children, leaf
-weights, roots, depths) are constant buffers, and one small kernel walks them. Compile time is
-therefore the same for 5 trees or 5,000 (no per-tree code, no giant function).
+The trees are data, not code: their node records (`tree_layout`: 16 bytes a node, preorder),
+leaf weights, roots and depths are constant buffers, and one small kernel walks them. Compile
+time is therefore the same for 5 trees or 5,000 (no per-tree code, no giant function).
 
 Algorithm (kernel `trees`):
-1) rows are cut into blocks of R rows, blocks run in parallel (the worker pool);
-2) trees are cut into groups of G consecutive trees; a group's lanes are its (row, tree)
-   pairs, R x G of them, each holding a node index in a per-block lane array;
+1) rows are cut into blocks of R rows, blocks run in parallel (the worker pool; one block
+   runs in the calling thread);
+2) trees, sorted by depth and padded with one-leaf trees, are cut into groups of G; a group's
+   lanes are its (row, tree) pairs, R x G of them, each holding a node index in a per-block
+   lane array;
 3) every lane starts at its tree's root and takes `depth` steps (the group's deepest tree):
-   `x = X[row, feature[n]]`, `go = x <= threshold[n]` (or <, == per the node's mode; a NaN x
-   takes `nan_true[n]`), `n = go ? true_child[n] : false_child[n]`. Leaves are their own
-   children, so extra steps stay on the leaf. The lanes are independent, so the CPU overlaps
-   their load chains instead of waiting on one walk at a time (a single row still has G
-   lanes);
+   `x = X[row, feature]`, `go = x <= threshold` (or <, == per the node's mode; a NaN x takes
+   the node's NaN bit), next node = record word 1 + go. Leaves are their own children, so
+   extra steps stay on the leaf. The lanes are independent, so the CPU overlaps their load
+   chains instead of waiting on one walk at a time (a single row still has G lanes);
 4) each lane adds its leaf's weights (a dense [nodes, targets] table) to the row's
-   accumulator (float64), in tree order; MIN/MAX aggregates take min/max instead.
+   accumulator (float64); MIN/MAX aggregates take min/max instead.
+Every loop but the depth loop has a constant trip count, so LLVM unrolls the lane loops.
 Kernel `finish` (rows in parallel) adds base values, applies the post transform and, for
 classifiers, the label (see `tree_ops` for the conventions).
 Specialisation: the mode test is emitted only for modes the forest has, and the NaN test only

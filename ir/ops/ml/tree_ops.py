@@ -27,6 +27,7 @@ from onnxjit.errors import ModelError, UnsupportedError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.opdef import op
 from onnxjit.ir.ops.ml import forest as F
+from onnxjit.ir.ops.ml import forest_eval as FE
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import DType, TensorType, ValueType
 
@@ -129,12 +130,12 @@ def finish_classifier(cls: ClassifierInfo, raw: np.ndarray) -> tuple[np.ndarray,
         if cls.all_positive:
             return (s > 0.5).astype(np.int64), np.stack([1 - s, s], 1).astype(np.float32)
         if cls.post == "LOGISTIC":
-            z = np.stack([F.post_transform(-s[:, None], "LOGISTIC")[:, 0],
-                          F.post_transform(s[:, None], "LOGISTIC")[:, 0]], 1)
+            z = np.stack([FE.post_transform(-s[:, None], "LOGISTIC")[:, 0],
+                          FE.post_transform(s[:, None], "LOGISTIC")[:, 0]], 1)
         else:
             z = np.stack([-s, s], 1)
         return (s > 0).astype(np.int64), z.astype(np.float32)
-    return np.argmax(raw, axis=1), F.post_transform(raw, cls.post).astype(np.float32)
+    return np.argmax(raw, axis=1), FE.post_transform(raw, cls.post).astype(np.float32)
 
 
 def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
@@ -142,14 +143,14 @@ def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     x2 = x.reshape(1, -1) if x.ndim == 1 else x
     f, _ = forest_of(node)
     if node.op != "TreeEnsembleClassifier":
-        y = F.predict_raw(f, x2, np.float64)
+        y = FE.predict_raw(f, x2, np.float64)
         if node.op == "TreeEnsemble" or post_name(node) != "NONE":
-            y = F.post_transform(y, post_name(node))
+            y = FE.post_transform(y, post_name(node))
         return [y.astype(out_dtype(node).numpy)]
     cls = classifier_info(node)
     if cls.binary:  # base value added by finish_classifier
         f = F.Forest(**{**f.__dict__, "base_values": None})
-    idx, z = finish_classifier(cls, F.predict_raw(f, x2, np.float64))
+    idx, z = finish_classifier(cls, FE.predict_raw(f, x2, np.float64))
     labels = np.array(cls.labels, dtype=object if cls.string_labels else np.int64)[idx]
     return [labels, z]
 
