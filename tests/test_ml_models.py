@@ -23,7 +23,7 @@ import onnxjit
 sklearn = pytest.importorskip("sklearn", reason="scikit-learn (test extra) is not installed")
 skl2onnx = pytest.importorskip("skl2onnx", reason="skl2onnx (test extra) is not installed")
 
-from sklearn import ensemble, linear_model, pipeline, preprocessing, tree  # noqa: E402
+from sklearn import ensemble, linear_model, pipeline, preprocessing, svm, tree  # noqa: E402
 from sklearn.impute import SimpleImputer  # noqa: E402
 
 warnings.filterwarnings("ignore", category=UserWarning)
@@ -91,6 +91,8 @@ REGRESSORS = [
     ("rf", lambda: ensemble.RandomForestRegressor(4, max_depth=4, random_state=0)),
     ("gb", lambda: ensemble.GradientBoostingRegressor(n_estimators=5, max_depth=3)),
     ("linear", lambda: linear_model.LinearRegression()),
+    ("svr_rbf", lambda: svm.SVR()),
+    ("svr_poly", lambda: svm.SVR(kernel="poly", degree=2)),
 ]
 
 

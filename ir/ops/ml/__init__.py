@@ -10,6 +10,7 @@ XGBoost models exported by skl2onnx and onnxmltools).
     simple.py       Binarizer, Scaler, Normalizer, Imputer, ArrayFeatureExtractor,
                     FeatureVectorizer, LinearRegressor, LinearClassifier
     encoders.py     LabelEncoder, CategoryMapper, OneHotEncoder, ZipMap, DictVectorizer
+    svm.py          SVMRegressor (all kernels; SVMClassifier is not implemented)
 
 Ops whose inputs or outputs are strings or maps run on the host (numpy `evaluate`), like every
 string op; the numeric ones have loop-IR lowerings or scalar rules.
