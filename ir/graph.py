@@ -102,7 +102,9 @@ class Node:
         for v in self.attrs.values():
             if isinstance(v, Graph):
                 yield v
-            elif isinstance(v, tuple):
+            elif isinstance(v, tuple) and v and isinstance(v[0], Graph):
+                # a list attribute holds one kind (the verifier checks it): the first element
+                # tells whether it holds graphs, without a pass over long number lists
                 yield from (g for g in v if isinstance(g, Graph))
 
     @property
@@ -219,7 +221,7 @@ def clone_graph(graph: Graph, outer: dict[Value, Value] | None = None) -> Graph:
 def _clone_attr(a: Any, vmap: dict[Value, Value]) -> Any:
     if isinstance(a, Graph):
         return clone_graph(a, vmap)
-    if isinstance(a, tuple) and any(isinstance(g, Graph) for g in a):
+    if isinstance(a, tuple) and a and isinstance(a[0], Graph):  # one kind per list
         return tuple(clone_graph(g, vmap) if isinstance(g, Graph) else g for g in a)
     return a
 

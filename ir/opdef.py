@@ -77,6 +77,9 @@ class LowerContext(Protocol):
     def constant(self, hint: str, data: np.ndarray) -> Buffer:
         """A new constant buffer holding `data` (weights repacked at compile time)."""
 
+    def reinterpret(self, base: Buffer, dtype: DType, hint: str) -> Buffer:
+        """A view of `base`'s bytes as elements of `dtype` (same itemsize multiple)."""
+
 
 @dataclass
 class OpDef:

@@ -300,6 +300,10 @@ class _Verifier:
     def _attr(self, a: Any, what: str, node: Node) -> None:
         kind = self._attr_kind(a, what, node)
         if kind == "tuple":
+            # Tree ensembles carry lists of 10^5-10^6 numbers: decide plain lists by their
+            # element types (a C-level pass) before checking element by element.
+            if set(map(type, a)) in ({int}, {float}, {str}):
+                return
             kinds = {self._attr_kind(x, what, node) for x in a}
             if "tuple" in kinds or "ref" in kinds or len(kinds) > 1:
                 raise ModelError(f"{what} is a tuple mixing {sorted(kinds)}; a list attribute "

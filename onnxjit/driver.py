@@ -26,8 +26,8 @@ from onnxjit.passes import PassContext, get_pass
 from onnxjit.signature import entry_type
 from onnxjit.timings import timed
 
-GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "fold-constants",
-                  "simplify", "fold-batchnorm", "dce"]
+GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "expand-ml",
+                  "fold-constants", "simplify", "fold-batchnorm", "dce"]
 SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "fold-batchnorm",
                       "fold-transpose", "dce", "fuse-epilogue", "fuse", "lower-to-loops",
                       "prepack-weights", "plan-memory"]

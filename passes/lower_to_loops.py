@@ -136,6 +136,12 @@ class Lowering:
         self._n_consts += 1
         return b
 
+    def reinterpret(self, base: Buffer, dtype: DType, hint: str) -> Buffer:
+        """A view of `base`'s bytes as elements of `dtype` (records mixing ints and floats in
+        one constant: a tree node's feature, child and threshold share a cache line)."""
+        n = base.nbytes // dtype.itemsize
+        return self._new(hint, dtype, (n,), "view", base=base)
+
     # helpers ----------------------------------------------------------------------------------
     def _unique(self, hint: str) -> str:
         hint = "".join(c if c.isalnum() or c == "_" else "_" for c in hint) or "b"

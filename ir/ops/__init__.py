@@ -23,6 +23,8 @@ per opset version, numpy evaluation (constant folding and the host interpreter),
     quantization/   QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, QLinearMatMul
     random/         RandomNormal/Uniform(-Like), Bernoulli, Multinomial, Dropout
     strings/        StringNormalizer, StringSplit, StringConcat, RegexFullMatch, TfIdfVectorizer
+    ml/             ai.onnx.ml: tree ensembles (native walk), linear models, scalers,
+                    encoders (LabelEncoder, OneHotEncoder, ZipMap, ...)
     fused/          onnxjit's own ops that the fusion passes build: Fused, FusedConv, FusedMatMul
     signal.py       DFT, STFT, windows, MelWeightMatrix
     loss.py         NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss

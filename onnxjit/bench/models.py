@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from onnxjit.bench import networks
+from onnxjit.bench import networks, trees
 
 # onnx through `builder`, whose import says what to install when the test extra is missing
 from onnxjit.bench.builder import BenchModel, GraphBuilder, TensorProto, helper, onnx, randn
@@ -152,6 +152,11 @@ def registry() -> dict[str, Callable[[bool], BenchModel]]:
         "conv3x3_64_56": lambda t: conv("conv3x3_64_56", 64, 64, 3, 56, tiny=t),
         "conv1x1_256to64_56": lambda t: conv("conv1x1_256to64_56", 256, 64, 1, 56, tiny=t),
         "dwconv3x3_144_56": lambda t: conv("dwconv3x3_144_56", 144, 144, 3, 56, 144, t),
+        # tree ensembles (ai.onnx.ml): a LightGBM-style and a random-forest-style regressor
+        "trees_lgbm500_b1": lambda t: trees.lgbm_like(1, t),
+        "trees_lgbm500_b10000": lambda t: trees.lgbm_like(10000, t),
+        "trees_rf100_b1": lambda t: trees.forest_like(1, t),
+        "trees_rf100_b10000": lambda t: trees.forest_like(10000, t),
     }
     for n in light_available():
         reg[f"light_{n}"] = lambda t, n=n: light(n, t)
