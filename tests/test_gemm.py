@@ -465,7 +465,7 @@ def _const_a_program(cases: list[tuple[int, int, int]], a_kind: str,
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_constant_a_products(threads: int) -> None:
-    """A constant A (prefetched a tile ahead, `matmul_kernel.PREFETCH_A`) over every tile and
+    """A constant A (prefetched a tile ahead, `gemm_micro.PREFETCH_A`) over every tile and
     panel edge, on one thread and split over two: right, and the same bits either way."""
     from onnxjit.passes import PassContext
     from onnxjit.passes.plan_memory import run as plan
