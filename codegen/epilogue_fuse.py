@@ -15,10 +15,11 @@ fifth of a small-depth pointwise conv's time, measured). Algorithm:
    at `at`), loads elsewhere are at `at` (an extra of C's shape), at `c` (one value per
    column) or independent of c (a scalar, splat), the body's ops have a vector form
    (`VECTOR_OPS`), and the only store is the last statement, of C at `at`;
-2) the tiled kernel (`matmul_kernel.TileGemm`) then calls, in the stores of the last depth
-   block (KC; the earlier blocks store partial sums as before), `Fused.row` once per tile row
+2) the tiled kernel (`matmul_kernel.TileGemm`) then, after each tile of the last depth block
+   (KC; the earlier blocks store partial sums as before) is stored by the shared microkernel
+   (`gemm_micro`), runs over the tile's rows while they are in L1: `Fused.row` once per row
    (the prelude, translated by the kernel's translator with r = the row) and `Fused.apply` on
-   each accumulator vector before storing it (the body on vectors: loads at `at` / `c` become
+   each vector of the row as loaded back (the body on vectors: loads at `at` / `c` become
    (masked) vector loads at the vector's columns, scalars are splat, ops go through the same
    `ScalarEmitter` rules, so results are bit-identical).
 Anything else keeps the separate pass (`llvmgen` translates the nest as usual): the

@@ -9,7 +9,10 @@ loop, never loaded or stored per k step). Each k step loads NRV vectors of a B r
 broadcasts MR values of A', then does MR * NRV independent FMAs. At the end of the k range the
 tile is written as `C = alpha * acc` or `C += alpha * acc` (alpha applied once, as numpy's
 `alpha * (A @ B)` does). The last vector of an edge tile (n not a multiple of VL) is loaded and
-stored with a lane mask (`llvm.masked.load/store`), so no element outside C is touched.
+stored with a lane mask (`llvm.masked.load/store`), so no element outside C is touched. The
+microkernel is a function shared by every product of the module (`gemm_micro`: one per tile
+shape, taking the depth, strides and pointers as arguments); a tile here is a call of it, then
+the fused epilogue, if any, on the stored tile.
 
 Driver (Goto/BLIS order, B packed, A read in place: MR rows of A' are MR sequential streams):
   for each group of up to NCP panels of NR = NRV*VL columns (the edge panel, narrower, alone):
@@ -23,9 +26,9 @@ Driver (Goto/BLIS order, B packed, A read in place: MR rows of A' are MR sequent
 A constant A (a conv's weights, read in place) is prefetched a tile ahead: its MR rows are MR
 short streams (one line of each per 16 k steps) that the hardware prefetcher does not run ahead
 of, and a batch-1 CNN's weights come from DRAM on every call. So the first panel's k loop of
-each tile also prefetches the next tile's rows, one line a k step: row `kk mod mr`,
-PREFETCH_A elements ahead along k (x86 prefetches never fault, so the last tile's reach past
-A is harmless). The other panels read the tile's rows from L1 and prefetch nothing.
+each tile also prefetches the next tile's rows (`gemm_micro.PREFETCH_A`; x86 prefetches never
+fault, so the last tile's reach past A is harmless). The other panels read the tile's rows
+from L1 and prefetch nothing.
 `unpacked=True` skips packing and reads B rows in place (B not transposed; for small m, where
 packing B would cost as much as the product). A Matmul with `b_packed` (a constant weight the
 prepack-weights pass packed at compile time with `panel_width` columns a panel, the whole
@@ -34,11 +37,13 @@ constant: row pc+kk of the panel at column col is at `b_off + col*k + (pc+kk)*wi
 same loop order, hence the same sums bit for bit, as packing per call.
 
 Run-time sizes (a symbolic program's Matmul, `sizes`): m, n, k and the leading dims may be i64
-values instead of ints. Then the column edge panel takes NRV vectors whose lane masks are
-computed from the columns left, B is packed in KC-deep blocks of NCP panels (the stack buffer
-sized for them), the depth loop decides first/last block at run time, and the rows run as
-MR-row tiles whose last one stores only the rows that are C's (its other rows recompute row i,
-their stores masked off): one copy of the tile's code, whatever m is.
+values instead of ints. Then the column edge panel runs as many vectors as its columns need
+(one tile call per count, chosen at run time: a narrow run-time n would otherwise run every
+vector, most fully masked), the last one's lanes counted from the columns left; B is packed
+in KC-deep blocks of NCP panels (the stack buffer sized for them), the depth loop decides
+first/last block at run time, and the rows run as MR-row tiles whose last one stores only the
+rows that are C's (its other rows recompute row i, their stores masked off): one tile call,
+whatever m is.
 """
 
 from __future__ import annotations
@@ -48,27 +53,17 @@ from typing import Any
 
 from llvmlite import ir
 
-from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin, splat
+from onnxjit.codegen.gemm_micro import PREFETCH_A, MicroKey, micro_function
+from onnxjit.codegen.gemm_pack import pack
+from onnxjit.codegen.irutil import for_range, i64c, imin, no_unroll_md, splat
 from onnxjit.codegen.kernel_shapes import tile_shape
 from onnxjit.codegen.mathlib import intrinsic
 from onnxjit.errors import CompileError
 from onnxjit.ir.loops import Matmul
 
 I1 = ir.IntType(1)
-#: A run-time n's edge panel runs as many vectors as its columns need (one tile code per
-#: count, chosen at run time); False: all NRV vectors, masked. Measured, one thread, symbolic
-#: conv 2x2 64->64 at 2x25 (a 24-column product; 4 vectors of 16 lanes, two fully masked):
-#: 19.5 us, specialised 10.0 us.
-EDGE_BY_VECTORS = True
 #: depth of a B block (rows of packed B), and its size budget (it should sit in L2)
 KC, PACK_BYTES = 256, 256 * 1024
-#: Elements ahead along k that the next tile's constant A rows are prefetched (see the module
-#: docstring); 0 turns the prefetch off. Measured against off, two threads: Inception-v2 1.16x,
-#: Inception-v1 1.04x, ResNet-50 1.02-1.04x (one thread 1.03x), SqueezeNet 1.03x, DenseNet-121
-#: 1.03x, VGG-19 1.02x, MobileNetV2-like 1.01x; distances 16 and 128 alike, two tiles ahead
-#: alike; prefetching in every panel instead of the first one ~0.7% slower. A non-constant A
-#: (an MLP's activations, already in cache) gets none: 0.97x there.
-PREFETCH_A = 64
 #: A product whose rows leave 1 or 2 over whole tiles ends in two tiles of about equal height
 #: instead (8 rows: 4 + 4, not 6 + 2; 7: 4 + 3): a 1- or 2-row tile reads the whole B panel
 #: for 4 or 8 FMAs a k step, more than L2 delivers when the panel is not in L1. Measured
@@ -89,15 +84,6 @@ def row_tiles(m: int, mr: int) -> tuple[int, list[int]]:
         high = (mr + rem + 1) // 2
         return m - mr - rem, [high, mr + rem - high]
     return m - rem, [rem] if rem else []
-
-
-class _Mask:
-    """A lane mask computed at run time (`TileGemm.vload`/`vstore` take one for `lanes`)."""
-
-    __slots__ = ("vec",)
-
-    def __init__(self, vec: ir.Value):
-        self.vec = vec
 
 
 class TileGemm:
@@ -135,18 +121,14 @@ class TileGemm:
         self.epi = epilogue
         # panels per packed block: the block (kc x ncp*nr) within PACK_BYTES
         self.ncp = max(1, PACK_BYTES // (self.kc * self.nr * self.isz))
-        sfx = "f32" if self.isz == 4 else "f64"
-        vs = f"v{self.vl}{sfx}"
-        mod = b.module
-        self.fma = intrinsic(mod, f"llvm.fmuladd.{vs}", self.vty, [self.vty] * 3)
-        mty = ir.VectorType(I1, self.vl)
-        ptr = ir.PointerType()
-        self.mload = intrinsic(mod, f"llvm.masked.load.{vs}.p0", self.vty,
+        vs = f"v{self.vl}{'f32' if self.isz == 4 else 'f64'}"
+        mty, ptr = ir.VectorType(I1, self.vl), ir.PointerType()
+        self.mload = intrinsic(b.module, f"llvm.masked.load.{vs}.p0", self.vty,
                                [ptr, ir.IntType(32), mty, self.vty])
-        self.mstore = intrinsic(mod, f"llvm.masked.store.{vs}.p0", ir.VoidType(),
+        self.mstore = intrinsic(b.module, f"llvm.masked.store.{vs}.p0", ir.VoidType(),
                                 [self.vty, ptr, ir.IntType(32), mty])
         self.zero = ir.Constant(self.vty, [0.0] * self.vl)
-        self.alpha = None if s.alpha == 1.0 else ir.Constant(self.vty, [float(s.alpha)] * self.vl)
+        self.alpha = ir.Constant(self.ety, float(s.alpha))
         panels = -(-self.N // self.nr) if isinstance(self.N, int) else self.ncp
         self.bp = None if unpacked or self.prepacked else self._stack_buffer(
             self.kc * min(self.ncp, panels) * self.nr, "bpack")
@@ -180,8 +162,6 @@ class TileGemm:
         return i64c(x) if isinstance(x, int) else x
 
     def mask(self, lanes: int | ir.Value) -> ir.Value:
-        if isinstance(lanes, _Mask):
-            return lanes.vec
         if not isinstance(lanes, int):  # the first `lanes` lanes, counted at run time
             iota = ir.Constant(ir.VectorType(ir.IntType(64), self.vl), list(range(self.vl)))
             return self.b.icmp_signed("<", iota, splat(self.b, lanes, self.vl))
@@ -200,9 +180,6 @@ class TileGemm:
             self.b.call(self.mstore, [v, p, ir.Constant(ir.IntType(32), self.isz),
                                       self.mask(lanes)])
 
-    def splat(self, x: ir.Value) -> ir.Value:
-        return splat(self.b, x, self.vl)
-
     def a_ptr(self, i: ir.Value, kk: ir.Value) -> ir.Value:
         """&A'[i, kk]"""
         s = self.s
@@ -210,79 +187,75 @@ class TileGemm:
             return self.gep(self.pa, self.add(self.a_off, self.mul(kk, self.LDA), i))
         return self.gep(self.pa, self.add(self.a_off, self.mul(i, self.LDA), kk))
 
-    def prefetch(self, p: ir.Value) -> None:
-        """Prefetch the line at `p` for reading into every cache level."""
-        i32 = ir.IntType(32)
-        fn = intrinsic(self.b.module, "llvm.prefetch.p0", ir.VoidType(),
-                       [ir.PointerType(), i32, i32, i32])
-        self.b.call(fn, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+    def loop(self, start, stop, step: int, body: Callable[[ir.Value], None], name: str
+             ) -> None:
+        """A driver loop, kept rolled: its body is calls of the shared microkernel, which
+        unrolling copies for nothing (a product's depth blocks and tiles, fully unrolled,
+        were most of a 1x1 conv's code)."""
+        for_range(self.b, start, stop, step, body, name, loop_md=no_unroll_md(self.b.module))
 
     # microkernel -------------------------------------------------------------------------------
-    def micro(self, i: ir.Value, mr: int, lanes: list[int], col: ir.Value, kc: ir.Value,
-              b_row: Callable[[ir.Value], tuple[ir.Value, int]],
-              a_at: Callable[[int, ir.Value], ir.Value],
-              first: ir.Value | bool | None,
-              a_next: Callable[[ir.Value, ir.Value], ir.Value] | None = None,
+    def micro(self, i: ir.Value, mr: int, lanes: list, col: ir.Value, pc: ir.Value,
+              kc: ir.Value, bptr: ir.Value, ldb: int | ir.Value,
+              first: ir.Value | bool | None, fetch: ir.Value | bool,
               last: ir.Value | bool = True, valid: ir.Value | None = None) -> None:
-        """C[i:i+mr, col:col+sum(lanes)] (+)= alpha * A'[i:i+mr, pc:pc+kc] @ Bpanel: row kk of
-        the B panel starts at b_row(kk) = (pointer, alignment), A'[i+q, pc+kk] is at a_at(q, kk);
-        `first` (True: always, an i1, None: never) selects overwriting C instead of adding.
-        `a_next(q, kk)`, when given, is the address of the next tile's A'[q, pc+kk]: each k step
-        prefetches row kk mod mr of it PREFETCH_A elements ahead. `last` (True, or an i1: the
-        depth block is the product's last) says when the stores are final: then the epilogue
-        (`self.epi`), if any, runs on each vector before its store. `valid` (a run-time m): the
+        """C[i:i+mr, col:col+sum(lanes)] (+)= alpha * A'[i:i+mr, pc:pc+kc] @ Bpanel by a call
+        of the shared microkernel (`gemm_micro`): row kk of the B panel at bptr + kk*ldb;
+        `first` (True: always, an i1, None: never) selects overwriting C instead of adding;
+        `fetch` (a bool or an i1): prefetch the next tile's A rows. `last` (True, or an i1:
+        the depth block is the product's last) says when the stores are final: then the
+        epilogue (`self.epi`), if any, runs on the stored tile. `valid` (a run-time m): the
         tile's first `valid` rows are C's, the others are computed on row i and not stored."""
-        b, nv = self.b, len(lanes)
-
-        def step(kk: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-            bptr, align = b_row(kk)
-            bv = [self.vload(bptr if v == 0 else self.gep(bptr, i64c(v * self.vl)), lanes[v],
-                             align) for v in range(nv)]
-            out = []
-            if a_next is not None:
-                self.prefetch(a_next(b.urem(kk, i64c(mr)), b.add(kk, i64c(PREFETCH_A))))
-            for q in range(mr):
-                av = self.splat(b.load(a_at(q, kk), typ=self.ety, align=self.isz))
-                out += [b.call(self.fma, [av, bv[v], accs[q * nv + v]]) for v in range(nv)]
-            return out
-
-        accs = for_range_carry(b, 0, kc, 1, [self.zero] * (mr * nv), step, "kr")
-
-        def store(epi) -> None:
-            for q in range(mr):
-                r, ok = self.add(i, i64c(q)), None
-                if valid is not None:
-                    ok = b.icmp_signed("<", i64c(q), valid)
-                    r = b.select(ok, r, i)
-                if epi is not None:
-                    epi.row(b, r)
-                row = self.add(self.c_off, self.mul(r, self.LDC), col)
-                for v in range(nv):
-                    p = self.gep(self.pc, self.add(row, i64c(v * self.vl)))
-                    m = lanes[v] if ok is None else _Mask(b.and_(
-                        self.mask(lanes[v]), splat(b, ok, self.vl)))
-                    acc = accs[q * nv + v]
-                    scaled = acc if self.alpha is None else b.fmul(self.alpha, acc)
-                    if first is True:
-                        out = scaled
-                    else:
-                        old = self.vload(p, m, self.isz)
-                        plus = (b.fadd(old, acc) if self.alpha is None
-                                else b.call(self.fma, [self.alpha, acc, old]))
-                        out = plus if first is None else b.select(first, scaled, plus)
-                    if epi is not None:
-                        out = epi.apply(b, self.add(col, i64c(v * self.vl)), out, m,
-                                        self.vload)
-                    self.vstore(out, p, m)
-
-        if self.epi is None or last is True:
-            store(self.epi)
+        b = self.b
+        edge = lanes[-1]
+        masked = not isinstance(edge, int) or edge < self.vl
+        if any(not isinstance(x, int) or x != self.vl for x in lanes[:-1]):
+            raise CompileError("the tiled GEMM's panels have full vectors but the last")
+        key = MicroKey(self.isz, mr, len(lanes), masked, self.s.a_trans, False,
+                       valid is not None)
+        over = {True: ir.Constant(I1, 1), None: ir.Constant(I1, 0)}.get(first, first)
+        a_next = (b.gep(self.pa, [self.add(self.a_off, self.mul(self.add(i, i64c(mr)),
+                                                                 self.LDA), pc)],
+                        source_etype=self.ety) if fetch is not False
+                  else ir.Constant(ir.PointerType(), None))
+        row = self.add(self.c_off, self.mul(i, self.LDC), col)
+        args = [self.a_ptr(i, pc), self.v(self.LDA), bptr, self.v(ldb), kc,
+                self.gep(self.pc, row), self.v(self.LDC), over, self.alpha,
+                self.v(edge if masked else self.vl), a_next, i64c(mr) if valid is None else valid]
+        if isinstance(fetch, bool):
+            b.call(micro_function(b.module, key._replace(fetch=fetch)), args)
+        else:  # the first panel prefetches, the others find A in L1: two calls, one body
+            with b.if_else(fetch) as (yes, no):
+                with yes:
+                    b.call(micro_function(b.module, key._replace(fetch=True)), args)
+                with no:
+                    b.call(micro_function(b.module, key), args)
+        if self.epi is None:
             return
-        with b.if_else(last) as (final, partial):
-            with final:
-                store(self.epi)
-            with partial:
-                store(None)
+        if last is True:
+            self.epilogue(i, mr, lanes, col, valid)
+            return
+        with b.if_then(last):
+            self.epilogue(i, mr, lanes, col, valid)
+
+    def epilogue(self, i: ir.Value, mr: int, lanes: list, col: ir.Value,
+                 valid: ir.Value | None) -> None:
+        """The fused epilogue on the tile the microkernel just stored (in L1): a loop over
+        its rows that are C's (kept rolled: one copy of the epilogue's code per tile shape)."""
+        b = self.b
+
+        def row(q: ir.Value) -> None:
+            r = self.add(i, q)
+            self.epi.row(b, r)
+            base = self.add(self.c_off, self.mul(r, self.LDC), col)
+            for v, ln in enumerate(lanes):
+                p = self.gep(self.pc, self.add(base, i64c(v * self.vl)))
+                out = self.epi.apply(b, self.add(col, i64c(v * self.vl)),
+                                     self.vload(p, ln, self.isz), ln, self.vload)
+                self.vstore(out, p, ln)
+
+        for_range(b, 0, i64c(mr) if valid is None else valid, 1, row, "er",
+                  loop_md=no_unroll_md(b.module))
 
     # driver ------------------------------------------------------------------------------------
     def emit(self) -> None:
@@ -295,7 +268,7 @@ class TileGemm:
             if self.unpacked or full <= self.ncp:
                 self.block(i64c(0), i64c(full), lanes)
             else:
-                for_range(self.b, 0, full, self.ncp,
+                self.loop(0, full, self.ncp,
                           lambda p0: self.block(self.mul(p0, self.nr),
                                                 imin(self.b, i64c(self.ncp),
                                                      self.b.sub(i64c(full), p0)), lanes), "jc")
@@ -306,22 +279,17 @@ class TileGemm:
 
     def emit_runtime_n(self) -> None:
         """`emit` for a run-time n: whole panels in groups of NCP, then an edge panel of as
-        many vectors as its columns need (`EDGE_BY_VECTORS`), the last one's lanes counted
-        from the columns left."""
+        many vectors as its columns need, the last one's lanes counted from the columns left.
+        Measured, one thread, symbolic conv 2x2 64->64 at 2x25 (a 24-column product; 4
+        vectors of 16 lanes, two fully masked): all NRV vectors masked 19.5 us, by vectors
+        10.0 us."""
         b = self.b
         full = b.udiv(self.N, i64c(self.nr))
         w = b.sub(self.N, b.mul(full, i64c(self.nr)))
         lanes = [self.vl] * self.nrv
-        for_range(b, 0, full, self.ncp,
+        self.loop(0, full, self.ncp,
                   lambda p0: self.block(self.mul(p0, self.nr),
                                         imin(b, i64c(self.ncp), b.sub(full, p0)), lanes), "jc")
-        if not EDGE_BY_VECTORS:
-            with b.if_then(b.icmp_signed(">", w, i64c(0))):
-                edge = [imin(b, i64c(self.vl), b.sub(w, i64c(v * self.vl)))
-                        for v in range(self.nrv)]
-                edge = [b.select(b.icmp_signed("<", x, i64c(0)), i64c(0), x) for x in edge]
-                self.block(self.mul(full, self.nr), i64c(1), edge, width=w)
-            return
         # the edge panel in as many vectors as its columns need (one copy of the tile code
         # per count): a narrow run-time n would otherwise run every vector, most fully masked
         nv = b.udiv(b.add(w, i64c(self.vl - 1)), i64c(self.vl))
@@ -338,7 +306,6 @@ class TileGemm:
         pw = len(lanes) * self.vl  # packed panel width
         if width is None:
             width = sum(lanes)  # a prepacked panel's width (the edge panel is not padded)
-        aligned = 64 if pw * self.isz % 64 == 0 else self.isz
         k_static = isinstance(self.K, int) and self.K <= self.kc
 
         def depth(pc: ir.Value) -> None:
@@ -351,62 +318,41 @@ class TileGemm:
                 first = b.icmp_signed("==", pc, i64c(0))
             last = True if k_static else b.icmp_signed(">=", b.add(pc, kc), self.v(self.K))
             if self.bp is not None:
-                self.pack(pc, kc, col0, npanels, lanes, width)
+                pack(self, pc, kc, col0, npanels, lanes, width)
             pstride = b.mul(kc, i64c(pw), flags=["nsw"])
 
             def tile(i: ir.Value, mr: int, valid: ir.Value | None = None) -> None:
                 """rows i .. i+mr against every panel (the first `valid` of them, when given,
                 are C's: the others read row i)"""
-                rows = [self.add(i, i64c(q)) if valid is None else b.select(
-                    b.icmp_signed("<", i64c(q), valid), self.add(i, i64c(q)), i)
-                    for q in range(mr)]
-
-                def a_at(q: int, kk: ir.Value) -> ir.Value:
-                    return self.a_ptr(rows[q], self.add(pc, kk))
-
-                def a_next(q: ir.Value, kk: ir.Value) -> ir.Value:
-                    """&A'[i + mr + q, pc + kk] (no inbounds: the last tile's reaches past A)"""
-                    row = self.add(i, i64c(mr), q)
-                    return b.gep(self.pa, [self.add(self.a_off, self.mul(row, self.LDA),
-                                                    self.add(pc, kk))], source_etype=self.ety)
-
-                def panel(p: ir.Value, fetch: bool = False) -> None:
+                def panel(p: ir.Value) -> None:
                     col = self.add(col0, self.mul(p, pw))
                     if self.unpacked:
-                        def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
-                            return self.gep(self.pb, self.add(
-                                self.b_off, self.mul(self.add(pc, kk), self.LDB), col)), self.isz
-                    elif self.prepacked:
-                        start = self.add(self.b_off, self.mul(col, self.K))
-
-                        def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
-                            return self.gep(self.pb, self.add(
-                                start, self.mul(self.add(pc, kk), width))), self.isz
+                        start = self.add(self.b_off, self.mul(pc, self.LDB), col)
+                        bptr, ldb = self.gep(self.pb, start), self.LDB
+                    elif self.prepacked:  # panel rows of `width` from column col * k
+                        start = self.add(self.b_off, self.mul(col, self.K), self.mul(pc, width))
+                        bptr, ldb = self.gep(self.pb, start), width
                     else:
-                        start = b.mul(p, pstride, flags=["nsw"])
+                        bptr, ldb = self.gep(self.bp, b.mul(p, pstride, flags=["nsw"])), pw
+                    fetch = self.fetch_a and b.icmp_signed("==", p, i64c(0))
+                    self.micro(i, mr, lanes, col, pc, kc, bptr, ldb, first, fetch, last, valid)
 
-                        def b_row(kk: ir.Value) -> tuple[ir.Value, int]:
-                            return self.gep(self.bp, self.add(start, self.mul(kk, pw))), aligned
-                    self.micro(i, mr, lanes, col, kc, b_row, a_at, first,
-                               a_next if fetch else None, last, valid)
-
-                if self.fetch_a:  # the first panel prefetches, the others find A in L1
-                    panel(i64c(0), fetch=True)
-                    for_range(b, 1, npanels, 1, panel, "jr")
-                else:
-                    for_range(b, 0, npanels, 1, panel, "jr")
+                self.loop(0, npanels, 1, panel, "jr")
 
             if not isinstance(self.M, int):
                 self.runtime_rows(tile)
                 return
             m_full, tails = row_tiles(self.M, self.mr)
             if m_full:
-                for_range(b, 0, m_full, self.mr, lambda i: tile(i, self.mr), "ir")
+                self.loop(0, m_full, self.mr, lambda i: tile(i, self.mr), "ir")
+            if len(tails) == 2 and tails[0] == tails[1]:  # one body for the balanced pair
+                self.loop(m_full, self.M, tails[0], lambda i: tile(i, tails[0]), "it")
+                return
             for high in tails:
                 tile(i64c(m_full), high)
                 m_full += high
 
-        for_range(b, 0, self.v(self.K), self.kc, depth, "pc")
+        self.loop(0, self.v(self.K), self.kc, depth, "pc")
 
     def runtime_rows(self, tile: Callable[..., None]) -> None:
         """Tiles over a run-time m: MR-row tiles from row 0, then the rows left over (rem):
@@ -441,59 +387,7 @@ class TileGemm:
         def rows(top: int) -> Callable[[ir.Value], None]:
             return lambda i: tile(i, top, imin(b, i64c(top), b.sub(m, i)))
 
-        for_range(b, 0, h_from, mr, rows(mr), "ir")
+        self.loop(0, h_from, mr, rows(mr), "ir")
         if high < mr:
-            for_range(b, h_from, h_to, high, rows(high), "ih")
-        for_range(b, h_to, m, 1, lambda i: tile(i, 1), "i1")
-
-    def pack(self, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
-             lanes: list, width: Any = None) -> None:
-        """bp[p*kc*pw + kk*pw + jj] = B'[pc + kk, col0 + p*pw + jj] (0 past the edge)."""
-        s, b = self.s, self.b
-        pw = len(lanes) * self.vl
-        if width is None:
-            width = sum(lanes)
-
-        def panel(p: ir.Value) -> None:
-            col = self.add(col0, self.mul(p, pw))
-            dst0 = b.mul(p, b.mul(kc, i64c(pw)), flags=["nsw"])
-            if not s.b_trans:
-                def row(kk: ir.Value) -> None:
-                    dst = self.add(dst0, self.mul(kk, pw))
-                    src = self.add(self.b_off, self.mul(self.add(pc, kk), self.LDB), col)
-                    for v in range(len(lanes)):
-                        x = self.vload(self.gep(self.pb, self.add(src, i64c(v * self.vl))),
-                                       lanes[v], self.isz)
-                        b.store(x, self.gep(self.bp, self.add(dst, i64c(v * self.vl))),
-                                align=self.isz)
-
-                for_range(b, 0, kc, 1, row, "pk")
-                return
-
-            # B' is the window transposed: window row col+jj (contiguous in kk) becomes packed
-            # column jj; columns past the edge are zeros
-            def column(jj: ir.Value) -> None:
-                src = self.add(self.b_off, self.mul(self.add(col, jj), self.LDB), pc)
-                dst = self.add(dst0, jj)
-                for_range(b, 0, kc, 1, lambda kk: b.store(
-                    b.load(self.gep(self.pb, self.add(src, kk)), typ=self.ety, align=self.isz),
-                    self.gep(self.bp, self.add(dst, self.mul(kk, pw))), align=self.isz), "pk")
-
-            for_range(b, 0, width, 1, column, "pj")
-            if not isinstance(width, int):  # zero the columns past a run-time edge
-                def zero_col(jj: ir.Value) -> None:
-                    for_range(b, 0, kc, 1, lambda kk: b.store(
-                        ir.Constant(self.ety, 0.0), self.gep(self.bp, self.add(
-                            dst0, self.add(self.mul(kk, pw), jj))), align=self.isz), "pz")
-
-                for_range(b, width, i64c(pw), 1, zero_col, "pzj")
-            elif width < pw:
-                def pad(kk: ir.Value) -> None:
-                    dst = self.add(dst0, self.mul(kk, pw))
-                    for jj in range(width, pw):
-                        b.store(ir.Constant(self.ety, 0.0), self.gep(self.bp, self.add(
-                            dst, i64c(jj))), align=self.isz)
-
-                for_range(b, 0, kc, 1, pad, "pz")
-
-        for_range(b, 0, npanels, 1, panel, "pp")
+            self.loop(h_from, h_to, high, rows(high), "ih")
+        self.loop(h_to, m, 1, lambda i: tile(i, 1), "i1")

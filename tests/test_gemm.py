@@ -465,7 +465,7 @@ def _const_a_program(cases: list[tuple[int, int, int]], a_kind: str,
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_constant_a_products(threads: int) -> None:
-    """A constant A (prefetched a tile ahead, `matmul_kernel.PREFETCH_A`) over every tile and
+    """A constant A (prefetched a tile ahead, `gemm_micro.PREFETCH_A`) over every tile and
     panel edge, on one thread and split over two: right, and the same bits either way."""
     from onnxjit.passes import PassContext
     from onnxjit.passes.plan_memory import run as plan
@@ -483,3 +483,24 @@ def test_only_constant_a_is_prefetched() -> None:
         compile_program(p, dump=lambda name, text, kind=kind: texts.setdefault(kind, text))
     assert "llvm.prefetch" in texts["const"]
     assert "llvm.prefetch" not in texts["input"]
+
+
+def test_products_share_their_microkernels() -> None:
+    """Products that differ only in depth call the same microkernel functions (one per tile
+    shape, `gemm_micro`): the module defines each once, and only they hold the FMA tile."""
+    import re
+
+    texts: list[str] = []
+    p, _, _ = _const_a_program([(64, 40, 520), (64, 300, 520)], "input",
+                               np.random.default_rng(5))
+    compile_program(p, dump=lambda name, text: texts.append(text) if name == "llvm.ll" else None)
+    text = texts[0]
+    defined = re.findall(r'define internal void @"(onnxjit\.gemm\.[^"]+)"', text)
+    assert defined and len(defined) == len(set(defined))
+    bodies = text.split("\ndefine ")
+    tiles = [f for f in bodies if "llvm.fmuladd.v" in f.split("\n}")[0]
+             and not f.startswith("declare")]
+    assert all(f.startswith('internal void @"onnxjit.gemm.') for f in tiles)
+    for k in ("k0", "k1"):  # both products' kernels (or their tasks) call a shared tile
+        assert any(f".{k}." in f.split("(")[0] and re.search(
+            r'call void @"onnxjit\.gemm\.f32\.6x4"', f) for f in bodies)

@@ -1,0 +1,69 @@
+"""Packing a block of B' into the tiled GEMM's stack buffer (`matmul_kernel.TileGemm`).
+
+`pack(t, pc, kc, col0, npanels, lanes, width)` copies rows pc .. pc+kc of B' for `npanels`
+panels of pw = len(lanes) * VL columns from column col0 into the buffer, panel after panel,
+each kc x pw row-major: bp[p*kc*pw + kk*pw + jj] = B'[pc + kk, col0 + p*pw + jj], so the
+microkernel reads a panel's rows contiguously. B not transposed: a row of a panel is
+len(lanes) vector loads (the edge vector's lanes masked, the rest of it zeros) and stores.
+B transposed: the window's row col+jj (contiguous in k) becomes packed column jj, element by
+element; the columns past the edge (`width`, an int or a run-time value) are zeroed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llvmlite import ir
+
+from onnxjit.codegen.irutil import for_range, i64c, no_unroll_md
+
+
+def pack(t: Any, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
+         lanes: list, width: Any = None) -> None:
+    """Pack for the `TileGemm` `t` (see the module docstring)."""
+    s, b = t.s, t.b
+    pw = len(lanes) * t.vl
+    if width is None:
+        width = sum(lanes)
+
+    def panel(p: ir.Value) -> None:
+        col = t.add(col0, t.mul(p, pw))
+        dst0 = b.mul(p, b.mul(kc, i64c(pw)), flags=["nsw"])
+        if not s.b_trans:
+            def row(kk: ir.Value) -> None:
+                dst = t.add(dst0, t.mul(kk, pw))
+                src = t.add(t.b_off, t.mul(t.add(pc, kk), t.LDB), col)
+                for v in range(len(lanes)):
+                    x = t.vload(t.gep(t.pb, t.add(src, i64c(v * t.vl))), lanes[v], t.isz)
+                    b.store(x, t.gep(t.bp, t.add(dst, i64c(v * t.vl))), align=t.isz)
+
+            # kept rolled: a row is NV vector copies already, and unrolled (and unswitched)
+            # the loop was most of a 1x1 conv's code
+            for_range(b, 0, kc, 1, row, "pk", loop_md=no_unroll_md(b.module))
+            return
+
+        def column(jj: ir.Value) -> None:
+            src = t.add(t.b_off, t.mul(t.add(col, jj), t.LDB), pc)
+            dst = t.add(dst0, jj)
+            for_range(b, 0, kc, 1, lambda kk: b.store(
+                b.load(t.gep(t.pb, t.add(src, kk)), typ=t.ety, align=t.isz),
+                t.gep(t.bp, t.add(dst, t.mul(kk, pw))), align=t.isz), "pk")
+
+        for_range(b, 0, width, 1, column, "pj")
+        if not isinstance(width, int):  # zero the columns past a run-time edge
+            def zero_col(jj: ir.Value) -> None:
+                for_range(b, 0, kc, 1, lambda kk: b.store(
+                    ir.Constant(t.ety, 0.0), t.gep(t.bp, t.add(
+                        dst0, t.add(t.mul(kk, pw), jj))), align=t.isz), "pz")
+
+            for_range(b, width, i64c(pw), 1, zero_col, "pzj")
+        elif width < pw:
+            def pad(kk: ir.Value) -> None:
+                dst = t.add(dst0, t.mul(kk, pw))
+                for jj in range(width, pw):
+                    b.store(ir.Constant(t.ety, 0.0), t.gep(t.bp, t.add(
+                        dst, i64c(jj))), align=t.isz)
+
+            for_range(b, 0, kc, 1, pad, "pz")
+
+    for_range(b, 0, npanels, 1, panel, "pp")
