@@ -153,9 +153,8 @@ def conv_transpose(b: Builder):
 @entry(2.5)
 def pool(b: Builder):
     op = b.rng.choice(["MaxPool", "MaxPool", "AveragePool", "LpPool"])
-    # no nan into MaxPool: onnxruntime and onnx.reference skip a nan tap unless it comes
-    # first in a window touching the padding; onnxjit's max keeps every nan (reported)
-    x = _spatial(b, kinds=("tame",))
+    # MaxPool takes NaNs too (`pooling.max_rule`: onnx.reference's rule for NaN taps)
+    x = _spatial(b, kinds=("tame", "wild") if op == "MaxPool" else ("tame",))
     attrs, ks, outs = _window(b, x)
     if op != "MaxPool" and "dilations" in attrs and (op == "LpPool" or b.opset < 19):
         raise Skip
