@@ -42,7 +42,7 @@ NP = {F16: np.float16, F32: np.float32, F64: np.float64, I64: np.int64, I32: np.
       BOOL: np.bool_}
 EXTREMES = [0.0, -0.0, 1e38, -1e38, 1e20, -1e20, 1e-40, -1e-40, 6e-8, 65504.0, 89.5, -89.5,
             -5000.0, 1e5, 3e4, 1e-30, np.inf, -np.inf, np.nan]
-INT_EXTREMES = [0, -1, 2**62, -(2**62), 2**63 - 1, -(2**63), 2**31, -(2**31) - 1]
+INT_EXTREMES = [0, -1, 2**62, -(2**62), 2**63 - 1, -(2**63), 2**31, -(2**31) - 1, 2**24 + 1]
 
 Dims = list  # list of tuples, one size per call
 

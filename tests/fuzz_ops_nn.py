@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from fuzz_graphs import F16, F32, F64, FLOATS, Builder, Skip, make_array, static
 from fuzz_ops import entry, need
 
 
 def _weight(b: Builder, dtype: int, shape: tuple, kind: str = "tame", hint: str = "w",
-            positive: bool = False) -> str:
+            positive: bool = False, nonfinite: bool = False) -> str:
+    """A constant weight; `nonfinite`: sometimes with a few infinities and NaNs (next to
+    padding a tap adds 0 * w, NaN for those: `conv.pad_nan`), and overridden by extremes."""
     arr = make_array(b.nrng, dtype, shape, "positive" if positive else kind)
     mode = b.rng.choice(["init", "init", "node", "override"]) if not positive else "init"
-    # no inf/nan weights: onnxjit skips the taps on padding, where 0 * inf is nan in
-    # onnxruntime and onnx.reference (reported, not a bug this fuzzer hunts)
-    return b.const(arr, hint, mode, wild=False)
+    wild = nonfinite and arr.size > 0 and b.rng.random() < 0.3
+    if wild:
+        pick = b.nrng.random(arr.shape) < 0.15
+        arr[pick] = b.nrng.choice(np.array([np.inf, -np.inf, np.nan], arr.dtype),
+                                  int(pick.sum()))
+    return b.const(arr, hint, mode, wild=wild)
 
 
 @entry(3.0)
@@ -128,7 +134,7 @@ def conv(b: Builder):
     group = c if c > 1 and b.rng.random() < 0.3 else 1
     m = group * b.rng.randint(1, 2) if group > 1 else b.rng.randint(1, 4)
     attrs, ks, outs = _window(b, x)
-    args = [x.name, _weight(b, x.dtype, (m, c // group, *ks))]
+    args = [x.name, _weight(b, x.dtype, (m, c // group, *ks), nonfinite=True)]
     if b.rng.random() < 0.5:
         args.append(_weight(b, x.dtype, (m,), hint="bias"))
     if group > 1:
@@ -153,9 +159,8 @@ def conv_transpose(b: Builder):
 @entry(2.5)
 def pool(b: Builder):
     op = b.rng.choice(["MaxPool", "MaxPool", "AveragePool", "LpPool"])
-    # no nan into MaxPool: onnxruntime and onnx.reference skip a nan tap unless it comes
-    # first in a window touching the padding; onnxjit's max keeps every nan (reported)
-    x = _spatial(b, kinds=("tame",))
+    # MaxPool takes NaNs too (`pooling.max_rule`: onnx.reference's rule for NaN taps)
+    x = _spatial(b, kinds=("tame", "wild") if op == "MaxPool" else ("tame",))
     attrs, ks, outs = _window(b, x)
     if op != "MaxPool" and "dilations" in attrs and (op == "LpPool" or b.opset < 19):
         raise Skip

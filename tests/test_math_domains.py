@@ -235,14 +235,16 @@ def test_folded_whole_domain(op: str, dt: str) -> None:
 #: thirds, large and tiny ones, the infinities and NaN
 POW_Y = [0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 1 / 3, 2.5, -2.5, 4.1, 7.3,
          -7.3, 100.5, 1e-3, 1e-30, np.inf, -np.inf, np.nan]
-POW_INT_Y = [0, 1, -1, 2, 3, -3, 7, 11, 65521, -65521, 2 ** 20 + 1]
+POW_INT_Y = [0, 1, -1, 2, 3, -3, 7, 11, 65521, -65521, 2 ** 20 + 1, 2 ** 24 + 1, -(2 ** 24 + 3),
+             2 ** 31 - 1]
 #: (base type, exponent type, ulp bound): libm's pow/powf err below 1 ulp; narrow bases compute
 #: in f32 and mixed types in the wider one, then round to the base type (0.5, plus a hair for
 #: rounding twice). f16 ** f32 once rounded the exponent to f16 (10 ** 4.1 was 5 ulps off) and
-#: f16 ** int an exponent beyond 65504 to inf ((-1) ** 65521 was 1).
+#: f16 ** int an exponent beyond 65504 to inf ((-1) ** 65521 was 1); float ** int computes in
+#: f64, as onnxruntime and onnx.reference do (in f32 (-1) ** (2**24 + 1) was 1).
 POW_CASES = [("f32", "f32", 1.0), ("f64", "f64", 1.0), ("f16", "f16", 0.51),
              ("f16", "f32", 0.51), ("f32", "f64", 0.51), ("f16", "i64", 0.51),
-             ("f16", "i32", 0.51)]
+             ("f16", "i32", 0.51), ("f32", "i64", 0.51), ("f32", "i32", 0.51)]
 
 
 @pytest.mark.parametrize("xt,yt,bound", POW_CASES)

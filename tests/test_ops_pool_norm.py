@@ -449,3 +449,21 @@ def test_unsupported_dtype_and_training_outputs() -> None:
     g = [x(2, 6, 3), x(6), x(6)]
     with pytest.raises(ModelError, match="num_groups=4"):
         run_via_loop_ir(model("GroupNormalization", g, 21, num_groups=4), g)
+
+
+def test_float16_batchnorm_overflows_to_inf_not_nan() -> None:
+    # y = x * a + (B - mean * a) in float16 overflowed both terms, and inf - inf gave NaN where
+    # onnxruntime and onnx.reference have +-inf (differential fuzzer seed 1300491): inference
+    # BN on float16 now computes in float32 and rounds once
+    xs = np.array([139.6, -13.54, 105.2, -133.1, 153.6, 27.9, 62.0, 63.0, 1.0], np.float16)
+    a = np.stack([xs, -xs]).reshape(1, 2, 3, 3)
+    params = [np.array(p, np.float16) for p in ([-1.017e4, 1.28e4], [-1.19, -2.46],
+                                               [62.44, 22.94], [2.572, 0.9004])]
+    m = model("BatchNormalization", [a, *params], 15, consts={1: 0, 2: 0, 3: 0, 4: 0},
+              epsilon=1e-3)
+    for k, p in enumerate(params, 1):
+        m.graph.initializer[k - 1].CopyFrom(numpy_helper.from_array(p, f"in{k}"))
+    got, = onnxjit.compile(m, cache_dir=False)(a)
+    want = ReferenceEvaluator(m).run(None, {"in0": a})[0]
+    assert np.isinf(want).any() and not np.isnan(want).any()
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3)

@@ -57,6 +57,18 @@ def lower_depthwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     planes are summed in a float32 scratch plane and rounded once into y (then the epilogue
     runs as a pass): a tap's product alone may exceed float16's range where the sum does not.
     """
+    from onnxjit.ir.ops.conv import pad_nan
+
+    if pad_nan.needed(gm, w):  # padded taps times non-finite weights: `conv.pad_nan`
+        _nest(ctx, gm, x, w, y, bias, None)
+        pad_nan.fix_up(ctx, gm, w, y, epilogue)
+        return
+    _nest(ctx, gm, x, w, y, bias, epilogue)
+
+
+def _nest(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
+          bias: Buffer | None, epilogue: Epilogue | None) -> None:
+    """The nests of `lower_depthwise`, which skip the taps on the padding."""
     from onnxjit.ir.ops.conv.depthwise_phased import lower_depthwise_phased, phased_applies
     from onnxjit.ir.ops.conv.depthwise_tiny import lower_depthwise_tiny, tiny_applies
 

@@ -224,6 +224,7 @@ def _pointwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
 def lower_conv_node(ctx: LowerContext, node: object, x: Buffer, w: Buffer, y: Buffer,
                     bias: Buffer | None, gm: Geometry, extras: list) -> None:
     """A Conv or FusedConv (epilogue inputs `extras`) of a symbolic program."""
+    from onnxjit.ir.ops.conv import pad_nan
     from onnxjit.ir.ops.conv.depthwise_phased import lower_depthwise_phased, symbolic_applies
     from onnxjit.ir.ops.conv.depthwise_runtime import lower_depthwise_runtime
     from onnxjit.ir.ops.fused.epilogue import Epilogue
@@ -235,10 +236,15 @@ def lower_conv_node(ctx: LowerContext, node: object, x: Buffer, w: Buffer, y: Bu
     has_body = node.attr("epilogue") is not None  # type: ignore[attr-defined]
     if gm.cg == 1:
         epi = Epilogue(ctx, node, extras, y, chan_axis=1) if has_body else None  # type: ignore
+        fix = pad_nan.needed(gm, w)  # padded taps times non-finite weights: `conv.pad_nan`
+        nest_epi = None if fix else epi
         if symbolic_applies(gm, y) and hint(gm.out[-1]) <= PHASED_WIDTH:
-            lower_depthwise_phased(ctx, gm, x, w, y, bias, None if epi is None else epi.emit)
+            lower_depthwise_phased(ctx, gm, x, w, y, bias,
+                                   None if nest_epi is None else nest_epi.emit)
         else:
-            lower_depthwise_runtime(ctx, gm, x, w, y, bias, epi)
+            lower_depthwise_runtime(ctx, gm, x, w, y, bias, nest_epi)
+        if fix:
+            pad_nan.fix_up(ctx, gm, w, y, epi)
         return
     epi = None
     if has_body or bias is not None:

@@ -229,11 +229,15 @@ def _pow(b: Builder, node: Node, a: list[Operand]) -> Operand:
 
 def _pow_type(base: DType, exp: DType) -> DType:
     """The type a float Pow computes in: the base's, unless the exponent would lose bits in
-    it (f16 ** f32: 10 ** 4.1 rounded the exponent to 4.1016, 5 f16 ulps off; f32 ** f64;
-    f16 ** int: 65521 became inf) -- then the wider float, at least f32 for a narrow base,
-    which computes in f32 registers anyway. Ints into f32/f64 stay in the base's type."""
+    it (f16 ** f32: 10 ** 4.1 rounded the exponent to 4.1016, 5 f16 ulps off; f32 ** f64)
+    -- then the wider float, at least f32 for a narrow base, which computes in f32 registers
+    anyway. An integer exponent makes it f64, as onnxruntime (std::pow's double overload)
+    and onnx.reference (numpy's promotion) do: in f32 an odd exponent above 2**24 rounds to
+    an even one, so (-1) ** 16777217 gave 1 and (1 + 2**-23) ** 2**24+1 was 2 ulps off."""
     if exp == base or not base.is_float:
         return base
+    if not exp.is_float:
+        return D.DOUBLE
     wide = D.FLOAT if base in NARROW_FLOATS else base
     if exp.is_float and exp.itemsize > wide.itemsize:
         wide = exp
@@ -241,7 +245,7 @@ def _pow_type(base: DType, exp: DType) -> DType:
 
 
 op("Pow", (1, 7, 12, 13, 15), infer=_pow_infer, scalar=_pow,
-   doc="x ** y; in the base type or a wider exponent's (int ** float via f64)")
+   doc="x ** y; in the base type or a wider exponent's (int ** float, float ** int via f64)")
 
 
 def _mod_infer(node: Node) -> list:

@@ -41,6 +41,7 @@ from onnxjit.ir.loop_builder import (
     row_major_strides,
 )
 from onnxjit.ir.loops import Buffer, Operand, i64
+from onnxjit.ir.narrow import accumulator
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.elementwise.arithmetic import float_attr, int_attr
 from onnxjit.ir.ops.normalization.semantics import (
@@ -187,9 +188,15 @@ def bn_lower(ctx: LowerContext, node: Node) -> None:
         return
     n, c = x.shape[0], x.shape[1]
     inner = math.prod(x.shape[2:])
-    dt = x.dtype
+    # float16 inference computes in f32 and rounds once: b = B - mean * a and x * a overflow
+    # float16 long before y does, and inf - inf made NaN where the references have +-inf
+    xt = x.dtype
+    dt = accumulator(xt) if not bn_training(node) else xt
     eps = const(float_attr(node, "epsilon", 1e-5), dt)
     b = Builder()
+
+    def affine(at: Operand, a: Operand, sh: Operand) -> None:
+        b.store(y, at, b.cast(b.op("add", b.op("mul", b.cast(b.load(x, at), dt), a), sh), xt))
 
     def coeffs(p: Operand, m: Operand, v: Operand) -> tuple[Operand, Operand]:
         """a = scale / sqrt(var + eps), b = B - mean * a at parameter index p."""
@@ -211,13 +218,11 @@ def bn_lower(ctx: LowerContext, node: Node) -> None:
             with b.loop(0, inner, hint="i") as i:
                 p = b.iadd(b.imul(ch, inner), i)
                 a, sh = coeffs(p, b.cast(b.load(mean, p), dt), b.cast(b.load(var, p), dt))
-                at = b.iadd(row, i)
-                b.store(y, at, b.op("add", b.op("mul", b.load(x, at), a), sh))
+                affine(b.iadd(row, i), a, sh)
         else:
             a, sh = coeffs(ch, b.cast(b.load(mean, ch), dt), b.cast(b.load(var, ch), dt))
             with b.loop(0, inner, hint="i") as i:
-                at = b.iadd(row, i)
-                b.store(y, at, b.op("add", b.op("mul", b.load(x, at), a), sh))
+                affine(b.iadd(row, i), a, sh)
     ctx.kernel("batchnorm", b.body)
 
 

@@ -14,8 +14,8 @@ sw*j. So, per plane:
 2) z's first ow columns of each row are copied into y.
 Parallel over at most CHUNKS blocks of planes, each block with its own slot of z. Each window
 folds as the fused rows' interior does (`pooling.fused_rows.fold_window`: max as
-select(acc > v, acc, v) with a sticky NaN test, averages summed in tap order and divided by
-the window size), so the results are the same bits as the row loops'.
+select(v > acc, v, acc) with NaN taps by `pooling.max_rule`, averages summed in tap order and
+divided by the window size), so the results are the same bits as the row loops'.
 Used for windows at least 3 columns wide, column strides of 2 or more and rows of fewer than
 MAX_COLS outputs. Measured, one thread, against the row loops: max 3x3 s2 from 27x27 (13
 columns) 2.75x, from 13x13 1.44x, from 23x23 2.05x, from 11x11 1.25x; average 3x3 s2 from 13x13

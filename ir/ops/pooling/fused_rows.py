@@ -10,7 +10,8 @@ every tap of a column and stores it once:
 - the border columns loop over their tap range (`_Pool.tap_range`).
 Averages sum in the general rows' order (0, then tap rows, then columns), so they are the same
 bits, and divide by the window size (interior) or the column's count (`_Pool.count`). Maxima
-fold with select(acc > v, acc, v) and a sticky NaN test (`max_fold`, `max_result`).
+fold with select(v > acc, v, acc) from the first tap, or from -inf with an all-NaN flag, as
+`pooling.max_rule` decides for NaN taps (`max_rule.fold_taps`).
 Used for pools of at most FUSED_TAPS taps without Indices (`fusable`); `pooling.lowering` keeps
 the general rows for the others and for rows whose window rows reach the padding.
 """
@@ -22,6 +23,7 @@ import math
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Operand, i64
 from onnxjit.ir.ops.conv.blocking import whole_vectors
+from onnxjit.ir.ops.pooling import max_rule
 from onnxjit.ir.types import DType
 
 #: 2-D max and average pools fold a row's taps in one pass where its window rows are all
@@ -70,10 +72,9 @@ def fused_row(pool, o0: Operand, xb: Operand, ybase: Operand) -> None:
     Averages sum in the general order (0, then tap rows, then columns), so they are the same
     bits; interior columns divide by the window size, border columns by their count
     (`count`: real taps, or with count_include_pad those inside the padding too). Maxima
-    fold with select(acc > v, acc, v) per tap (x86 `vmaxps`, which keeps v on ties, as the
-    general row's max does with signed zeros) and, for floats, a sticky isnan(v): a window
-    holding a NaN gives NaN, as the general row's NaN-propagating max (a compare, a NaN test
-    and a blend a tap) does. The interior columns' windows: `fold_window`."""
+    fold with select(v > acc, v, acc) per tap (x86 `vmaxps`, which keeps acc on ties, as the
+    general row does with signed zeros), NaN taps by `pooling.max_rule`, so the results are
+    the general rows' bits. The interior columns' windows: `fold_window`."""
     b, g = pool.b, pool.g
     (s0, s1), (d0, d1), (p0, p1) = g.strides, g.dilations, g.pb
     k0, k1, n = g.kernel[0], g.kernel[1], pool.spatial[1]
@@ -125,39 +126,37 @@ def _pieces(pool, first: int, stop: int) -> list[tuple[int, int]]:
 
 def _max_border(pool, rows: list[Operand], col, ybase: Operand, o: Operand, t_lo: Operand,
                 t_hi: Operand) -> None:
-    """A border column of a fused MaxPool row: the `max_fold` over its taps in [t_lo, t_hi)."""
+    """A border column of a fused MaxPool row: the maximum over its taps in [t_lo, t_hi) of
+    every row, by `pooling.max_rule` (FIRST starts at the first real tap, DROP at -inf with an
+    all-NaN flag)."""
     b = pool.b
-    acc = b.var(pool.identity(), hint="acc")
-    nan = b.var(const(False, DType.BOOL), hint="nan")
+    drop = max_rule.drops_nan(pool.g) and pool.x.dtype.is_float
+    n = pool.spatial[1]
+    first = b.load(pool.x, b.iadd(rows[0], b.op("max", i64(0), b.op("min", col(o, t_lo),
+                                                                       i64(n - 1)))))
+    start = b.op("select", b.op("lt", t_lo, t_hi), first, pool.identity())
+    acc = b.var(pool.identity() if drop else start, hint="acc")
+    all_nan = b.var(const(True, DType.BOOL), hint="nan") if drop else None
     for xrow in rows:
         with b.loop(t_lo, t_hi, hint="tw") as t:
-            a, f = max_fold(b, acc, nan, b.load(pool.x, b.iadd(xrow, col(o, t))))
-            b.assign(acc, "copy", a)
-            b.assign(nan, "copy", f)
-    b.store(pool.y, b.iadd(ybase, o), max_result(b, acc, nan))
+            v = b.load(pool.x, b.iadd(xrow, col(o, t)))
+            b.assign(acc, "select", b.op("gt", v, acc), v, acc)
+            if all_nan is not None:
+                b.assign(all_nan, "and", all_nan, b.op("isnan", v))
+    res: Operand = acc
+    if all_nan is not None:
+        res = b.op("select", all_nan, const(math.nan, acc.dtype), acc)
+    b.store(pool.y, b.iadd(ybase, o), res)
 
 
 def fold_window(pool, b: Builder, taps: list[Operand]) -> Operand:
     """The pooled value of a window whose taps all lie inside, at the flat input indices `taps`
-    in tap order: the maximum (`max_fold`, `max_result`) or the sum from 0 in that order over
+    in tap order: the maximum (`max_rule.fold_taps`) or the sum from 0 in that order over
     the window size. The fused rows' interior and `pooling.flat` share it."""
     if pool.mode == "max":
-        acc, nan = pool.identity(), const(False, DType.BOOL)
-        for i in taps:
-            acc, nan = max_fold(b, acc, nan, b.load(pool.x, i))
-        return max_result(b, acc, nan)
+        return max_rule.fold_taps(b, [b.load(pool.x, i) for i in taps],
+                                  max_rule.drops_nan(pool.g), pool.identity())
     acc = const(0, pool.y.dtype)
     for i in taps:
         acc = b.op("add", acc, b.load(pool.x, i))
     return b.op("div", acc, const(len(taps), pool.y.dtype))
-
-
-def max_fold(b: Builder, acc: Operand, nan: Operand, v: Operand) -> tuple[Operand, Operand]:
-    """acc and the sticky NaN flag with one more tap v (see the module docstring)."""
-    acc = b.op("select", b.op("gt", acc, v), acc, v)
-    return acc, b.op("or", nan, b.op("isnan", v)) if v.dtype.is_float else nan
-
-
-def max_result(b: Builder, acc: Operand, nan: Operand) -> Operand:
-    """The window's maximum: NaN when a tap was NaN."""
-    return b.op("select", nan, const(math.nan, acc.dtype), acc) if acc.dtype.is_float else acc

@@ -4,10 +4,11 @@ Windowed pools (MaxPool, AveragePool, LpPool), one kernel per node. Algorithm:
 1) a parallel loop over the N*C planes, then loops over the output's outer spatial dims (all but
    the last, the width); for each, the range of taps that land inside the input is computed once
    per output row: lo = max(0, ceil((pb - o*s) / d)), hi = min(K, ceil((D + pb - o*s) / d));
-2) the output row is set to the fold's identity (-inf / the int minimum, or 0), then the outer
-   taps run in their ranges and, for each, the width is folded straight into the output row
-   (and the Indices row): the innermost loop runs over the output width, so it is contiguous in
-   the output and strided by s in the input. The width splits at compile time into a left
+2) the output row is set to the fold's identity (0; for max, each window's first real tap and
+   its index, as the NaN rule of `pooling.max_rule` needs), then the outer taps run in their
+   ranges and, for each, the width is folded straight into the output row (and the Indices
+   row): the innermost loop runs over the output width, so it is contiguous in the output and
+   strided by s in the input. The width splits at compile time into a left
    border, an interior where every tap is inside the input (no range arithmetic, taps unrolled
    when the kernel is narrow) and a right border, which computes its tap range per element;
    2-D max and average pools fuse the rows whose window rows all lie inside the input
@@ -46,6 +47,7 @@ from onnxjit.ir.ops.conv.geometry import operand, smax, smin
 from onnxjit.ir.ops.elementwise.arithmetic import int_attr
 from onnxjit.ir.ops.normalization.lowering import Lanes
 from onnxjit.ir.ops.pooling import fused_rows as fused
+from onnxjit.ir.ops.pooling import max_rule
 from onnxjit.ir.ops.pooling.flat import applies as flat_applies
 from onnxjit.ir.ops.pooling.flat import lower_flat
 from onnxjit.ir.ops.pooling.semantics import (
@@ -87,6 +89,7 @@ class _Pool:
         self.colmajor = ind is not None and int_attr(node, "storage_order", 0) == 1
         self.cs = cs
         self.symbolic = not (x.is_static and y.is_static)  # run-time sizes: general rows
+        self.drop = max_rule.drops_nan(g)  # MaxPool's rule for NaN taps
 
     # tap ranges ------------------------------------------------------------------------------
     def tap_range(self, i: int, o: Operand, end: int) -> tuple[Operand, Operand]:
@@ -132,9 +135,9 @@ class _Pool:
             else:
                 e = b.op("pow", b.op("abs", v), const(self.p, v.dtype))
             return b.op("add", acc, e)
+        take = max_rule.take(b, v, acc, self.drop, index=self.ind is not None)
         if self.ind is None:
-            return b.op("max", acc, v)
-        take = b.op("gt", v, acc)
+            return b.op("select", take, v, acc)
         if self.colmajor:
             assert pos is not None
             flat = b.iadd(b.imul(plane, math.prod(self.spatial)), b.linear(pos, self.cs))
@@ -167,16 +170,39 @@ class _Pool:
                     self._general_row(oo, xb, ybase, pl)
 
     def _general_row(self, oo: list, xb: Operand, ybase: Operand, pl: Operand) -> None:
-        """One output row, any geometry: identity, then each outer tap folded in."""
+        """One output row, any geometry: the identity (max: the first real tap), then each
+        outer tap folded in."""
         b, y = self.b, self.y
-        with b.loop(0, self.g.out[-1], hint="w") as w:
-            b.store(y, b.iadd(ybase, w), self.identity())
-            if self.ind is not None:
-                b.store(self.ind, b.iadd(ybase, w), i64(0))
         ranges = [self.tap_range(i, oo[i], self.spatial[i]) for i in range(self.k - 1)]
+        with b.loop(0, self.g.out[-1], hint="w") as w:
+            if self.mode == "max":
+                self._first_tap(oo + [w], ranges, xb, b.iadd(ybase, w), pl)
+            else:
+                b.store(y, b.iadd(ybase, w), self.identity())
         self._outer_taps(0, ranges, oo, [], [], xb, ybase, pl)
         if self.mode != "max":
             self._finish(oo, ybase)
+
+    def _first_tap(self, o: list, ranges: list, xb: Operand, at: Operand, pl: Operand) -> None:
+        """Starts output `at` (window `o`) at its first real tap, and its Indices there (the
+        start `pooling.max_rule` needs); a window of padding only at -inf and index 0. The
+        position is clamped into the input, so the load is safe either way."""
+        b, g = self.b, self.g
+        lo, hi = self.tap_range(self.k - 1, o[-1], self.spatial[-1])
+        pos, real = [], b.op("lt", lo, hi)
+        for i, (lo_i, hi_i) in enumerate(ranges + [(lo, hi)]):
+            p = b.iadd(b.op("sub", b.imul(o[i], g.strides[i]), operand(g.pb[i])),
+                       b.imul(lo_i, g.dilations[i]))
+            pos.append(b.op("max", i64(0), b.op("min", p, operand(self.spatial[i] - 1))))
+            if i < len(ranges):
+                real = b.op("and", real, b.op("lt", lo_i, hi_i))
+        xi = b.iadd(xb, b.linear(pos, self.xs))
+        b.store(self.y, at, b.op("select", real, b.load(self.x, xi), self.identity()))
+        if self.ind is not None:
+            flat = xi
+            if self.colmajor:
+                flat = b.iadd(b.imul(pl, math.prod(self.spatial)), b.linear(pos, self.cs))
+            b.store(self.ind, at, b.op("select", real, flat, i64(0)))
 
     def interior(self) -> tuple[Size, Size]:
         """[first, stop): the output columns whose taps all lie inside the input row

@@ -12,7 +12,8 @@ positions o * s - pb + t * d for taps t < K; positions outside [0, D) are paddin
 Padding never contributes a value: MaxPool ignores it, AveragePool divides by the number of
 real taps, or with count_include_pad by the taps inside [-pb, D + pe), LpPool adds zeros.
 MaxPool's Indices output is the flat index of the maximum in the input (first maximum in
-window order), row-major or, with storage_order=1, column-major over the spatial dims.
+window order), row-major or, with storage_order=1, column-major over the spatial dims. NaN
+taps follow onnx.reference's rule (`pooling.max_rule`).
 
 `evaluate` (constant folding) pads the input to cover every window, takes strided sliding
 windows, and reduces each under a mask of real (or counted) positions. Lowerings live in
@@ -29,7 +30,6 @@ import numpy as np
 from onnxjit.errors import ModelError
 from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node
-from onnxjit.ir.narrow import is_narrow_array
 from onnxjit.ir.ops.elementwise.arithmetic import (
     BF16,
     FLOATS,
@@ -40,6 +40,7 @@ from onnxjit.ir.ops.elementwise.arithmetic import (
     int_attr,
 )
 from onnxjit.ir.ops.elementwise.inference import tensor
+from onnxjit.ir.ops.pooling.max_rule import drops_nan, window_max
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import Dim, DType, Sym, TensorType, sym_max, sym_min
 
@@ -227,13 +228,11 @@ def pool_numpy(node: Node, x: np.ndarray) -> list[np.ndarray]:
         return w.reshape(w.shape[:2 + k] + (math.prod(w.shape[2 + k:]),))
 
     w, m = windows(xp), windows(np.broadcast_to(real, xp.shape))
-    if node.op == "MaxPool":
-        low = -np.inf if x.dtype.kind == "f" or is_narrow_array(x) else np.iinfo(x.dtype).min
-        masked = np.where(m, w, np.asarray(low, dtype=x.dtype))
-        y = masked.max(axis=-1)
+    if node.op == "MaxPool":  # NaN taps: `pooling.max_rule`
+        y, t = window_max(w, m, drops_nan(g))
         if len(node.outputs) < 2:
             return [y]
-        t = np.unravel_index(np.argmax(masked, axis=-1), g.kernel)
+        t = np.unravel_index(t, g.kernel)
         grid = np.meshgrid(*[np.arange(int(o)) for o in g.out], indexing="ij")
         coords = [grid[i] * g.strides[i] - g.pb[i] + t[i] * g.dilations[i] for i in range(k)]
         order = range(k) if int_attr(node, "storage_order", 0) == 0 else range(k - 1, -1, -1)
@@ -241,7 +240,8 @@ def pool_numpy(node: Node, x: np.ndarray) -> list[np.ndarray]:
         for i in order:
             flat = flat * spatial[i] + coords[i]
         plane = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[:2] + (1,) * k)
-        return [y, (flat + plane * math.prod(spatial)).astype(np.int64)]
+        flat = flat + plane * math.prod(spatial)
+        return [y, np.where(m.any(axis=-1), flat, 0).astype(np.int64)]  # padding only: 0
     with np.errstate(all="ignore"):
         if node.op == "AveragePool":
             cnt_mask = m
