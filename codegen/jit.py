@@ -31,6 +31,7 @@ import ctypes
 import ctypes.util
 import re
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -138,11 +139,13 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
     prefix = f"{_symbol_name(program)}_{hexdigest(salt.encode())[:16]}"
 
     def entry_object() -> tuple[bytes, str, str, str]:
-        triple, _, _ = target.host()
-        module, entry, entry_py = build_entry_module(program, plan, prefix, triple,
-                                                     target.data_layout())
-        fastcall = pyentry.build(module, f"{prefix}_fastcall").name
-        return compile_module(str(module), opt_level, None), entry, entry_py, fastcall
+        with timings.timed("llvm-ir"):
+            triple, _, _ = target.host()
+            module, entry, entry_py = build_entry_module(program, plan, prefix, triple,
+                                                         target.data_layout())
+            fastcall = pyentry.build(module, f"{prefix}_fastcall").name
+            text = str(module)
+        return compile_module(text, opt_level, None), entry, entry_py, fastcall
 
     rec = timings.current()
     listener = rec.listener if rec is not None else None
@@ -151,11 +154,15 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
         if listener is not None:
             listener.begin(f"llvm in {min(n_jobs, total)} workers: {done}/{total}")
 
-    with timings.timed("llvm in workers"):
-        parts, (obj, entry, entry_py, fastcall), cpu = workers.compile_groups(
-            program, plan, groups, prefix, n_jobs, opt_level, entry_object, on_group)
-    timings.log(timings.DEBUG, "workers' CPU seconds: %s",
-                ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+    t0 = time.perf_counter()
+    parts, (obj, entry, entry_py, fastcall), cpu = workers.compile_groups(
+        program, plan, groups, prefix, n_jobs, opt_level, entry_object, on_group)
+    wall = time.perf_counter() - t0
+    busy = sum(cpu.values()) or 1.0
+    for stage, seconds in cpu.items():  # the wall time, split as the workers spent theirs
+        timings.record(stage, wall * seconds / busy)
+    timings.log(timings.DEBUG, "workers' seconds: %s (wall %.2f)",
+                ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()), wall)
     return CompiledObject(obj, entry, entry_py, n_io(program), len(program.consts),
                           uses_pool(program), fastcall, parts=tuple(parts))
 

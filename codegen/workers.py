@@ -39,7 +39,7 @@ from typing import Any
 from onnxjit.codegen.modules import KernelPlan, translate_kernels
 from onnxjit.errors import CompileError, OnnxJitError
 from onnxjit.ir.loops import Kernel, Matmul, Program, walk
-from onnxjit.timings import Recorder, recording
+from onnxjit.timings import Recorder, recording, timed
 
 #: below this estimated cost (statements) a program compiles in this process, in one module:
 #: starting a worker costs 5-20 ms (fork, then a separate entry object); a program with one
@@ -188,10 +188,12 @@ def _compile_group(program: Program, plan: KernelPlan, group: list[int], prefix:
     from onnxjit.codegen import target
     from onnxjit.codegen.modules import new_module
 
-    triple, _, _ = target.host()
-    module = new_module(f"{prefix}.group", triple, target.data_layout())
-    translate_kernels(module, program, plan, group, prefix, external=True)
-    return jit.compile_module(str(module), opt_level, None)
+    with timed("llvm-ir"):
+        triple, _, _ = target.host()
+        module = new_module(f"{prefix}.group", triple, target.data_layout())
+        translate_kernels(module, program, plan, group, prefix, external=True)
+        text = str(module)
+    return jit.compile_module(text, opt_level, None)
 
 
 def _portable(e: BaseException) -> BaseException:

@@ -19,9 +19,10 @@ Stage names (what `CompiledModel.timings()` and `onnxjit info --timings` show):
     llvm-parse        LLVM parses and verifies the module text
     llvm-optimize     LLVM's optimisation pipeline
     emit-object       code generation: machine code for the host (object file)
-    llvm in workers   the three stages above for a large program's kernel groups, run by
-                      worker processes (`codegen.workers`): the wall time waited for them
-                      (their CPU seconds per stage go to the debug log)
+                      (a large program's kernel groups compile in worker processes,
+                      `codegen.workers`: these three stages then share the wall time waited
+                      for them in proportion to the workers' own seconds, which go to the
+                      debug log)
     link              the object file linked into the process (ELF loader or MCJIT)
     load              a disk-cache entry read, decoded and linked (a warm start)
     cache-write       the compiled artifact written to the disk cache
