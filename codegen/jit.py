@@ -156,7 +156,8 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
 
     t0 = time.perf_counter()
     parts, (obj, entry, entry_py, fastcall), cpu = workers.compile_groups(
-        program, plan, groups, prefix, n_jobs, opt_level, entry_object, on_group)
+        program, plan, groups, prefix, n_jobs,
+        lambda text: compile_module(text, opt_level, None), entry_object, on_group)
     wall = time.perf_counter() - t0
     busy = sum(cpu.values()) or 1.0
     for stage, seconds in cpu.items():  # the wall time, split as the workers spent theirs

@@ -108,15 +108,15 @@ def plan_groups(program: Program, plan: KernelPlan, workers: int) -> list[list[i
 
 
 def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], prefix: str,
-                   workers: int, opt_level: int, entry_work: Callable[[], Any],
+                   workers: int, compile_text: Callable[[str], bytes],
+                   entry_work: Callable[[], Any],
                    on_group: Callable[[int, int], None] | None = None
                    ) -> tuple[list[bytes], Any, dict[str, float]]:
     """Object code of each group (in group order) compiled by `workers` forked processes,
     what `entry_work()` returned (run by a worker too: the first task, since a model with
     hundreds of inputs has a large entry), and the workers' CPU seconds per stage
-    (`onnxjit.timings` names). This process only waits, so an interrupt acts at once."""
-    from onnxjit.codegen import jit
-
+    (`onnxjit.timings` names). This process only waits, so an interrupt acts at once.
+    `compile_text(llvm_ir)` gives a module's object code (`jit.compile_module`)."""
     entry = len(groups)  # the task id of `entry_work`
     tasks_r, tasks_w = os.pipe()
     order = [entry, *range(len(groups))]
@@ -127,7 +127,7 @@ def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], 
     def work(g: int) -> Any:
         if g == entry:
             return entry_work()
-        return _compile_group(program, plan, groups[g], prefix, opt_level, jit)
+        return _compile_group(program, plan, groups[g], prefix, compile_text)
 
     try:
         for _ in range(min(workers, len(order))):
@@ -184,7 +184,7 @@ def _worker(work: Callable[[int], Any], tasks: int, out: int) -> None:
 
 
 def _compile_group(program: Program, plan: KernelPlan, group: list[int], prefix: str,
-                   opt_level: int, jit: Any) -> bytes:
+                   compile_text: Callable[[str], bytes]) -> bytes:
     from onnxjit.codegen import target
     from onnxjit.codegen.modules import new_module
 
@@ -193,7 +193,7 @@ def _compile_group(program: Program, plan: KernelPlan, group: list[int], prefix:
         module = new_module(f"{prefix}.group", triple, target.data_layout())
         translate_kernels(module, program, plan, group, prefix, external=True)
         text = str(module)
-    return jit.compile_module(text, opt_level, None)
+    return compile_text(text)
 
 
 def _portable(e: BaseException) -> BaseException:

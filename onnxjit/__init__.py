@@ -93,9 +93,9 @@ def compile(  # noqa: A001 - the public name DESIGN §1 asks for
     opt_level: LLVM optimisation level, 0..3.
     base_dir: the folder of external data for a model given as bytes or an object (a model
         file's own folder otherwise).
-    verify: run the IR verifiers after every pass (a failure is a `CompileError` naming the
-        pass); None: `$ONNXJIT_VERIFY=1`, else False: the imported model and each pipeline's
-        result only (about a tenth less compile time).
+    verify: when the IR verifiers run (a failure is a `CompileError` naming the pass): True
+        after every pass; None (`$ONNXJIT_VERIFY`: 1 True, 0 False) on the imported model
+        and each pipeline's result, about a tenth less compile time; False never.
     fast_algorithms: products by constant weights may use Strassen (MatMul/Gemm) and
         Winograd F(2x2,3x3) (3x3 convs), whose rounding is bounded by the operands'
         magnitudes rather than element by element; False: direct sums only.

@@ -78,9 +78,10 @@ class Dumper:
 
 class PassHook:
     """Runs between passes: verify (CompileError names the pass), dump, time. The IR is
-    verified after every pass with `options.verify` (the test suite's setting), else once at
-    the end of the pipeline (`end`): as LLVM does by default, a user's compile does not pay
-    for checking every intermediate IR (a tenth of a CNN's compile time)."""
+    verified after every pass with `options.verify` True (the test suite's setting), once at
+    the end of the pipeline (`end`) with None, the default: as LLVM does by default, a user's
+    compile does not pay for checking every intermediate IR (a tenth of a CNN's compile
+    time); never with False."""
 
     def __init__(self, options: CompileOptions, dumper: Dumper):
         self.options = options
@@ -95,7 +96,7 @@ class PassHook:
 
     def end(self, pass_name: str, ir: Any) -> None:
         """After the pipeline's last pass, `pass_name`."""
-        if not self.options.verify:
+        if self.options.verify is None:
             self._verify(pass_name, ir)
 
     @staticmethod
@@ -142,7 +143,8 @@ def import_model(source: Any, options: CompileOptions, dumper: Dumper | None = N
     dumper = dumper or Dumper(None)
     with timed("import"):
         model = load_model(source, base_dir=options.base_dir)
-        verify_ir(model)  # the user's model, whatever `verify` says
+        if options.verify is not False:
+            verify_ir(model)
     dumper.ir("import", model)
     defaults = overridable_defaults(model)
     for k in defaults:

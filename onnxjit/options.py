@@ -35,9 +35,10 @@ class CompileOptions(Record):
     opt_level: int
     #: Base folder for external data of models given as bytes or objects.
     base_dir: Path | None
-    #: Run the IR verifiers after every pass (default: $ONNXJIT_VERIFY=1, else False: the
-    #: imported model and each pipeline's result only).
-    verify: bool
+    #: When the IR verifiers run: True after every pass; None (the default, unless
+    #: $ONNXJIT_VERIFY=1 or 0 says True or False) on the imported model and each pipeline's
+    #: result; False never.
+    verify: bool | None
     #: Products by constant weights may use algorithms with fewer multiplies whose sums round
     #: differently (Strassen for MatMul/Gemm, Winograd F(2x2,3x3) for 3x3 convs: errors
     #: bounded by the operands' magnitudes, not element by element); False: direct sums only.
@@ -51,7 +52,7 @@ class CompileOptions(Record):
     cache_max_bytes: int | None
     _defaults: ClassVar[dict[str, Any]] = {
         "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "auto",
-        "opt_level": 3, "base_dir": None, "verify": False, "fast_algorithms": True,
+        "opt_level": 3, "base_dir": None, "verify": None, "fast_algorithms": True,
         "progress": "auto", "cache_max_bytes": None}
 
     @staticmethod
@@ -158,8 +159,8 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _verify(value: Any) -> bool:
-    """The `verify` option: as given, else $ONNXJIT_VERIFY=1."""
+def _verify(value: Any) -> bool | None:
+    """The `verify` option: as given, else $ONNXJIT_VERIFY (1: True, 0: False), else None."""
     if value is None:
-        return os.environ.get("ONNXJIT_VERIFY", "") == "1"
-    return bool(value)
+        value = {"1": True, "0": False}.get(os.environ.get("ONNXJIT_VERIFY", "").strip())
+    return None if value is None else bool(value)

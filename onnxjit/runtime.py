@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from onnxjit.artifact import Artifact, sized_for_call
 from onnxjit.entries import ensure_pool, layout_ok
 from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
+from onnxjit.memory_cache import LIMIT, LOCK, MEMORY, StageLookups
 from onnxjit.model_info import Interface
 from onnxjit.options import CompileOptions
 from onnxjit.progress import LazyText, Session, cache_event, compiling
@@ -45,9 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CompiledModel", "compile_model"]
 
-_MEMORY: OrderedDict[str, Artifact] = OrderedDict()
-_MEMORY_LIMIT = 256
-_MEMORY_LOCK = threading.Lock()
+_MEMORY, _MEMORY_LIMIT, _MEMORY_LOCK = MEMORY, LIMIT, LOCK  # onnxjit.memory_cache
 
 
 def _no_fastcall(*args: Any) -> int:
@@ -62,7 +60,7 @@ def _declared(model: Model) -> list[Declared]:
     return [declared_of(v.name, v.type) for v in model.graph.inputs]
 
 
-class CompiledModel(Interface):
+class CompiledModel(Interface, StageLookups):
     """A compiled ONNX model; call it like a function. See DESIGN §1."""
 
     def __init__(self, data: bytes, model_hash: str, options: CompileOptions,

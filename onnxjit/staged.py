@@ -192,7 +192,7 @@ class Stage:
                     v.name = v.name or f"stage_value{k}"
                 sub.output_names = [v.name for v in sub.outputs]
                 model = Model(sub, dict(self.model.opset_imports))
-                self.artifact = _stage_artifact(self.owner, self.key, model)
+                self.artifact = self.owner._stage_artifact(self.key, model)
             return self.artifact
 
     def _child(self, needed: list[Value], feeds: list[np.ndarray], key: tuple,
@@ -216,37 +216,8 @@ class Stage:
         from onnxjit import cache as cache_mod
 
         child_key = cache_mod.make_key(self.key, repr(key))
-        from onnxjit.driver import Dumper, specialize
-
-        owner = self.owner
-        model = specialize(model, owner._with_base(), Dumper(owner._dump_folder(child_key[:16])))
-        return Stage(owner, model, child_key)
-
-
-def _stage_artifact(owner: Any, stage_key: str, model: Model) -> Any:
-    """The native artifact of a stage's static prefix (`owner`, a CompiledModel): memory, then
-    disk, then compile."""
-    from onnxjit import cache as cache_mod
-    from onnxjit.driver import Dumper
-    from onnxjit.runtime import _MEMORY, _MEMORY_LOCK
-
-    sig = tuple((v.dtype, tuple(v.shape)) for v in model.graph.inputs)
-    key = cache_mod.make_key("stage", stage_key)
-    with _MEMORY_LOCK:
-        art = _MEMORY.get(key)
-    if art is not None:
-        cache_mod.STATS.memory_hits += 1
-        return art
-    entry = owner._disk.get(key)
-    art = owner._from_entry(sig, entry) if entry is not None else None
-    if art is None:
-        cache_mod.STATS.misses += 1
-        art = owner._native(sig, key, model, Dumper(owner._dump_folder(key[:16])))
-    else:
-        cache_mod.STATS.disk_hits += 1
-    with _MEMORY_LOCK:
-        _MEMORY[key] = art
-    return art
+        model = self.owner._stage_passes(model, child_key)
+        return Stage(self.owner, model, child_key)
 
 
 def _spliceable(node: Node) -> bool:

@@ -10,6 +10,7 @@ of range, MatMul split over its rows).
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -441,6 +442,11 @@ def test_new_signatures_compile_while_others_run() -> None:
             for _ in range(3):
                 np.testing.assert_array_equal(fn(xs[n])[0], wants[n])
             counts[4 + k] += 1
+        # Compiles can end before a loaded machine runs a runner's first iteration: the race
+        # lasts until every runner has run once (a runner blocked by compiles never does).
+        deadline = time.monotonic() + 120
+        while not all(counts[:4]) and not stop.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def guard(work, k: int) -> None:
         try:

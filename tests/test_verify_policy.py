@@ -1,6 +1,6 @@
 """When the IR verifiers run: after every pass with `verify=True` (what the test suite sets
-through ONNXJIT_VERIFY=1), else on the imported model and at the end of each pipeline; either
-way a broken IR is a CompileError naming a pass."""
+through ONNXJIT_VERIFY=1), on the imported model and at the end of each pipeline with None
+(the default), never with False; a broken IR is a CompileError naming a pass."""
 
 from __future__ import annotations
 
@@ -34,28 +34,34 @@ def _verifications(monkeypatch, **options) -> int:
     return len(calls)
 
 
-def test_every_pass_or_each_pipeline_end(monkeypatch):
+def test_every_pass_each_pipeline_end_or_never(monkeypatch):
     each = _verifications(monkeypatch, verify=True)
-    ends = _verifications(monkeypatch, verify=False)
+    monkeypatch.delenv("ONNXJIT_VERIFY", raising=False)
+    ends = _verifications(monkeypatch, verify=None)
+    never = _verifications(monkeypatch, verify=False)
     n_passes = len(driver.GRAPH_PIPELINE) + len(driver.SIGNATURE_PIPELINE)
     assert each >= n_passes
     assert 3 <= ends <= 5  # import, graph pipeline, signature graph part, loops
+    assert never == 0
 
 
 def test_default_follows_the_environment(monkeypatch):
     monkeypatch.setenv("ONNXJIT_VERIFY", "1")
     assert CompileOptions.from_user({}).verify
     monkeypatch.setenv("ONNXJIT_VERIFY", "0")
-    assert not CompileOptions.from_user({}).verify
+    assert CompileOptions.from_user({}).verify is False
+    monkeypatch.delenv("ONNXJIT_VERIFY")
+    assert CompileOptions.from_user({}).verify is None
     assert CompileOptions.from_user({"verify": True}).verify
 
 
-@pytest.mark.parametrize("verify", [True, False])
+@pytest.mark.parametrize("verify", [True, None])
 def test_broken_ir_is_named(monkeypatch, verify):
     def broken(ir):
         raise CompileError("value %r used before it is defined")
 
     monkeypatch.setattr(driver, "verify_ir", broken)
+    monkeypatch.delenv("ONNXJIT_VERIFY", raising=False)
     hook = driver.PassHook(CompileOptions.from_user({"verify": verify, "cache_dir": False}),
                            driver.Dumper(None))
     with pytest.raises(CompileError, match="IR invalid after pass 'dce'"):

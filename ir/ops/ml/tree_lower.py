@@ -37,7 +37,7 @@ from onnxjit.ir.loops import Operand, i64
 from onnxjit.ir.ops.ml import forest as F
 from onnxjit.ir.ops.ml import tree_layout
 from onnxjit.ir.ops.ml.post import post_row
-from onnxjit.ir.ops.ml.tree_ops import classifier_info, forest_of, post_name
+from onnxjit.ir.ops.ml.tree_info import classifier_info, forest_of, post_name
 from onnxjit.ir.types import DType
 
 F64 = DType.DOUBLE
