@@ -27,6 +27,7 @@ digest instead of a hash of the module text (the text is only known in the worke
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import select
@@ -143,6 +144,7 @@ def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], 
                     break
                 raise NoWorkers from None
             if pid == 0:  # the worker
+                gc.disable()  # see _worker
                 os.close(res_r)
                 _worker(work, tasks_r, res_w)
             os.close(res_w)
@@ -159,6 +161,10 @@ def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], 
 
 
 def _worker(work: Callable[[int], Any], tasks: int, out: int) -> None:
+    """A worker's loop. It must not free anything it inherited: objects of the caller (an
+    onnxruntime session's thread pool, say) can hang when freed in a forked child. So the
+    cyclic collector is off, and an exception (whose context holds the caller's frames) is
+    reported and followed by `os._exit` before it is freed."""
     status = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -173,10 +179,10 @@ def _worker(work: Callable[[int], Any], tasks: int, out: int) -> None:
                     result = work(g)
                 payload = (g, result, rec.summary())
             except BaseException as e:  # noqa: BLE001 - any failure goes to the parent
-                payload = (g, _portable(e), {})
+                _write_frame(out, pickle.dumps((g, _portable(e), {}),
+                                               protocol=pickle.HIGHEST_PROTOCOL))
+                os._exit(0)  # before `e` (its context: the caller's frames) is freed
             _write_frame(out, pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
-            if isinstance(payload[1], BaseException):
-                break
     except BaseException:  # noqa: BLE001 - a broken pipe: the parent is gone or gave up
         status = 1
     finally:
