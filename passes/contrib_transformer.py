@@ -202,6 +202,13 @@ def _attention(e: Any) -> None:
     mask = None
     if n.input(3) is not None:
         mask = _attention_mask(e, n.inputs[3], q, k)
+    _emit_attention(e, q, k, v, mask, heads)
+
+
+def _emit_attention(e: Any, q: Any, k: Any, v: Any, mask: Any, heads: int) -> None:
+    """The standard Attention of a contrib attention node: its mask plus its attention bias
+    (input 5), its heads, causality and scale."""
+    n = e.node
     if n.input(5) is not None:
         mask = n.inputs[5] if mask is None else e.emit("Add", 14, [mask, n.inputs[5]], "bias")
     attrs: dict[str, Any] = {"q_num_heads": heads, "kv_num_heads": heads,
@@ -231,14 +238,7 @@ def _multi_head_attention(e: Any) -> None:
         q, k, v = (e.emit("Add", 14, [x, b], f"add_{p}") for x, b, p in zip((q, k, v), parts,
                                                                           "qkv"))
     mask = _attention_mask(e, n.inputs[4], q, k) if n.input(4) is not None else None
-    if n.input(5) is not None:
-        mask = n.inputs[5] if mask is None else e.emit("Add", 14, [mask, n.inputs[5]], "bias")
-    attrs: dict[str, Any] = {"q_num_heads": heads, "kv_num_heads": heads,
-                             "is_causal": int(n.attr("unidirectional", 0))}
-    if float(n.attr("scale", 0.0)) != 0.0:
-        attrs["scale"] = float(n.attr("scale"))
-    e.emit("Attention", 23, [q, k, v] + ([mask] if mask is not None else []), "attention",
-           out=n.outputs[0], **attrs)
+    _emit_attention(e, q, k, v, mask, heads)
 
 
 def _rotary_embedding(e: Any) -> None:
