@@ -15,6 +15,9 @@ LANES channels (one vector) at a time instead, for X (N, C, H, W), one group per
    Wp[block][tap][lane] (zero lanes past the last channel), into Z[position][lane];
 3) Z copied, transposed, into the block's rows of Y, then the epilogue (if any) on those
    rows (rows = the block's channels, cols = the plane's positions).
+Steps 1 and 2 are loop nests, not one loop per position: unrolled per position they gave LLVM
+thousands of scalar copies (2.3 s of optimisation for one 40-channel conv, now 0.4 s) for no
+run-time gain (measured 0.92-1.12x, within noise, on the MobileNet shapes below).
 The work is parallel over CHUNKS groups of (image, block of channels), each with its own
 slot of S and Z; the last block of channels may be partial (`conv.blocking.for_chunk`: a
 copy of the block's code with its own width).
@@ -85,8 +88,9 @@ def lower_depthwise_tiny(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, 
     splane, zplane = hp * wp * lanes, gm.p * lanes
     s = ctx.scratch("dw_lanes_in", y.dtype, (nch, splane))
     z = ctx.scratch("dw_lanes_out", y.dtype, (nch, zplane))
-    rows = [(r, r + pt) for r in range(ih) if 0 <= r + pt < hp]
-    cols = [c for c in range(iw) if 0 <= c + pl < wp]
+    # the input rows and columns that land inside the padded plane
+    rows = (max(0, -pt), min(ih, hp - pt))
+    cols = (max(0, -pl), min(iw, wp - pl))
     b = Builder()
     with b.loop(0, nch, parallel=True, hint="u") as u:
         sbase, zbase = b.imul(u, splane), b.imul(u, zplane)
@@ -112,27 +116,31 @@ def _block(b: Builder, gm: Geometry, x: Buffer, y: Buffer, s: Buffer, z: Buffer,
     n, m0, width, sbase, zbase = at
     rows, cols, hp, wp, lanes = shape
     (oh, ow), (kh, kw), (sh, sw) = gm.out, gm.k, gm.a.strides
-    iw, pl = gm.ins[1], gm.begin[1]
+    iw, (pt, pl) = gm.ins[1], gm.begin
     xbase = b.imul(b.iadd(b.imul(n, gm.c), m0), gm.in_plane)  # multiplier 1: channel m
-    for r, rr in rows:  # 1) the interior, channel-minor
-        for c in cols:
-            dst = b.iadd(sbase, i64((rr * wp + c + pl) * lanes))
-            with b.loop(0, width, hint="g") as g:
-                src = b.iadd(xbase, b.iadd(b.imul(g, gm.in_plane), i64(r * iw + c)))
-                b.store(s, b.iadd(dst, g), b.load(x, src))
+    (r0, r1), (c0, c1) = rows, cols
+    with b.loop(0, width, hint="g") as g:  # 1) the interior, channel-minor; rolled: the
+        xrow = b.iadd(xbase, b.imul(g, gm.in_plane))  # copy is cheap, its unrolled IR is not
+        with b.loop(r0, r1, hint="r") as r:
+            srow = b.iadd(b.iadd(sbase, g), b.imul(b.iadd(r, i64(pt)), wp * lanes))
+            xr = b.iadd(xrow, b.imul(r, iw))
+            with b.loop(c0, c1, hint="c") as c:
+                dst = b.iadd(srow, b.imul(b.iadd(c, i64(pl)), lanes))
+                b.store(s, dst, b.load(x, b.iadd(xr, c)))
     wbase = b.imul(m0, gm.kprod)  # block m0 / lanes of Wp[block][tap][lane]
-    for oy in range(oh):  # 2) every position, one vector of lanes
-        for ox in range(ow):
+    with b.loop(0, oh, hint="oy") as oy:  # 2) every position, one vector of lanes
+        with b.loop(0, ow, hint="ox") as ox:
+            at_s = b.iadd(sbase, b.imul(b.iadd(b.imul(oy, sh * wp), b.imul(ox, sw)), lanes))
+            at_z = b.iadd(zbase, b.imul(b.iadd(b.imul(oy, ow), ox), lanes))
             with b.loop(0, lanes, hint="g") as g:
                 acc: Operand = const(0, y.dtype) if bias is None else b.load(
                     bias, b.op("min", b.iadd(m0, g), i64(gm.m - 1)))
                 for ty in range(kh):
                     for tx in range(kw):
-                        pos = ((oy * sh + ty) * wp + ox * sw + tx) * lanes
-                        xv = b.load(s, b.iadd(sbase, b.iadd(g, i64(pos))))
+                        xv = b.load(s, b.iadd(at_s, b.iadd(g, i64((ty * wp + tx) * lanes))))
                         wv = b.load(wk, b.iadd(wbase, b.iadd(g, i64((ty * kw + tx) * lanes))))
                         acc = b.op("add", acc, b.op("mul", wv, xv))
-                b.store(z, b.iadd(zbase, b.iadd(g, i64((oy * ow + ox) * lanes))), acc)
+                b.store(z, b.iadd(at_z, g), acc)
     ybase = b.imul(b.iadd(b.imul(n, gm.m), m0), gm.p)
     with b.loop(0, width, hint="g") as g:  # 3) transposed into the block's rows of Y
         yrow, zcol = b.iadd(ybase, b.imul(g, gm.p)), b.iadd(zbase, g)
