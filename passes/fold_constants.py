@@ -8,7 +8,12 @@ Algorithm, one forward sweep in topological order:
    as the generated code;
 3) otherwise, an int64 output whose `sym_value` is fully concrete (Shape of a static tensor and
    what is computed from it) becomes that constant;
-4) folded outputs become initializers and the node is removed.
+4) folded outputs become initializers and the node is removed;
+5) an If whose condition is now a constant is replaced by the branch it selects: the branch's
+   nodes are spliced in where the If was (and swept next, so a nested If whose condition
+   depends only on shapes folds too), readers of the If's outputs read the branch's. Exporters
+   guard on shapes this way (`if x.shape[0] == 1`); left in place, each such If would split
+   the program into host-driven stages.
 Non-deterministic ops are never folded; results larger than `MAX_FOLD_ELEMENTS` are left alone.
 """
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.errors import CompileError, OnnxJitError
-from onnxjit.ir.graph import Model, Node
+from onnxjit.ir.graph import Graph, Model, Node, replace_uses
 from onnxjit.ir.infer import infer_node
 from onnxjit.ir.opdef import lookup, resolve
 from onnxjit.ir.types import DType, TensorType
@@ -81,12 +86,40 @@ def _draws(node: Node) -> bool:
     return d is not None and d.draws is not None and d.draws(node)
 
 
+def _constant_branch(node: Node) -> str | None:
+    """The branch a standard If with a constant one-element condition takes, else None."""
+    if node.op != "If" or node.domain not in ("", "ai.onnx") or not node.inputs:
+        return None
+    cond = node.inputs[0].const if node.inputs[0] is not None else None
+    if cond is None or np.asarray(cond).size != 1:
+        return None
+    return "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
+
+
+def _inline_branch(graph: Graph, node: Node, branch: str) -> list[Node]:
+    """Make readers of the If's outputs read the branch's results; the branch's nodes."""
+    body = node.attrs[branch]
+    for out, res in zip(node.outputs, body.outputs):
+        replace_uses(graph, out, res)
+    graph.initializers.extend(body.initializers)
+    return list(body.nodes)
+
+
 def run(model: Model, ctx: PassContext) -> PassResult:
     graph = model.graph
     kept: list[Node] = []
     changed = False
-    for node in graph.nodes:
+    pending = list(graph.nodes)
+    pending.reverse()  # a stack: spliced branches are swept next, in their order
+    while pending:
+        node = pending.pop()
         infer_node(node)
+        branch = _constant_branch(node)
+        if branch is not None:
+            graph.nodes = kept + pending[::-1]  # what replace_uses rewrites
+            pending.extend(reversed(_inline_branch(graph, node, branch)))
+            changed = True
+            continue
         if node.op in NONDETERMINISTIC or any(True for _ in node.regions()) or _draws(node):
             kept.append(node)
             continue
