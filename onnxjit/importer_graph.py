@@ -157,6 +157,15 @@ def import_type(tp: P.TypeProto, where: str) -> ValueType | None:
     return None
 
 
+def _named(dim_param: str) -> bool:
+    """Is a dim_param a name? Exporters also write "?" (Paddle: H and W of one input both "?")
+    or "-1" for a dim they do not know; onnxruntime ignores dim_params, so those are unknown
+    dims, each its own, not one symbol that every "?" must share."""
+    if not isinstance(dim_param, str):  # damaged bytes: the symbol's checks name the problem
+        return bool(dim_param)
+    return bool(dim_param) and (dim_param[0].isalpha() or dim_param[0] == "_")
+
+
 def _shape(shape: P.TensorShapeProto, where: str) -> tuple:
     dims: list = []
     for d in shape.dim:
@@ -164,7 +173,7 @@ def _shape(shape: P.TensorShapeProto, where: str) -> tuple:
         if which == "dim_value":
             # onnxruntime reads a negative dim (Paddle's -1) as an unknown one.
             dims.append(int(d.dim_value) if d.dim_value >= 0 else None)
-        elif which == "dim_param" and d.dim_param:
+        elif which == "dim_param" and _named(d.dim_param):
             dims.append(Sym.var(d.dim_param))
         else:
             dims.append(None)

@@ -1,7 +1,8 @@
 """What onnxruntime accepts that a strict reading of the model would refuse (issue 28), each
 checked against onnxruntime itself: the same calls must run (and match) or fail in both.
 
-- a declared dim of -1 (Paddle exports) is an unknown dim;
+- a declared dim of -1 (Paddle exports) is an unknown dim, and so is a dim_param "?" (Paddle
+  names H and W of one input both "?"): each "?" is its own unknown dim, not one symbol;
 - an input declared as a scalar takes an array of any shape (a VAD model's sample rate passed
   as np.array([16000])); the program runs on the shape given, as onnxruntime's does;
 - an input declared without a shape takes any shape;
@@ -70,6 +71,14 @@ def test_negative_declared_dim_is_unknown() -> None:
         [[None, 3]]
     _same(m, {"x": np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3)})
     _both_refuse(m, {"x": np.ones((2, 4), np.float32)})
+
+
+def test_question_mark_dims_are_each_unknown() -> None:
+    m = _relu([-1, 3, "?", "?"])
+    x = np.linspace(-1, 1, 2 * 3 * 4 * 6, dtype=np.float32).reshape(2, 3, 4, 6)
+    _same(m, {"x": x})
+    _same(m, {"x": x.reshape(2, 3, 6, 4)})
+    _both_refuse(m, {"x": np.ones((2, 4, 4, 6), np.float32)})
 
 
 def _vad() -> onnx.ModelProto:
