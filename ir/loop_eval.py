@@ -37,6 +37,7 @@ from onnxjit.ir.loops import (
     Var,
     unpack_panels,
 )
+from onnxjit.ir.quad_panels import is_int8_product, packed_size, unpack_quads
 from onnxjit.ir.scalar_eval import eval_op, operand_value
 from onnxjit.ir.types import Sym
 
@@ -162,6 +163,13 @@ class _Machine:
     def matmul(self, s: Matmul) -> None:
         m, n, k, lda, ldb, ldc = (self.size(x) for x in (s.m, s.n, s.k, s.lda, s.ldb, s.ldc))
         a = self.window(s.a, s.a_off, lda, *((k, m) if s.a_trans else (m, k)))
+        if is_int8_product(s):  # exact in int64, then wrapped to int32
+            size = packed_size(k, n, ldb)
+            b = unpack_quads(self.window(s.b, s.b_off, size, 1, size)[0], k, n, ldb)
+            c = self.window(s.c, s.c_off, ldc, m, n)
+            prod = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+            c[...] = (c + prod) if s.accumulate else prod
+            return
         if s.b_packed:
             b = unpack_panels(self.window(s.b, s.b_off, k * n, 1, k * n)[0], k, n, ldb)
         else:

@@ -220,7 +220,9 @@ class Matmul:
     in a symbolic program `Sym`s; `materialize-dims` makes those run-time `Var`s for codegen).
     With `accumulate` the product is added to C's old contents, else it overwrites them.
     Element types: all three buffers share one float dtype, or A and B are one int dtype and C
-    has it too (wrap-around arithmetic).
+    has it too (wrap-around arithmetic), or A is u8, B is i8 and C is i32: the widening 8-bit
+    product (sums exact in int32, wrapping), with B packed in quads (`ir.quad_panels`, panels
+    of `ldb` columns; no ^T, alpha 1), the layout of the VNNI kernel (`codegen.int8_gemm`).
 
     `b_packed`: B' (k x n) is stored in column panels, the layout the tiled kernel reads (a
     constant weight packed at compile time by the prepack-weights pass): panel p holds columns
