@@ -12,7 +12,8 @@ a quad g loads NV vectors of the panel and, per row, the 4 bytes A[row, 4g .. 4g
 broadcast to all lanes, then MR * NV vpdpbusd. A last partial quad (k mod 4 depths) is read
 byte by byte (never past A's row: B's padding makes the missing bytes' products zero whatever
 they are, but reading them could fault at A's end). The tile is then stored (C = acc, or
-C += acc), the panel's columns past n masked off.
+C += acc, plus the statement's rank-1 terms: row value times column vector, the zero-point
+corrections), the panel's columns past n masked off.
 Driver: for each panel of n, the rows in MR-row tiles, then one tile of the m mod MR rows left
 (a switch on the count: m may be a run-time size). Panels outermost: a panel (kp x 64 bytes)
 stays in L1/L2 while the rows sweep it. Threads: the lowering (`ir.ops.linalg.matmul_integer`)
@@ -44,14 +45,15 @@ MR = 6
 VNNI = True
 
 
-def micro_function(module: ir.Module, mr: int) -> ir.Function:
-    """The module's microkernel for tiles of `mr` rows, defined on first use:
-    `void (ptr a, i64 lda, ptr b, i64 quads, i64 krem, ptr c, i64 ldc, i64 ncols, i1 acc)`."""
+def micro_function(module: ir.Module, mr: int, terms: int) -> ir.Function:
+    """The module's microkernel for tiles of `mr` rows and `terms` rank-1 terms, defined on
+    first use: `void (ptr a, i64 lda, ptr b, i64 quads, i64 krem, ptr c, i64 ldc, i64 ncols,
+    i1 acc, then per term: ptr row, i64 row_step, ptr col)`."""
     vnni = VNNI and has_vnni()
-    name = f"onnxjit.qgemm.{mr}x{NV}" + ("" if vnni else ".emul")
+    name = f"onnxjit.qgemm.{mr}x{NV}.r{terms}" + ("" if vnni else ".emul")
     fn = module.globals.get(name)
     if fn is None:
-        fn = _define(module, name, mr, vnni)
+        fn = _define(module, name, mr, terms, vnni)
     return fn
 
 
@@ -68,13 +70,15 @@ def _dot(b: ir.IRBuilder, vnni: bool, acc: ir.Value, a: ir.Value, w: ir.Value) -
     return acc
 
 
-def _define(module: ir.Module, name: str, mr: int, vnni: bool) -> ir.Function:
-    fnty = ir.FunctionType(ir.VoidType(), [PTR, I64, PTR, I64, I64, PTR, I64, I64, I1])
+def _define(module: ir.Module, name: str, mr: int, terms: int, vnni: bool) -> ir.Function:
+    fnty = ir.FunctionType(ir.VoidType(), [PTR, I64, PTR, I64, I64, PTR, I64, I64, I1]
+                           + [PTR, I64, PTR] * terms)
     fn = ir.Function(module, fnty, name)
     fn.linkage = "internal"
     for attr in ("nounwind", "noinline"):
         fn.attributes.add(attr)
-    a, lda, bp, quads, krem, c, ldc, ncols, accumulate = fn.args
+    a, lda, bp, quads, krem, c, ldc, ncols, accumulate = fn.args[:9]
+    rank1 = [fn.args[9 + 3 * t: 12 + 3 * t] for t in range(terms)]
     for arg, n in zip(fn.args, ("a", "lda", "b", "quads", "krem", "c", "ldc", "ncols", "acc")):
         arg.name = n
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -120,14 +124,15 @@ def _define(module: ir.Module, name: str, mr: int, vnni: bool) -> ir.Function:
         phi.add_incoming(x, pre)
         phi.add_incoming(y, tail_end)
         phis.append(phi)
-    _store(b, phis, c, ldc, ncols, accumulate, mr)
+    _store(b, phis, c, ldc, ncols, accumulate, mr, rank1)
     b.ret_void()
     return fn
 
 
 def _store(b: ir.IRBuilder, accs: list[ir.Value], c: ir.Value, ldc: ir.Value,
-           ncols: ir.Value, accumulate: ir.Value, mr: int) -> None:
-    """C (+)= accs, the lanes past `ncols` columns of the panel masked off."""
+           ncols: ir.Value, accumulate: ir.Value, mr: int, rank1: list) -> None:
+    """C (+)= accs + the rank-1 terms, the lanes past `ncols` columns of the panel masked
+    off."""
     mty = ir.VectorType(I1, VL)
     mload = intrinsic(b.module, "llvm.masked.load.v16i32.p0", V32, [PTR, I32, mty, V32])
     mstore = intrinsic(b.module, "llvm.masked.store.v16i32.p0", ir.VoidType(),
@@ -136,19 +141,28 @@ def _store(b: ir.IRBuilder, accs: list[ir.Value], c: ir.Value, ldc: ir.Value,
     masks = [b.icmp_signed("<", iota, splat(b, b.sub(ncols, i64c(v * VL)), VL))
              for v in range(NV)]
     four, zero = ir.Constant(I32, 4), ir.Constant(V32, [0] * VL)
+    cols = [[b.call(mload, [b.gep(col, [i64c(v * VL)], source_etype=I32), four, masks[v],
+                            zero]) for v in range(NV)] for _, _, col in rank1]
     for q in range(mr):
         crow = b.gep(c, [b.mul(i64c(q), ldc)], source_etype=I32)
+        rows = [splat(b, b.load(b.gep(row, [b.mul(i64c(q), step)], source_etype=I32),
+                                typ=I32, align=4), VL) for row, step, _ in rank1]
         for v in range(NV):
             p = b.gep(crow, [i64c(v * VL)], source_etype=I32)
+            acc = accs[q * NV + v]
+            for rv, cv in zip(rows, cols):
+                acc = b.add(acc, b.mul(rv, cv[v]))
             old = b.call(mload, [p, four, masks[v], zero])
-            out = b.select(accumulate, b.add(accs[q * NV + v], old), accs[q * NV + v])
+            out = b.select(accumulate, b.add(acc, old), acc)
             b.call(mstore, [out, p, four, masks[v]])
 
 
 def emit_int8_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
-                     offs: Sequence[ir.Value], sizes: dict | None = None) -> None:
+                     offs: Sequence[ir.Value], sizes: dict | None = None,
+                     terms: Sequence[tuple] = ()) -> None:
     """Emit the 8-bit product `s` (see the module docstring) at the builder's position;
-    `sizes`: the run-time values of the fields that are variables."""
+    `sizes`: the run-time values of the fields that are variables; `terms`: its rank-1 terms
+    as (row pointer, row offset, row step, column pointer, column offset)."""
     if s.ldb != INT8_PANEL or not s.b_packed or s.a_trans or s.b_trans:
         raise CompileError(f"8-bit Matmul needs B packed in quads of {INT8_PANEL}-column "
                            f"panels (got ldb={s.ldb}, packed={s.b_packed})")
@@ -175,8 +189,12 @@ def emit_int8_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
         def tile(i: ir.Value, rows: int) -> None:
             ap = b.gep(pa, [b.add(oa, b.mul(i, lda))], source_etype=I8)
             cp = b.gep(pc, [b.add(oc, b.add(b.mul(i, ldc), col))], source_etype=I32)
-            b.call(micro_function(b.module, rows),
-                   [ap, lda, bpanel, quads, krem, cp, ldc, ncols, acc])
+            extra = []
+            for rp, ro, step, cpt, co in terms:
+                extra += [b.gep(rp, [b.add(ro, b.mul(i, i64c(step)))], source_etype=I32),
+                          i64c(step), b.gep(cpt, [b.add(co, col)], source_etype=I32)]
+            b.call(micro_function(b.module, rows, len(terms)),
+                   [ap, lda, bpanel, quads, krem, cp, ldc, ncols, acc, *extra])
 
         for_range(b, 0, mfull, MR, lambda i: tile(i, MR), "qi")
         left = b.srem(m, i64c(MR))

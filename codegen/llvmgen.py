@@ -318,7 +318,9 @@ class KernelTranslator:
         offs = tuple(self.index(o) for o in (s.c_off, s.a_off, s.b_off))
         sizes = {f: self.operand(x) for f in _SIZES if isinstance(x := getattr(s, f), Var)}
         if is_int8_product(s):
-            emit_int8_matmul(self.b, s, ptrs, offs, sizes)
+            terms = [(self.pointer(t.row), self.index(t.row_off), t.row_step,
+                      self.pointer(t.col), self.index(t.col_off)) for t in s.rank1]
+            emit_int8_matmul(self.b, s, ptrs, offs, sizes, terms)
             return False
         if s.c.dtype in NARROW_FLOATS:  # the microkernel computes in its storage type
             if s.a.dtype != s.c.dtype or s.b.dtype != s.c.dtype:

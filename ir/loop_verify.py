@@ -217,6 +217,17 @@ class _KernelChecker:
         quads = is_int8_product(s)
         if quads and not (s.b_packed and not s.a_trans and not s.b_trans and s.alpha == 1):
             raise self.fail(s, "an 8-bit product needs B packed in quads, no ^T and alpha 1")
+        if s.rank1 and not quads:
+            raise self.fail(s, "rank-1 terms on a product that is not an 8-bit one")
+        for t in s.rank1:
+            for buf, off in ((t.row, t.row_off), (t.col, t.col_off)):
+                if id(buf) not in self.buffers or buf.dtype != DType.INT32:
+                    raise self.fail(s, f"rank-1 term buffer %{buf.name} must be an i32 buffer "
+                                       "of the program")
+                if self.operand(s, off) != DType.INT64:
+                    raise self.fail(s, f"offset into %{buf.name} must be i64")
+            if t.row_step not in (0, 1):
+                raise self.fail(s, "a rank-1 term's row step must be 0 or 1")
         if not quads and not (s.a.dtype == s.b.dtype == s.c.dtype):
             raise self.fail(s, f"operands differ in dtype: {s.a.dtype.short}, "
                                f"{s.b.dtype.short}, {s.c.dtype.short}")
