@@ -1,0 +1,139 @@
+"""MatMulInteger on the 8-bit kernel (`codegen.int8_gemm`, `ir.ops.linalg.matmul_integer`):
+exact int32 results on odd shapes (M, N, K tails, K not a multiple of 4), zero points per
+tensor, per row and per column, the four sign combinations, a batched A, a symbolic M, the
+emulation used without VNNI, the quad layout, the loop IR text of the 8-bit Matmul, and
+DynamicQuantizeLinear + MatMulInteger bit-identical to onnxruntime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+import onnxjit
+from onnxjit.codegen import int8_gemm
+from onnxjit.codegen.kernel_shapes import has_vnni
+from onnxjit.ir.loop_parser import parse_program
+from onnxjit.ir.loop_printer import print_program
+from onnxjit.ir.quad_panels import pack_quads, unpack_quads
+
+pytestmark = pytest.mark.skipif(not has_vnni(), reason="the 8-bit kernel is used only on "
+                                                       "hosts with AVX-512 VNNI")
+RNG = np.random.default_rng(8)
+NP = {T.UINT8: np.uint8, T.INT8: np.int8}
+
+
+def _values(dt: int, shape) -> np.ndarray:
+    info = np.iinfo(NP[dt])
+    return RNG.integers(info.min, info.max + 1, shape).astype(NP[dt])
+
+
+def _model(a_shape: list, k: int, n: int, adt: int, bdt: int, za, zb):
+    w = _values(bdt, (k, n))
+    inits, ins = [numpy_helper.from_array(w, "w")], ["a", "w"]
+    if za is not None:
+        inits.append(numpy_helper.from_array(np.asarray(za, NP[adt]), "za"))
+    ins.append("za" if za is not None else "")
+    if zb is not None:
+        inits.append(numpy_helper.from_array(np.asarray(zb, NP[bdt]), "zb"))
+        ins.append("zb")
+    g = helper.make_graph([helper.make_node("MatMulInteger", ins, ["y"])], "g",
+                          [helper.make_tensor_value_info("a", adt, a_shape)],
+                          [helper.make_tensor_value_info("y", T.INT32, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m, w
+
+
+def _reference(a: np.ndarray, w: np.ndarray, za, zb) -> np.ndarray:
+    za = np.zeros(1) if za is None else np.asarray(za)
+    za = za.reshape(-1, 1) if za.size > 1 else za
+    zb = 0 if zb is None else np.asarray(zb)
+    return ((a.astype(np.int64) - za.astype(np.int64)) @ (w.astype(np.int64) - zb)
+            ).astype(np.int32)
+
+
+CASES = [  # (a shape, k, n, A type, B type, a zero point, b zero point)
+    ((7, 13), 13, 70, T.UINT8, T.INT8, 200, -5),
+    ((13, 5), 5, 130, T.UINT8, T.INT8, None, "col"),
+    ((1, 3), 3, 1, T.UINT8, T.INT8, None, None),
+    ((11, 33), 33, 65, T.INT8, T.INT8, -3, 7),
+    ((11, 33), 33, 65, T.INT8, T.UINT8, -3, "col"),
+    ((11, 33), 33, 65, T.UINT8, T.UINT8, "row", 200),
+    ((3, 5, 17), 17, 33, T.UINT8, T.INT8, 9, 2),
+    ((40, 130), 130, 200, T.UINT8, T.INT8, 128, None),
+]
+
+
+@pytest.mark.parametrize("a_shape, k, n, adt, bdt, za, zb", CASES)
+def test_exact(a_shape, k, n, adt, bdt, za, zb):
+    if za == "row":
+        za = _values(adt, (a_shape[-2],))
+    if zb == "col":
+        zb = _values(bdt, (n,))
+    model, w = _model(list(a_shape), k, n, adt, bdt, za, zb)
+    a = _values(adt, a_shape)
+    got = onnxjit.compile(model, cache_dir=False)(a)[0]
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, _reference(a, w, za, zb))
+
+
+def test_symbolic_rows():
+    model, w = _model(["M", 21], 21, 70, T.UINT8, T.INT8, 17, 3)
+    fn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
+    for m in (1, 6, 197):  # a row tail, one tile, two blocks of rows and a tail
+        a = _values(T.UINT8, (m, 21))
+        np.testing.assert_array_equal(fn(a)[0], _reference(a, w, 17, 3))
+    assert "matmul %" in fn.ir("loops") and "rank1 = " in fn.ir("loops")
+
+
+def test_emulation_without_vnni(monkeypatch):
+    """The code used on hosts without VNNI computes the same (a model of its own: the
+    compiled kernels are cached by content)."""
+    monkeypatch.setattr(int8_gemm, "VNNI", False)
+    model, w = _model([9, 23], 23, 66, T.INT8, T.UINT8, -7, None)
+    model.graph.name = "emulated"
+    fn = onnxjit.compile(model, cache_dir=False)
+    a = _values(T.INT8, (9, 23))
+    np.testing.assert_array_equal(fn(a)[0], _reference(a, w, -7, None))
+    assert ".emul" in fn.ir("llvm")
+
+
+def test_quad_layout_round_trip():
+    b = _values(T.INT8, (13, 70))
+    flat = pack_quads(b, 64)
+    assert flat.size == 2 * 64 * 16  # two panels, depth padded to 16
+    assert flat[64 * 4 + 5 * 4 + 2] == b[6, 5]  # quad 1, column 5, depth 4 + 2
+    np.testing.assert_array_equal(unpack_quads(flat, 13, 70, 64), b)
+
+
+def test_loop_ir_text_round_trip():
+    model, _ = _model([5, 8], 8, 20, T.UINT8, T.INT8, 3, 1)
+    fn = onnxjit.compile(model, cache_dir=False)
+    fn(_values(T.UINT8, (5, 8)))
+    text = fn.ir("loops")
+    assert "^P" in text and "rank1 = " in text
+    assert print_program(parse_program(text)) == text
+
+
+def test_dynamic_quantize_matmul_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    w = _values(T.INT8, (96, 130))
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [37, 96])],
+                          [helper.make_tensor_value_info("y", T.INT32, None),
+                           helper.make_tensor_value_info("xq", T.UINT8, None)],
+                          [numpy_helper.from_array(w, "w"),
+                           numpy_helper.from_array(_values(T.INT8, (130,)), "wz")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    x = (RNG.standard_normal((37, 96)) * 3).astype(np.float32)
+    x[0, :4] = [0.5, 1.5, -2.5, 0.0]  # ties of the rounding
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = onnxjit.compile(m, cache_dir=False)(x)
+    for g_, w_ in zip(got, want):
+        np.testing.assert_array_equal(g_, w_)
