@@ -18,6 +18,8 @@ Driver: for each panel of n, the rows in MR-row tiles, then one tile of the m mo
 (a switch on the count: m may be a run-time size). Panels outermost: a panel (kp x 64 bytes)
 stays in L1/L2 while the rows sweep it. Threads: the lowering (`ir.ops.linalg.matmul_integer`)
 runs blocks of panels and rows in a parallel loop.
+On hosts with AMX-INT8 the tiles run on `amx_gemm` instead (16 x 64 tiles of C, 16 times the
+multiply-adds an instruction), the same panels, stores and results.
 Without VNNI (`VNNI` False, or a host lacking it) the same code runs on an emulation of the
 instruction (bytes deinterleaved by shuffles, widened, multiplied and added): slow, but the
 same results, so a program built for one host computes the same everywhere.
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
+from onnxjit.codegen.amx_gemm import granted, has_amx, panel_tiles, tile_function
 from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin, splat
 from onnxjit.codegen.kernel_shapes import INT8_PANEL, has_vnni
 from onnxjit.codegen.mathlib import intrinsic
@@ -133,28 +136,61 @@ def _store(b: ir.IRBuilder, accs: list[ir.Value], c: ir.Value, ldc: ir.Value,
            ncols: ir.Value, accumulate: ir.Value, mr: int, rank1: list) -> None:
     """C (+)= accs + the rank-1 terms, the lanes past `ncols` columns of the panel masked
     off."""
-    mty = ir.VectorType(I1, VL)
-    mload = intrinsic(b.module, "llvm.masked.load.v16i32.p0", V32, [PTR, I32, mty, V32])
-    mstore = intrinsic(b.module, "llvm.masked.store.v16i32.p0", ir.VoidType(),
-                       [V32, PTR, I32, mty])
-    iota = ir.Constant(ir.VectorType(I64, VL), list(range(VL)))
-    masks = [b.icmp_signed("<", iota, splat(b, b.sub(ncols, i64c(v * VL)), VL))
-             for v in range(NV)]
-    four, zero = ir.Constant(I32, 4), ir.Constant(V32, [0] * VL)
-    cols = [[b.call(mload, [b.gep(col, [i64c(v * VL)], source_etype=I32), four, masks[v],
-                            zero]) for v in range(NV)] for _, _, col in rank1]
+    st = _Store(b, ncols, rank1)
     for q in range(mr):
-        crow = b.gep(c, [b.mul(i64c(q), ldc)], source_etype=I32)
-        rows = [splat(b, b.load(b.gep(row, [b.mul(i64c(q), step)], source_etype=I32),
-                                typ=I32, align=4), VL) for row, step, _ in rank1]
+        st.row(accs[q * NV:(q + 1) * NV], i64c(q), c, ldc, accumulate)
+
+
+def store_rows(b: ir.IRBuilder, tile: ir.Value, c: ir.Value, ldc: ir.Value, ncols: ir.Value,
+               rows: ir.Value, accumulate: ir.Value, rank1: list) -> None:
+    """`_store` of the first `rows` rows (a run-time count) of a 16 x 64 i32 tile in memory
+    (the AMX kernel's accumulators)."""
+    st = _Store(b, ncols, rank1)
+
+    def row(q: ir.Value) -> None:
+        base = b.gep(tile, [b.mul(q, i64c(INT8_PANEL))], source_etype=I32)
+        accs = [b.load(b.gep(base, [i64c(v * VL)], source_etype=I32), typ=V32, align=64)
+                for v in range(NV)]
+        st.row(accs, q, c, ldc, accumulate)
+
+    for_range(b, 0, rows, 1, row, "sq")
+
+
+class _Store:
+    """Stores rows of a C tile: masks of the panel's `ncols` columns and the rank-1 terms'
+    column vectors, computed once."""
+
+    def __init__(self, b: ir.IRBuilder, ncols: ir.Value, rank1: list):
+        self.b, self.rank1 = b, rank1
+        mty = ir.VectorType(I1, VL)
+        self.mload = intrinsic(b.module, "llvm.masked.load.v16i32.p0", V32,
+                               [PTR, I32, mty, V32])
+        self.mstore = intrinsic(b.module, "llvm.masked.store.v16i32.p0", ir.VoidType(),
+                                [V32, PTR, I32, mty])
+        iota = ir.Constant(ir.VectorType(I64, VL), list(range(VL)))
+        self.masks = [b.icmp_signed("<", iota, splat(b, b.sub(ncols, i64c(v * VL)), VL))
+                      for v in range(NV)]
+        self.four, self.zero = ir.Constant(I32, 4), ir.Constant(V32, [0] * VL)
+        self.cols = [[self.masked(b.gep(col, [i64c(v * VL)], source_etype=I32), v)
+                      for v in range(NV)] for _, _, col in rank1]
+
+    def masked(self, p: ir.Value, v: int) -> ir.Value:
+        return self.b.call(self.mload, [p, self.four, self.masks[v], self.zero])
+
+    def row(self, accs: list[ir.Value], q: ir.Value, c: ir.Value, ldc: ir.Value,
+            accumulate: ir.Value) -> None:
+        """Row q of the tile: C[q, :] (+)= accs + sum of row value * column vector."""
+        b = self.b
+        crow = b.gep(c, [b.mul(q, ldc)], source_etype=I32)
+        rows = [splat(b, b.load(b.gep(row, [b.mul(q, step)], source_etype=I32), typ=I32,
+                                align=4), VL) for row, step, _ in self.rank1]
         for v in range(NV):
             p = b.gep(crow, [i64c(v * VL)], source_etype=I32)
-            acc = accs[q * NV + v]
-            for rv, cv in zip(rows, cols):
+            acc = accs[v]
+            for rv, cv in zip(rows, self.cols):
                 acc = b.add(acc, b.mul(rv, cv[v]))
-            old = b.call(mload, [p, four, masks[v], zero])
-            out = b.select(accumulate, b.add(acc, old), acc)
-            b.call(mstore, [out, p, four, masks[v]])
+            out = b.select(accumulate, b.add(acc, self.masked(p, v)), acc)
+            b.call(self.mstore, [out, p, self.four, self.masks[v]])
 
 
 def emit_int8_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
@@ -208,4 +244,31 @@ def emit_int8_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
             b.branch(done)
         b.position_at_end(done)
 
-    for_range(b, 0, npanels, 1, panel, "qp")
+    use_amx = has_amx() and isinstance(s.k, int) and s.k % 4 == 0
+    if not use_amx:
+        for_range(b, 0, npanels, 1, panel, "qp")
+        return
+    ok = granted(b)  # the process may use AMX (asked once per module)
+
+    def amx_panel(p: ir.Value) -> None:
+        col = b.mul(p, i64c(INT8_PANEL))
+        ncols = imin(b, i64c(INT8_PANEL), b.sub(n, col))
+        bpanel = b.gep(pb, [b.add(ob, b.mul(col, kp))], source_etype=I8)
+
+        def tile(i: ir.Value, tiles: ir.Value, rows: ir.Value) -> None:
+            ap = b.gep(pa, [b.add(oa, b.mul(i, lda))], source_etype=I8)
+            cp = b.gep(pc, [b.add(oc, b.add(b.mul(i, ldc), col))], source_etype=I32)
+            extra = []
+            for rp, ro, step, cpt, co in terms:
+                extra += [b.gep(rp, [b.add(ro, b.mul(i, i64c(step)))], source_etype=I32),
+                          i64c(step), b.gep(cpt, [b.add(co, col)], source_etype=I32)]
+            b.call(tile_function(b.module, len(terms), store_rows),
+                   [ap, lda, bpanel, k, cp, ldc, ncols, tiles, rows, acc, *extra])
+
+        panel_tiles(b, m, tile)
+
+    with b.if_else(ok) as (on_amx, on_vnni):
+        with on_amx:
+            for_range(b, 0, npanels, 1, amx_panel, "qa")
+        with on_vnni:
+            for_range(b, 0, npanels, 1, panel, "qp")
