@@ -79,14 +79,16 @@ def granted(b: ir.IRBuilder) -> ir.Value:
     return b.icmp_signed("==", b.load(flag, typ=I32), ir.Constant(I32, 1))
 
 
-def tile_function(module: ir.Module, terms: int, store: Callable) -> ir.Function:
+def tile_function(module: ir.Module, terms: int, tailed: bool, store: Callable
+                  ) -> ir.Function:
     """`void (ptr a, i64 lda, ptr b, i64 k, ptr c, i64 ldc, i64 ncols, i64 tiles, i64 rows,
     i1 acc, then per rank-1 term: ptr row, i64 row_step, ptr col)`: `tiles` C tiles of `rows`
-    <= 16 rows each, one after the other, by the 64-column panel at b (k a multiple of 4);
+    <= 16 rows each, one after the other, by the 64-column panel at b (k a multiple of 4, of
+    64 unless `tailed`);
     each computed into a stack buffer that `store(b, buffer, c, ldc, ncols, rows, acc,
     terms)` writes. One shape a call: the tiles are configured once (a call per tile spent
     more in `ldtilecfg`/`tilerelease` than in its products)."""
-    name = f"onnxjit.qgemm.amx.r{terms}"
+    name = f"onnxjit.qgemm.amx.r{terms}" + (".t" if tailed else "")
     fn = module.globals.get(name)
     if fn is not None:
         return fn
@@ -125,33 +127,25 @@ def tile_function(module: ir.Module, terms: int, store: Callable) -> ir.Function
                 return b.call(load, [qrows, width, b.gep(base, [i64c(TBYTES * t)],
                                                          source_etype=I8), qstride])
 
-            # B tiles loaded two ahead of their products, so two of them are live and take
-            # two tile registers: one register for all of them serialized each load behind
-            # the product reading its predecessor
-            tiles, out = [tb(0), tb(1)], []
+            # Without a partial chunk, B tiles are loaded two ahead of their products, so two
+            # of them are live and take two tile registers (one register for all of them
+            # serialized each load behind the product reading its predecessor: 4% slower).
+            # With one, its A and B shapes need tile registers of their own (a register has
+            # one shape a configuration): 4 accumulators + 2 + 2 are all 8 of them.
+            ahead = 1 if tailed else 2
+            tiles, out = [tb(t) for t in range(ahead)], []
             for t, acc in enumerate(accs):
                 out.append(b.call(dot, [rows, width, depth, acc, ta, tiles[t]]))
-                if t + 2 < len(accs):
-                    tiles.append(tb(t + 2))
+                if t + ahead < len(accs):
+                    tiles.append(tb(t + ahead))
             return out
 
         accs = [b.call(zero, [rows, width]) for _ in range(4)]
         accs = for_range_carry(b, 0, full, TBYTES, accs,
                                lambda k0, acc: chunk(k0, width, acc), "kc")
-        pre = b.block
-        tail, join = fn.append_basic_block("tail"), fn.append_basic_block("join")
-        b.cbranch(b.icmp_unsigned("!=", rem, ir.Constant(I16, 0)), tail, join)
-        b.position_at_end(tail)
-        tailed = chunk(full, rem, accs)
-        tail_end = b.block
-        b.branch(join)
-        b.position_at_end(join)
-        phis = []
-        for t in range(4):
-            phis.append(b.phi(TILE))
-            phis[-1].add_incoming(accs[t], pre)
-            phis[-1].add_incoming(tailed[t], tail_end)
-        for t, phi in enumerate(phis):
+        if tailed:  # the last chunk, K mod 64 deep
+            accs = chunk(full, rem, accs)
+        for t, phi in enumerate(accs):
             b.call(tstore, [rows, width, b.gep(out, [i64c(0), i64c(16 * t)]), i64c(256), phi])
         terms_t = [(b.gep(row, [b.mul(r0, step)], source_etype=I32), step, col)
                    for row, step, col in rank1]

@@ -262,7 +262,7 @@ def emit_int8_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
             for rp, ro, step, cpt, co in terms:
                 extra += [b.gep(rp, [b.add(ro, b.mul(i, i64c(step)))], source_etype=I32),
                           i64c(step), b.gep(cpt, [b.add(co, col)], source_etype=I32)]
-            b.call(tile_function(b.module, len(terms), store_rows),
+            b.call(tile_function(b.module, len(terms), s.k % 64 != 0, store_rows),
                    [ap, lda, bpanel, k, cp, ldc, ncols, tiles, rows, acc, *extra])
 
         panel_tiles(b, m, tile)

@@ -1,8 +1,9 @@
-"""MatMulInteger on the 8-bit kernel (`codegen.int8_gemm`, `ir.ops.linalg.matmul_integer`):
-exact int32 results on odd shapes (M, N, K tails, K not a multiple of 4), zero points per
-tensor, per row and per column, the four sign combinations, a batched A, a symbolic M, the
-emulation used without VNNI, the quad layout, the loop IR text of the 8-bit Matmul, and
-DynamicQuantizeLinear + MatMulInteger bit-identical to onnxruntime.
+"""MatMulInteger on the 8-bit kernels (`codegen.int8_gemm`, `codegen.amx_gemm`,
+`ir.ops.linalg.matmul_integer`): exact int32 results on odd shapes (M, N, K tails, K not a
+multiple of 4: the VNNI kernel, else AMX where the host has it), zero points per tensor, per
+row and per column, the four sign combinations, a batched A, a symbolic M, the VNNI kernel
+with AMX off, the emulation used without VNNI, the quad layout, the loop IR text of the 8-bit
+Matmul, and DynamicQuantizeLinear + MatMulInteger bit-identical to onnxruntime.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import onnxjit
-from onnxjit.codegen import int8_gemm
+from onnxjit.codegen import amx_gemm, int8_gemm
 from onnxjit.codegen.kernel_shapes import has_vnni
 from onnxjit.ir.loop_parser import parse_program
 from onnxjit.ir.loop_printer import print_program
@@ -64,6 +65,8 @@ CASES = [  # (a shape, k, n, A type, B type, a zero point, b zero point)
     ((11, 33), 33, 65, T.UINT8, T.UINT8, "row", 200),
     ((3, 5, 17), 17, 33, T.UINT8, T.INT8, 9, 2),
     ((40, 130), 130, 200, T.UINT8, T.INT8, 128, None),
+    ((37, 96), 96, 130, T.UINT8, T.INT8, 7, "col"),  # AMX: a chunk of 64 and one of 32
+    ((18, 128), 128, 70, T.INT8, T.INT8, -2, None),  # AMX: whole chunks
 ]
 
 
@@ -80,11 +83,12 @@ def test_exact(a_shape, k, n, adt, bdt, za, zb):
     np.testing.assert_array_equal(got, _reference(a, w, za, zb))
 
 
-def test_symbolic_rows():
-    model, w = _model(["M", 21], 21, 70, T.UINT8, T.INT8, 17, 3)
+@pytest.mark.parametrize("k", [21, 24])  # VNNI; AMX where the host has it
+def test_symbolic_rows(k):
+    model, w = _model(["M", k], k, 70, T.UINT8, T.INT8, 17, 3)
     fn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
     for m in (1, 6, 197):  # a row tail, one tile, two blocks of rows and a tail
-        a = _values(T.UINT8, (m, 21))
+        a = _values(T.UINT8, (m, k))
         np.testing.assert_array_equal(fn(a)[0], _reference(a, w, 17, 3))
     assert "matmul %" in fn.ir("loops") and "rank1 = " in fn.ir("loops")
 
@@ -93,12 +97,23 @@ def test_emulation_without_vnni(monkeypatch):
     """The code used on hosts without VNNI computes the same (a model of its own: the
     compiled kernels are cached by content)."""
     monkeypatch.setattr(int8_gemm, "VNNI", False)
-    model, w = _model([9, 23], 23, 66, T.INT8, T.UINT8, -7, None)
+    model, w = _model([9, 23], 23, 20, T.INT8, T.UINT8, -7, None)
     model.graph.name = "emulated"
     fn = onnxjit.compile(model, cache_dir=False)
     a = _values(T.INT8, (9, 23))
     np.testing.assert_array_equal(fn(a)[0], _reference(a, w, -7, None))
     assert ".emul" in fn.ir("llvm")
+
+
+def test_vnni_kernel_without_amx(monkeypatch):
+    """K a multiple of 4 goes to AMX on hosts that have it: here the VNNI kernel takes it."""
+    monkeypatch.setattr(amx_gemm, "AMX", False)
+    model, w = _model([23, 64], 64, 20, T.UINT8, T.INT8, 5, 4)
+    model.graph.name = "vnni_only"
+    fn = onnxjit.compile(model, cache_dir=False)
+    a = _values(T.UINT8, (23, 64))
+    np.testing.assert_array_equal(fn(a)[0], _reference(a, w, 5, 4))
+    assert "tdpbusd" not in fn.ir("llvm") and "vpdpbusd" in fn.ir("llvm")
 
 
 def test_quad_layout_round_trip():
@@ -134,6 +149,8 @@ def test_dynamic_quantize_matmul_matches_onnxruntime():
     x[0, :4] = [0.5, 1.5, -2.5, 0.0]  # ties of the rounding
     want = ort.InferenceSession(m.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    got = onnxjit.compile(m, cache_dir=False)(x)
+    fn = onnxjit.compile(m, cache_dir=False)
+    got = fn(x)
     for g_, w_ in zip(got, want):
         np.testing.assert_array_equal(g_, w_)
+    assert ("tdpbusd" in fn.ir("llvm")) == amx_gemm.has_amx()
