@@ -48,6 +48,11 @@ def _model(a_shape: list, k: int, n: int, adt: int, bdt: int, za, zb):
     return m, w
 
 
+def _llvm(dump) -> str:
+    """The LLVM IR the compile wrote under `dump_ir` (asking `fn.ir` would compile again)."""
+    return "".join(p.read_text() for p in dump.rglob("*-llvm.ll"))
+
+
 def _reference(a: np.ndarray, w: np.ndarray, za, zb) -> np.ndarray:
     za = np.zeros(1) if za is None else np.asarray(za)
     za = za.reshape(-1, 1) if za.size > 1 else za
@@ -90,30 +95,32 @@ def test_symbolic_rows(k):
     for m in (1, 6, 197):  # a row tail, one tile, two blocks of rows and a tail
         a = _values(T.UINT8, (m, k))
         np.testing.assert_array_equal(fn(a)[0], _reference(a, w, 17, 3))
-    assert "matmul %" in fn.ir("loops") and "rank1 = " in fn.ir("loops")
+    text = fn.ir("loops")
+    assert "matmul %" in text and "rank1 = " in text
 
 
-def test_emulation_without_vnni(monkeypatch):
+def test_emulation_without_vnni(monkeypatch, tmp_path):
     """The code used on hosts without VNNI computes the same (a model of its own: the
     compiled kernels are cached by content)."""
     monkeypatch.setattr(int8_gemm, "VNNI", False)
     model, w = _model([9, 23], 23, 20, T.INT8, T.UINT8, -7, None)
     model.graph.name = "emulated"
-    fn = onnxjit.compile(model, cache_dir=False)
+    fn = onnxjit.compile(model, cache_dir=False, dump_ir=str(tmp_path))
     a = _values(T.INT8, (9, 23))
     np.testing.assert_array_equal(fn(a)[0], _reference(a, w, -7, None))
-    assert ".emul" in fn.ir("llvm")
+    assert ".emul" in _llvm(tmp_path)
 
 
-def test_vnni_kernel_without_amx(monkeypatch):
+def test_vnni_kernel_without_amx(monkeypatch, tmp_path):
     """K a multiple of 4 goes to AMX on hosts that have it: here the VNNI kernel takes it."""
     monkeypatch.setattr(amx_gemm, "AMX", False)
     model, w = _model([23, 64], 64, 20, T.UINT8, T.INT8, 5, 4)
     model.graph.name = "vnni_only"
-    fn = onnxjit.compile(model, cache_dir=False)
+    fn = onnxjit.compile(model, cache_dir=False, dump_ir=str(tmp_path))
     a = _values(T.UINT8, (23, 64))
     np.testing.assert_array_equal(fn(a)[0], _reference(a, w, 5, 4))
-    assert "tdpbusd" not in fn.ir("llvm") and "vpdpbusd" in fn.ir("llvm")
+    text = _llvm(tmp_path)
+    assert "tdpbusd" not in text and "vpdpbusd" in text
 
 
 def test_quad_layout_round_trip():
@@ -133,7 +140,7 @@ def test_loop_ir_text_round_trip():
     assert print_program(parse_program(text)) == text
 
 
-def test_dynamic_quantize_matmul_matches_onnxruntime():
+def test_dynamic_quantize_matmul_matches_onnxruntime(tmp_path):
     ort = pytest.importorskip("onnxruntime")
     w = _values(T.INT8, (96, 130))
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
@@ -149,8 +156,7 @@ def test_dynamic_quantize_matmul_matches_onnxruntime():
     x[0, :4] = [0.5, 1.5, -2.5, 0.0]  # ties of the rounding
     want = ort.InferenceSession(m.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    fn = onnxjit.compile(m, cache_dir=False)
-    got = fn(x)
+    got = onnxjit.compile(m, cache_dir=False, dump_ir=str(tmp_path))(x)
     for g_, w_ in zip(got, want):
         np.testing.assert_array_equal(g_, w_)
-    assert ("tdpbusd" in fn.ir("llvm")) == amx_gemm.has_amx()
+    assert ("tdpbusd" in _llvm(tmp_path)) == amx_gemm.has_amx()
