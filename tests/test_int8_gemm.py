@@ -3,7 +3,8 @@
 multiple of 4: the VNNI kernel, else AMX where the host has it), zero points per tensor, per
 row and per column, the four sign combinations, a batched A, a symbolic M, the VNNI kernel
 with AMX off, the emulation used without VNNI, the quad layout, the loop IR text of the 8-bit
-Matmul, and DynamicQuantizeLinear + MatMulInteger bit-identical to onnxruntime.
+Matmul, and DynamicQuantizeLinear (its range pass in chunks) + MatMulInteger bit-identical to
+onnxruntime.
 """
 
 from __future__ import annotations
@@ -159,3 +160,21 @@ def test_dynamic_quantize_matmul_matches_onnxruntime(tmp_path):
     for g_, w_ in zip(got, want):
         np.testing.assert_array_equal(g_, w_)
     assert ("tdpbusd" in _llvm(tmp_path)) == amx_gemm.has_amx()
+
+
+def test_dynamic_quantize_range_over_chunks():
+    """The range pass runs in parallel chunks (`quantized_matmul.RANGE_CHUNK`): extremes in
+    the last chunk's tail and in the middle one, against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    g = helper.make_graph([helper.make_node("DynamicQuantizeLinear", ["x"], ["q", "s", "z"])],
+                          "g", [helper.make_tensor_value_info("x", T.FLOAT, [7, 14287])],
+                          [helper.make_tensor_value_info(v, t, None)
+                           for v, t in (("q", T.UINT8), ("s", T.FLOAT), ("z", T.UINT8))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    x = RNG.standard_normal((7, 14287)).astype(np.float32)
+    x.flat[-1], x.flat[x.size // 2] = 9.0, -7.5
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g_, w_ in zip(onnxjit.compile(m, cache_dir=False)(x), want):
+        np.testing.assert_array_equal(g_, w_)

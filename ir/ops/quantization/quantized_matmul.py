@@ -1,7 +1,7 @@
 """Quantized ops built on `quantization.quantize_linear`'s rounding: DynamicQuantizeLinear,
 QLinearMatMul.
 
-DynamicQuantizeLinear: a max/min pass (16 partial results each, `_range`) gives
+DynamicQuantizeLinear: a parallel max/min pass (16 partial results a chunk, `_range`) gives
 scale = (max(0, max x) - min(0, min x)) / 255 (1/255 when the range is empty) and
 zp = rint(clamp(-min / scale, 0, 255)); a second, parallel kernel quantizes x with them (read
 back from the outputs).
@@ -35,8 +35,9 @@ from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import DType
 
 D = DType
-#: partial results of DynamicQuantizeLinear's min and max (one 512-bit vector of f32)
-RANGE_LANES = 16
+#: partial results of DynamicQuantizeLinear's min and max (one 512-bit vector of f32), and the
+#: elements of a chunk of its parallel range pass
+RANGE_LANES, RANGE_CHUNK = 16, 16384
 
 # --------------------------------------------------------------------------- DynamicQuantizeLinear
 
@@ -64,30 +65,41 @@ def _dyn_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
 
 
 def _range(ctx: LowerContext, b: Builder, x: Buffer) -> tuple[Operand, Operand]:
-    """max(0, max x) and min(0, min x), over RANGE_LANES partial results each kept in a
-    scratch row: lane k folds x[k], x[k + L], ... (a single accumulator is a chain of
-    dependent compares; partial results in variables were vectorized two lanes wide, while
-    the row's consecutive stores let the SLP vectorizer make one vector of them)."""
+    """max(0, max x) and min(0, min x): a parallel loop over chunks of RANGE_CHUNK elements,
+    each folding its chunk into RANGE_LANES partial maxima and minima kept in its own scratch
+    row (lane k folds x[k], x[k + L], ...; a single accumulator is a chain of dependent
+    compares, and partial results in variables were vectorized two lanes wide, while a row's
+    consecutive stores let the SLP vectorizer make one vector of them), then a serial fold
+    of the rows."""
     f, n, w = D.FLOAT, x.numel, RANGE_LANES
-    part = ctx.scratch("dql_part", f, (2 * w,))
-    with b.loop(0, 2 * w, hint="k") as k:
-        b.store(part, k, const(0, f))
-    q = n // w
-    with b.loop(0, q, hint="iq") as t:
-        i0 = b.imul(t, w)
-        for k in range(w):
-            v = b.load(x, b.iadd(i0, i64(k)))
-            for at, kind in ((k, "max"), (w + k, "min")):
-                b.store(part, i64(at), b.op(kind, b.load(part, i64(at)), v))
-    with b.loop(q * w, n, hint="i") as i:  # the tail, into lane 0
-        v = b.load(x, i)
-        for at, kind in ((0, "max"), (w, "min")):
-            b.store(part, i64(at), b.op(kind, b.load(part, i64(at)), v))
+    chunks = max(1, -(-n // RANGE_CHUNK))
+    part = ctx.scratch("dql_part", f, (chunks * 2 * w,))
+    with b.loop(0, chunks, parallel=True, hint="c") as c:
+        row = b.op("mul", c, i64(2 * w))
+        start = b.op("mul", c, i64(RANGE_CHUNK))
+        stop = b.op("min", b.op("add", start, i64(RANGE_CHUNK)), i64(n))
+        with b.loop(0, 2 * w, hint="k") as k:
+            b.store(part, b.op("add", row, k), const(0, f))
+        q = b.op("div", b.op("sub", stop, start), i64(w))
+        with b.loop(0, q, hint="iq") as t:
+            i0 = b.op("add", start, b.op("mul", t, i64(w)))
+            for k in range(w):
+                v = b.load(x, b.iadd(i0, i64(k)))
+                for at, kind in ((k, "max"), (w + k, "min")):
+                    p = b.op("add", row, i64(at))
+                    b.store(part, p, b.op(kind, b.load(part, p), v))
+        with b.loop(b.op("add", start, b.op("mul", q, i64(w))), stop, hint="i") as i:
+            v = b.load(x, i)  # the chunk's tail, into lane 0
+            for at, kind in ((0, "max"), (w, "min")):
+                p = b.op("add", row, i64(at))
+                b.store(part, p, b.op(kind, b.load(part, p), v))
     out = []
     for at, kind in ((0, "max"), (w, "min")):
         acc = b.var(b.load(part, i64(at)), hint=kind)
-        with b.loop(at + 1, at + w, hint="k") as k:
-            b.assign(acc, kind, acc, b.load(part, k))
+        with b.loop(0, chunks, hint="c") as c:
+            row = b.op("add", b.op("mul", c, i64(2 * w)), i64(at))
+            with b.loop(0, w, hint="k") as k:
+                b.assign(acc, kind, acc, b.load(part, b.op("add", row, k)))
         out.append(acc)
     return out[0], out[1]
 
