@@ -146,3 +146,25 @@ def float_constant(v: ir.Value) -> float | None:
         c = [e.constant if isinstance(e, ir.Constant) else e for e in c]
         c = c[0] if len({repr(e) for e in c}) == 1 else None
     return c if isinstance(c, float) else None
+
+
+def fp_to_int_sat(b: ir.IRBuilder, x: ir.Value, ty: ir.IntType, signed: bool) -> ir.Value:
+    """x (f32/f64, scalar or vector) converted to `ty` toward zero, saturating, NaN -> 0 (the
+    semantics of `llvm.fpto[su]i.sat`) as fptosi/fptoui and selects: the intrinsic on vectors
+    was scalarized into a branch per lane (DynamicQuantizeLinear's store: 2x slower), this
+    form vectorizes (the conversion of an out-of-range lane is poison, never selected)."""
+    w = ty.width
+    lo, hi = (-(2.0 ** (w - 1)), 2.0 ** (w - 1)) if signed else (0.0, 2.0 ** w)
+    tmin, tmax = (-(1 << (w - 1)), (1 << (w - 1)) - 1) if signed else (0, (1 << w) - 1)
+    vec = isinstance(x.type, ir.VectorType)
+    fty = x.type.element if vec else x.type
+    ity = ir.VectorType(ty, x.type.count) if vec else ty
+
+    def c(t: ir.Type, v: float | int) -> ir.Constant:
+        return ir.Constant(ir.VectorType(t, x.type.count), [v] * x.type.count) if vec \
+            else ir.Constant(t, v)
+
+    conv = b.fptosi(x, ity) if signed else b.fptoui(x, ity)
+    out = b.select(b.fcmp_ordered(">=", x, c(fty, hi)), c(ty, tmax), conv)
+    out = b.select(b.fcmp_ordered("<" if signed else "<=", x, c(fty, lo)), c(ty, tmin), out)
+    return b.select(b.fcmp_unordered("uno", x, x), c(ty, 0), out)

@@ -3,7 +3,8 @@
 Lowerings (`ir/ops/linalg`, `ir/ops/conv`) and the prepack-weights pass size their blocks and
 lay out constant weights for the register-tiled kernel (`matmul_kernel`), so they need its
 geometry before any LLVM IR exists: `tile_shape` (vector lanes, tile rows, vectors per tile
-row), `panel_width` (columns of a packed B panel), and which `Matmul` statements run on the
+row), `panel_width` (columns of a packed B panel; `INT8_PANEL` and `has_vnni` for the 8-bit
+products), and which `Matmul` statements run on the
 tiled kernel (`uses_tiles`) or get their constant B packed at compile time (`packs_b`). This is
 the one module of `codegen/` that `ir/` and `passes/` import; it loads no llvmlite until
 `tile_shape` asks the target for its vector width.
@@ -26,6 +27,20 @@ TILE_WORK, PACK_MIN_M, PACK_MIN_M_T = 32768, 32, 16
 #: a packed constant, the tiled kernel beats the forms reading B in place at every m
 #: (784x512 weights, one thread: m = 1 even, m = 2..12 3-8% faster, 25-45% with B transposed)
 PREPACK_MIN_M = 1
+
+
+#: columns of a panel of an 8-bit B packed in quads (`ir.quad_panels`): 4 vectors of 16 i32
+#: lanes, the VNNI kernel's tile width (`int8_gemm`)
+INT8_PANEL = 64
+
+
+def has_vnni() -> bool:
+    """Whether the host has AVX-512 VNNI (`vpdpbusd` on 512-bit vectors): the 8-bit products
+    are lowered onto `int8_gemm`'s kernel only then."""
+    from onnxjit.codegen.target import host
+
+    features = host()[2].split(",")
+    return "+avx512vnni" in features and "+avx512bw" in features
 
 
 def tile_shape(itemsize: int) -> tuple[int, int, int]:

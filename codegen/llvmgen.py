@@ -13,7 +13,7 @@ Algorithm:
    `Load`/`Store` GEP the element type with the flat index (bool is an i8
    in memory and an i1 in registers; f16/bf16 are 16 bits in memory and f32 in registers,
    see `scalar.py`); `Op` goes to `ScalarEmitter`; `Matmul` to `matmul.py` (on f16/bf16
-   buffers to `narrow_matmul.py`).
+   buffers to `narrow_matmul.py`, u8 x i8 -> i32 to `int8_gemm.py`).
    A top-level `parallel` loop worth it, or one directly inside a serial top-level loop (a
    recurrence's steps: one dispatch per step), and a large top-level Matmul (split over its
    rows) is outlined into a task run by the process's worker pool (`parallel.py`, `pool.py`); the
@@ -32,6 +32,7 @@ from llvmlite import ir
 from onnxjit.codegen.entry import load_elem_ptr
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.epilogue_fuse import outer_forms
+from onnxjit.codegen.int8_gemm import emit_int8_matmul
 from onnxjit.codegen.irutil import (
     for_range,
     interleave_md,
@@ -73,6 +74,7 @@ from onnxjit.ir.loops import (
     Var,
     walk,
 )
+from onnxjit.ir.quad_panels import is_int8_product
 from onnxjit.ir.types import NARROW_FLOATS, DType
 
 PTR = ir.PointerType()
@@ -315,6 +317,11 @@ class KernelTranslator:
         ptrs = (self.pointer(s.c), self.pointer(s.a), self.pointer(s.b))
         offs = tuple(self.index(o) for o in (s.c_off, s.a_off, s.b_off))
         sizes = {f: self.operand(x) for f in _SIZES if isinstance(x := getattr(s, f), Var)}
+        if is_int8_product(s):
+            terms = [(self.pointer(t.row), self.index(t.row_off), t.row_step,
+                      self.pointer(t.col), self.index(t.col_off)) for t in s.rank1]
+            emit_int8_matmul(self.b, s, ptrs, offs, sizes, terms)
+            return False
         if s.c.dtype in NARROW_FLOATS:  # the microkernel computes in its storage type
             if s.a.dtype != s.c.dtype or s.b.dtype != s.c.dtype:
                 raise UnsupportedError(f"matrix product of {s.a.dtype.short} and "

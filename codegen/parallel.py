@@ -103,7 +103,7 @@ def _reads(s: Stmt) -> Iterator[Operand]:
             yield start
             yield stop
         case Matmul():
-            yield from (s.c_off, s.a_off, s.b_off)
+            yield from s.offsets()
             yield from (x for x in (s.m, s.n, s.k, s.lda, s.ldb, s.ldc) if isinstance(x, Var))
 
 

@@ -15,7 +15,7 @@ semantics need guards are spelled out:
   x86's minps/maxps implement (`CONST_MINMAX`);
 - int pow is repeated squaring unrolled over the exponent's bits (branch-free, wraps), with
   scalar_eval's rule for negative exponents; float pow calls libm `powf`/`pow`;
-- casts: float->int saturate with NaN -> 0 (`llvm.fptosi.sat`/`llvm.fptoui.sat`), ->bool is
+- casts: float->int saturate with NaN -> 0 (`irutil.fp_to_int_sat`), ->bool is
   `x != 0` (`fcmp une`, so NaN -> true), unsigned sources zero-extend / convert unsigned;
 - f32 exp/expm1/log/tanh/sigmoid/erf and f32/f64 sin/cos/tan go through `MathLib`
   (vectorizable polynomials), never `llvm.exp.f32` (scalarized into libm calls per lane);
@@ -50,7 +50,7 @@ from onnxjit.codegen.cast_only import (
     encode_e8m0,
     encode_small_float,
 )
-from onnxjit.codegen.irutil import float_constant
+from onnxjit.codegen.irutil import float_constant, fp_to_int_sat
 from onnxjit.codegen.mathlib import MathLib, intrinsic
 from onnxjit.errors import UnsupportedError
 from onnxjit.ir.narrow import SMALL_INTS, narrow_value, to_cast_only
@@ -378,10 +378,7 @@ class ScalarEmitter:
                 return x
             return b.fpext(x, ty) if ty == F64 else b.fptrunc(x, ty)
         if ks == "f":
-            sat = "llvm.fptosi.sat" if kd == "s" else "llvm.fptoui.sat"
-            fsuf = "f32" if x.type == F32 else "f64"
-            fn = self.intrinsic(f"{sat}.i{ty.width}.{fsuf}", ty, [x.type])
-            return b.call(fn, [x])
+            return fp_to_int_sat(b, x, ty, kd == "s")
         if kd == "f":
             return b.sitofp(x, ty) if ks == "s" else b.uitofp(x, ty)
         # int -> int: wrap like numpy astype; the source's signedness decides the extension

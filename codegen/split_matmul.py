@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from onnxjit.codegen.cost import CHUNK_OPS, hinted
 from onnxjit.ir.loops import Loop, Matmul, Op, Operand, Stmt, Var, i64
+from onnxjit.ir.quad_panels import is_int8_product  # its panels are not float panels
 from onnxjit.ir.types import DType
 
 #: a top-level Matmul is split over its rows from this many multiply-adds (about 5 us on one
@@ -109,7 +110,7 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     loop of 0 or 1 trips each), the columns after the last panel block and the epilogue of
     the column case after it (`t`: the block index). None when B is not a large prepacked
     constant."""
-    if not COLUMN_SPLIT or not s.b_packed or not all(
+    if not COLUMN_SPLIT or not s.b_packed or is_int8_product(s) or not all(
             isinstance(x, int) for x in (s.n, s.k, s.ldb)) or s.ldb <= 0 or \
             s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES or s.n // s.ldb < 2:
         return None
@@ -226,7 +227,7 @@ def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
     the last block, the narrow edge panel among them); None when it does not qualify."""
     if not all(isinstance(x, int) for x in (s.m, s.n, s.k, s.ldb)):
         return None
-    if not s.b_packed or s.m > COLUMN_SPLIT_ROWS or s.ldb <= 0 or \
+    if not s.b_packed or is_int8_product(s) or s.m > COLUMN_SPLIT_ROWS or s.ldb <= 0 or \
             s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES:
         return None
     width = s.ldb  # a packed B's panel width

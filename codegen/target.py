@@ -2,8 +2,8 @@
 
 Code is generated for the CPU this process runs on (`get_host_cpu_name`, `get_host_cpu_features`),
 so the disk cache key must name the triple, the CPU, its features and the LLVM/llvmlite versions:
-`target_id()` is that name. `llvm.initialize()` raises on LLVM 22, so only the native target and
-asm printer are initialised, once.
+`target_id()` is that name. `llvm.initialize()` raises on LLVM 22, so only the native target,
+asm printer and asm parser are initialised, once.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ def init() -> None:
         if not _initialised:
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
+            llvm.initialize_native_asmparser()  # inline assembly (`amx_gemm.granted`)
             _initialised = True
 
 

@@ -8,7 +8,8 @@ internal signal that its innermost loop catches), each scalar op through
 the integer division guards are exactly codegen's semantics). A failing `Check` raises
 `InputError(message)`, as the runtime does. Loads and stores are bounds-checked: an out-of-range
 index is a compiler bug (CompileError), never a silent wrong read. A Matmul reading a packed B
-(`Matmul.b_packed`) unpacks it to the plain k x n matrix first (`loops.unpack_panels`).
+(`Matmul.b_packed`) unpacks it to the plain k x n matrix first (`loops.unpack_panels`; an
+8-bit one `quad_panels.unpack_quads`).
 
 A symbolic program (`Sym` sizes) runs with the sizes its inputs give: each symbol of an input
 buffer's shape takes the array's size there, and every size, `SymVal` and `dims` slot is
@@ -37,6 +38,7 @@ from onnxjit.ir.loops import (
     Var,
     unpack_panels,
 )
+from onnxjit.ir.quad_panels import is_int8_product, packed_size, unpack_quads
 from onnxjit.ir.scalar_eval import eval_op, operand_value
 from onnxjit.ir.types import Sym
 
@@ -162,6 +164,19 @@ class _Machine:
     def matmul(self, s: Matmul) -> None:
         m, n, k, lda, ldb, ldc = (self.size(x) for x in (s.m, s.n, s.k, s.lda, s.ldb, s.ldc))
         a = self.window(s.a, s.a_off, lda, *((k, m) if s.a_trans else (m, k)))
+        if is_int8_product(s):  # exact in int64, then wrapped to int32
+            size = packed_size(k, n, ldb)
+            b = unpack_quads(self.window(s.b, s.b_off, size, 1, size)[0], k, n, ldb)
+            c = self.window(s.c, s.c_off, ldc, m, n)
+            prod = a.astype(np.int64) @ b.astype(np.int64)
+            for t in s.rank1:
+                nr = m if t.row_step else 1
+                rows = self.window(t.row, t.row_off, nr, 1, nr)[0].astype(np.int64)
+                col = self.window(t.col, t.col_off, n, 1, n)[0].astype(np.int64)
+                prod += np.outer(np.broadcast_to(rows, (m,)), col)
+            prod = prod.astype(np.int32)
+            c[...] = (c + prod) if s.accumulate else prod
+            return
         if s.b_packed:
             b = unpack_panels(self.window(s.b, s.b_off, k * n, 1, k * n)[0], k, n, ldb)
         else:

@@ -27,6 +27,7 @@ from onnxjit.ir.loops import (
     Op,
     Operand,
     Program,
+    Rank1,
     Stmt,
     Store,
     SymVal,
@@ -229,10 +230,19 @@ class _Parser:
         cur.expect("=")
         tok = cur.expect_kind("number", "a number for alpha")
         alpha = parse_float(tok.text) if is_float_text(tok.text) else int(tok.text)
+        terms = []
+        while cur.accept(","):  # `rank1 = %row[off, ld=step] * %col[off, ld=1]`
+            cur.expect("rank1")
+            cur.expect("=")
+            row, row_off, step, _ = self.window()
+            cur.expect("*")
+            col, col_off, _, _ = self.window()
+            terms.append(Rank1(row, row_off, step, col, col_off))
         cur.expect("}")
         m, n, k = sizes
         return Matmul(c, c_off, ldc, a, a_off, lda, b, b_off, ldb, m, n, k, a_mark == "T",
-                      b_mark == "T", alpha, accumulate, b_mark == "P")  # type: ignore[arg-type]
+                      b_mark == "T", alpha, accumulate, b_mark == "P",  # type: ignore[arg-type]
+                      tuple(terms))
 
     def window(self) -> tuple[Buffer, Operand, int, str]:
         """`%buf[off, ld=N]` then an optional mark: `^T` (transposed) or `^P` (packed panels);

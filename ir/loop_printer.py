@@ -167,7 +167,10 @@ class _Printer:
             alpha = format_float(s.alpha) if isinstance(s.alpha, float) else str(s.alpha)
             eq = "+=" if s.accumulate else "="
             m, n, k = (self.size(x) for x in (s.m, s.n, s.k))
-            return f"matmul {c} {eq} {a} * {b} {{m = {m}, n = {n}, k = {k}, alpha = {alpha}}}"
+            terms = "".join(f", rank1 = {self.window(t.row, t.row_off, t.row_step, False)} * "
+                            f"{self.window(t.col, t.col_off, 1, False)}" for t in s.rank1)
+            return (f"matmul {c} {eq} {a} * {b} {{m = {m}, n = {n}, k = {k}, alpha = {alpha}"
+                    f"{terms}}}")
         raise ValueError(f"cannot print loop-IR statement {s!r}")
 
     def window(self, buf: Buffer, off: Operand, ld: object, trans: bool) -> str:

@@ -44,6 +44,7 @@ from onnxjit.ir.loops import (
     Var,
     result_dtype,
 )
+from onnxjit.ir.quad_panels import is_int8_product, packed_size
 from onnxjit.ir.types import DType, Sym
 
 KINDS = ("input", "output", "const", "temp", "view", "dims")
@@ -213,7 +214,21 @@ class _KernelChecker:
         for size in (s.m, s.n, s.k, s.lda, s.ldb, s.ldc):
             if isinstance(size, Var) and self.operand(s, size) != DType.INT64:
                 raise self.fail(s, "a run-time size must be an i64 variable")
-        if not (s.a.dtype == s.b.dtype == s.c.dtype):
+        quads = is_int8_product(s)
+        if quads and not (s.b_packed and not s.a_trans and not s.b_trans and s.alpha == 1):
+            raise self.fail(s, "an 8-bit product needs B packed in quads, no ^T and alpha 1")
+        if s.rank1 and not quads:
+            raise self.fail(s, "rank-1 terms on a product that is not an 8-bit one")
+        for t in s.rank1:
+            for buf, off in ((t.row, t.row_off), (t.col, t.col_off)):
+                if id(buf) not in self.buffers or buf.dtype != DType.INT32:
+                    raise self.fail(s, f"rank-1 term buffer %{buf.name} must be an i32 buffer "
+                                       "of the program")
+                if self.operand(s, off) != DType.INT64:
+                    raise self.fail(s, f"offset into %{buf.name} must be i64")
+            if t.row_step not in (0, 1):
+                raise self.fail(s, "a rank-1 term's row step must be 0 or 1")
+        if not quads and not (s.a.dtype == s.b.dtype == s.c.dtype):
             raise self.fail(s, f"operands differ in dtype: {s.a.dtype.short}, "
                                f"{s.b.dtype.short}, {s.c.dtype.short}")
         if s.c.root().kind in ("input", "const"):
@@ -223,7 +238,9 @@ class _KernelChecker:
         a_rows, a_cols = (s.k, s.m) if s.a_trans else (s.m, s.k)
         b_rows, b_cols = (s.n, s.k) if s.b_trans else (s.k, s.n)
         b_window = (s.b, s.b_off, s.ldb, b_rows, b_cols)
-        if s.b_packed:
+        if quads:
+            b_window = (s.b, s.b_off, 1, 1, packed_size(s.k, s.n, s.ldb))
+        elif s.b_packed:
             if s.b_trans or s.ldb < 1 or not s.b.dtype.is_float:
                 raise self.fail(s, "packed B needs a float dtype, no ^T and a panel width >= 1")
             b_window = (s.b, s.b_off, s.k * s.n, 1, s.k * s.n)  # k*n contiguous elements

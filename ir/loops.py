@@ -220,7 +220,10 @@ class Matmul:
     in a symbolic program `Sym`s; `materialize-dims` makes those run-time `Var`s for codegen).
     With `accumulate` the product is added to C's old contents, else it overwrites them.
     Element types: all three buffers share one float dtype, or A and B are one int dtype and C
-    has it too (wrap-around arithmetic).
+    has it too (wrap-around arithmetic), or A is u8, B is i8 and C is i32: the widening 8-bit
+    product (sums exact in int32, wrapping), with B packed in quads (`ir.quad_panels`, panels
+    of `ldb` columns; no ^T, alpha 1), the layout of the VNNI kernel (`codegen.int8_gemm`),
+    and `rank1` terms added to C after the product (`Rank1`: zero-point corrections).
 
     `b_packed`: B' (k x n) is stored in column panels, the layout the tiled kernel reads (a
     constant weight packed at compile time by the prepack-weights pass): panel p holds columns
@@ -245,6 +248,27 @@ class Matmul:
     alpha: float = 1.0
     accumulate: bool = False
     b_packed: bool = False
+    rank1: tuple[Rank1, ...] = ()
+
+    def buffers(self) -> tuple[Buffer, ...]:
+        return (self.c, self.a, self.b, *(b for t in self.rank1 for b in (t.row, t.col)))
+
+    def offsets(self) -> tuple[Operand, ...]:
+        return (self.c_off, self.a_off, self.b_off,
+                *(o for t in self.rank1 for o in (t.row_off, t.col_off)))
+
+
+@dataclass(eq=False)
+class Rank1:
+    """`C[i, j] += row[row_off + i * row_step] * col[col_off + j]` for the window of an
+    8-bit `Matmul` (i32 buffers, wrapping), after its product: row_step 0 adds one row
+    vector to every row."""
+
+    row: Buffer
+    row_off: Operand
+    row_step: int
+    col: Buffer
+    col_off: Operand
 
 
 Stmt = Union[Loop, Op, Load, Store, Check, Break, Matmul]
@@ -290,7 +314,7 @@ class Kernel:
             if isinstance(s, (Load, Store)):
                 seen.setdefault(id(s.buf), s.buf)
             elif isinstance(s, Matmul):
-                for b in (s.c, s.a, s.b):
+                for b in s.buffers():
                     seen.setdefault(id(b), b)
         return list(seen.values())
 

@@ -89,6 +89,8 @@ class _Kernel:
                 s.cond = self.op(s.cond)
             elif isinstance(s, Matmul):
                 s.c_off, s.a_off, s.b_off = (self.op(x) for x in (s.c_off, s.a_off, s.b_off))
+                for t in s.rank1:
+                    t.row_off, t.col_off = self.op(t.row_off), self.op(t.col_off)
                 for f in ("m", "n", "k", "lda", "ldb", "ldc"):
                     setattr(s, f, self.size(getattr(s, f)))
 

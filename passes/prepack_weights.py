@@ -127,7 +127,7 @@ def _drop_unused_consts(program: Program) -> bool:
     for kernel in program.kernels:
         for s in walk(kernel.body):
             bufs = (s.buf,) if isinstance(s, (Load, Store)) else \
-                (s.c, s.a, s.b) if isinstance(s, Matmul) else ()
+                s.buffers() if isinstance(s, Matmul) else ()
             for b in bufs:
                 while b is not None:
                     used.add(id(b))

@@ -6,8 +6,8 @@ takes `tiny` (a few-element version of the same graph, for the smoke test) and r
 where a GFLOP/s figure means something, and the thread count when a benchmark pins it (the
 single-thread GEMM). The small models (MLPs, GEMMs, one Add, an elementwise chain, single
 convs, LSTMs) are here; the larger networks (BERT-tiny, MobileNetV2-like, ResNet-like) are in
-`networks`. The `light` models of the ONNX backend data are loaded from the installed onnx
-package as they are (their weights come from ConstantOfShape).
+`networks`, the 8-bit ones in `quantized`. The `light` models of the ONNX backend data are
+loaded from the installed onnx package as they are (their weights come from ConstantOfShape).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from onnxjit.bench import networks, trees
+from onnxjit.bench import networks, quantized, trees
 
 # onnx through `builder`, whose import says what to install when the test extra is missing
 from onnxjit.bench.builder import BenchModel, GraphBuilder, TensorProto, helper, onnx, randn
@@ -152,6 +152,9 @@ def registry() -> dict[str, Callable[[bool], BenchModel]]:
         "conv3x3_64_56": lambda t: conv("conv3x3_64_56", 64, 64, 3, 56, tiny=t),
         "conv1x1_256to64_56": lambda t: conv("conv1x1_256to64_56", 256, 64, 1, 56, tiny=t),
         "dwconv3x3_144_56": lambda t: conv("dwconv3x3_144_56", 144, 144, 3, 56, 144, t),
+        # 8-bit: the dynamically quantized product, and BERT-tiny by quantize_dynamic
+        "int8_matmul_96x512x2048": lambda t: quantized.int8_matmul(96, 512, 2048, t),
+        "int8_encoder": quantized.int8_encoder,
         # tree ensembles (ai.onnx.ml): a LightGBM-style and a random-forest-style regressor
         "trees_lgbm500_b1": lambda t: trees.lgbm_like(1, t),
         "trees_lgbm500_b10000": lambda t: trees.lgbm_like(10000, t),

@@ -1,4 +1,4 @@
-"""Matrix products: MatMul, Gemm and MatMulInteger.
+"""Matrix products: MatMul and Gemm (MatMulInteger: `matmul_integer`).
 
 MatMul follows numpy.matmul: a 1-D A is promoted to a row (1, K) and a 1-D B to a column (K, 1),
 the added dim is dropped from the result; the leading (batch) dims broadcast numpy-style.
@@ -16,9 +16,7 @@ Lowering, both ops through the `loops.Matmul` statement (2-D row-major windows):
 2) Gemm: Y is filled with beta*C broadcast (an elementwise nest), then one Matmul accumulates
    alpha * A' @ B' into it; without C (or with beta == 0) the Matmul overwrites Y. Integer Gemm
    with alpha != 1 multiplies after the product (the Matmul statement scales floats only).
-3) MatMulInteger (8-bit inputs, int32 result, zero points per tensor or per row of A /
-   column of B) runs as a scalar nest with the contiguous column loop innermost.
-4) K == 0 gives an empty sum: Y is zero (MatMul) or beta*C (Gemm); no Matmul is emitted.
+3) K == 0 gives an empty sum: Y is zero (MatMul) or beta*C (Gemm); no Matmul is emitted.
 """
 
 from __future__ import annotations
@@ -45,7 +43,6 @@ from onnxjit.ir.ops.elementwise.arithmetic import (
     FLOATS,
     WIDE_INTS,
     Types,
-    accept,
     accept_same,
     arity,
     float_attr,
@@ -54,7 +51,7 @@ from onnxjit.ir.ops.elementwise.arithmetic import (
 from onnxjit.ir.ops.elementwise.inference import tensor
 from onnxjit.ir.ops.linalg import strassen as strassen
 from onnxjit.ir.ops.shape_utils import broadcast_shapes, tensor_input
-from onnxjit.ir.types import Dim, DType
+from onnxjit.ir.types import Dim
 
 _TYPES: Types = ((1, FLOATS), (9, FLOATS | WIDE_INTS), (13, FLOATS | WIDE_INTS | BF16))
 _GEMM_TYPES: Types = ((1, FLOATS), (9, FLOATS | WIDE_INTS), (13, FLOATS | WIDE_INTS | BF16))
@@ -176,91 +173,6 @@ def _matmul_lower(ctx: LowerContext, node: Node) -> None:
 
 op("MatMul", (1, 9, 13), infer=_matmul_infer, evaluate=_matmul_evaluate, lower=_matmul_lower,
    doc="numpy.matmul: 1-D operands promoted, batch dims broadcast", symbolic=True)
-
-# --------------------------------------------------------------------------- MatMulInteger
-
-_BYTE_TYPES: Types = ((10, frozenset({DType.INT8, DType.UINT8})),)
-
-
-def _zero_point(node: Node, i: int, size: Dim) -> None:
-    """A zero point must be a scalar (per tensor) or a vector of the M rows of A / N columns
-    of B; other layouts are valid ONNX but not implemented."""
-    if node.input(i) is None:
-        return
-    accept(node, i, _BYTE_TYPES)
-    if tensor_input(node, i).dtype != tensor_input(node, i - 2).dtype:
-        raise ModelError(f"input {i} (zero point) must have the element type of input {i - 2}",
-                         where=node)
-    s = tensor_input(node, i).shape
-    if s is None or all(d == 1 for d in s) or (len(s) == 1 and not _mismatch(s[0], size)):
-        return
-    raise UnsupportedError(f"MatMulInteger zero point of shape {_shape_text(s)} (only a "
-                           "scalar or a vector along M (A) / N (B) is supported)", where=node)
-
-
-def _mmi_infer(node: Node) -> list:
-    arity(node, 2, 4)
-    accept(node, 0, _BYTE_TYPES)
-    accept(node, 1, _BYTE_TYPES)
-    a, b = tensor_input(node, 0).shape, tensor_input(node, 1).shape
-    out = matmul_shape(node, a, b)
-    _zero_point(node, 2, None if a is None or len(a) < 2 else a[-2])
-    _zero_point(node, 3, None if b is None or len(b) < 2 else b[-1])
-    return tensor(DType.INT32, out)
-
-
-def _mmi_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
-    a, b = (x.astype(np.int32) for x in inputs[:2])
-    azp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.zeros(1, np.int8)
-    bzp = inputs[3] if len(inputs) > 3 and inputs[3] is not None else np.zeros(1, np.int8)
-    azp = azp.astype(np.int32).reshape(-1, 1) if azp.size > 1 else azp.astype(np.int32)
-    bzp = bzp.astype(np.int32).reshape(-1)
-    with np.errstate(all="ignore"):
-        return [np.asarray(np.matmul(a - azp, b - bzp), dtype=np.int32)]
-
-
-def _mmi_lower(ctx: LowerContext, node: Node) -> None:
-    a, bm, y = ctx.buf(node.inputs[0]), ctx.buf(node.inputs[1]), ctx.buf(node.outputs[0])
-    zps = [None if node.input(i) is None else ctx.buf(node.inputs[i]) for i in (2, 3)]
-    a2 = (1, *a.shape) if len(a.shape) == 1 else a.shape
-    b2 = (*bm.shape, 1) if len(bm.shape) == 1 else bm.shape
-    m, k, n = a2[-2], a2[-1], b2[-1]
-    batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
-    if y.numel == 0:
-        return
-    i32 = DType.INT32
-    shape, (cs, as_, bs) = coalesce(batch, [[s * m * n for s in row_major_strides(batch)],
-                                            [s * m * k for s in broadcast_strides(a2[:-2], batch)],
-                                            [s * k * n for s in broadcast_strides(b2[:-2], batch)]])
-    b = Builder()
-
-    def zero_point(zp: Buffer | None, idx: Operand) -> Operand:
-        if zp is None:
-            return const(0, i32)
-        return b.cast(b.load(zp, idx if zp.numel > 1 else i64(0)), i32)
-
-    # Scalar loops (no integer microkernel): i, then k, with the contiguous j loop innermost.
-    with b.nest(shape, parallel_outer=True) as idx:
-        c_off, a_off, b_off = (b.linear(idx, st) for st in (cs, as_, bs))
-        with b.loop(0, m, parallel=not shape, hint="i") as i:
-            row = b.iadd(c_off, b.imul(i, n))
-            with b.loop(0, n, hint="j") as j:
-                b.store(y, b.iadd(row, j), const(0, i32))
-            azp = zero_point(zps[0], i)
-            with b.loop(0, k, hint="k") as kk:
-                av = b.cast(b.load(a, b.iadd(a_off, b.iadd(b.imul(i, k), kk))), i32)
-                av = b.op("sub", av, azp)
-                brow = b.iadd(b_off, b.imul(kk, n))
-                with b.loop(0, n, hint="j") as j:
-                    bv = b.op("sub", b.cast(b.load(bm, b.iadd(brow, j)), i32),
-                              zero_point(zps[1], j))
-                    at = b.iadd(row, j)
-                    b.store(y, at, b.op("add", b.load(y, at), b.op("mul", av, bv)))
-    ctx.kernel("matmulinteger", b.body)
-
-
-op("MatMulInteger", (10,), infer=_mmi_infer, evaluate=_mmi_evaluate, lower=_mmi_lower,
-   doc="int32 matmul of (A - a_zero_point) and (B - b_zero_point), 8-bit inputs")
 
 # --------------------------------------------------------------------------- Gemm
 

@@ -150,7 +150,10 @@ def saturate(b: Builder, v: Operand, dt: DType) -> Operand:
     lo, hi = RANGES[dt]
     low = const(lo, v.dtype)
     v = b.op("select", b.op("gt", v, low), v, low)  # NaN -> lo (module docstring)
-    return b.cast(b.op("min", v, const(hi, v.dtype)), dt)
+    v = b.op("min", v, const(hi, v.dtype))
+    if dt.itemsize < 4:  # in range already: through i32, whose conversion vectorizes (the
+        v = b.cast(v, DType.INT32)  # saturating one to 8 bits was scalarized)
+    return b.cast(v, dt)
 
 
 def _layout_nest(b: Builder, lay: _Layout, body) -> None:

@@ -1,9 +1,10 @@
 """Quantized ops built on `quantization.quantize_linear`'s rounding: DynamicQuantizeLinear,
 QLinearMatMul.
 
-DynamicQuantizeLinear: a serial min/max pass gives scale = (max(0, max x) - min(0, min x)) / 255
-(1/255 when the range is empty) and zp = rint(clamp(-min / scale, 0, 255)); a second,
-parallel kernel quantizes x with them (read back from the outputs).
+DynamicQuantizeLinear: a parallel max/min pass (16 partial results a chunk, `_range`) gives
+scale = (max(0, max x) - min(0, min x)) / 255 (1/255 when the range is empty) and
+zp = rint(clamp(-min / scale, 0, 255)); a second, parallel kernel quantizes x with them (read
+back from the outputs).
 QLinearMatMul (per-tensor scales and zero points): (a - azp) and (b - bzp) widened to int32 in
 scratch panels, one integer `loops.Matmul` per batch element, then y = clamp(rint(acc *
 m) + yzp) in f64, with m = as * bs / ys computed in the scales' type (f32, f16 or bf16, each
@@ -17,7 +18,7 @@ import numpy as np
 from onnxjit.errors import ModelError, UnsupportedError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import i64
+from onnxjit.ir.loops import Buffer, Operand, i64
 from onnxjit.ir.narrow import widen
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.elementwise.arithmetic import arity
@@ -34,6 +35,9 @@ from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import DType
 
 D = DType
+#: partial results of DynamicQuantizeLinear's min and max (one 512-bit vector of f32), and the
+#: elements of a chunk of its parallel range pass
+RANGE_LANES, RANGE_CHUNK = 16, 16384
 
 # --------------------------------------------------------------------------- DynamicQuantizeLinear
 
@@ -60,15 +64,51 @@ def _dyn_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     return [y.astype(np.uint8), np.asarray(scale, np.float32), np.asarray(zp, np.uint8)]
 
 
+def _range(ctx: LowerContext, b: Builder, x: Buffer) -> tuple[Operand, Operand]:
+    """max(0, max x) and min(0, min x): a parallel loop over chunks of RANGE_CHUNK elements,
+    each folding its chunk into RANGE_LANES partial maxima and minima kept in its own scratch
+    row (lane k folds x[k], x[k + L], ...; a single accumulator is a chain of dependent
+    compares, and partial results in variables were vectorized two lanes wide, while a row's
+    consecutive stores let the SLP vectorizer make one vector of them), then a serial fold
+    of the rows."""
+    f, n, w = D.FLOAT, x.numel, RANGE_LANES
+    chunks = max(1, -(-n // RANGE_CHUNK))
+    part = ctx.scratch("dql_part", f, (chunks * 2 * w,))
+    with b.loop(0, chunks, parallel=True, hint="c") as c:
+        row = b.op("mul", c, i64(2 * w))
+        start = b.op("mul", c, i64(RANGE_CHUNK))
+        stop = b.op("min", b.op("add", start, i64(RANGE_CHUNK)), i64(n))
+        with b.loop(0, 2 * w, hint="k") as k:
+            b.store(part, b.op("add", row, k), const(0, f))
+        q = b.op("div", b.op("sub", stop, start), i64(w))
+        with b.loop(0, q, hint="iq") as t:
+            i0 = b.op("add", start, b.op("mul", t, i64(w)))
+            for k in range(w):
+                v = b.load(x, b.iadd(i0, i64(k)))
+                for at, kind in ((k, "max"), (w + k, "min")):
+                    p = b.op("add", row, i64(at))
+                    b.store(part, p, b.op(kind, b.load(part, p), v))
+        with b.loop(b.op("add", start, b.op("mul", q, i64(w))), stop, hint="i") as i:
+            v = b.load(x, i)  # the chunk's tail, into lane 0
+            for at, kind in ((0, "max"), (w, "min")):
+                p = b.op("add", row, i64(at))
+                b.store(part, p, b.op(kind, b.load(part, p), v))
+    out = []
+    for at, kind in ((0, "max"), (w, "min")):
+        acc = b.var(b.load(part, i64(at)), hint=kind)
+        with b.loop(0, chunks, hint="c") as c:
+            row = b.op("add", b.op("mul", c, i64(2 * w)), i64(at))
+            with b.loop(0, w, hint="k") as k:
+                b.assign(acc, kind, acc, b.load(part, b.op("add", row, k)))
+        out.append(acc)
+    return out[0], out[1]
+
+
 def _dyn_lower(ctx: LowerContext, node: Node) -> None:
     x, y, ys, yz = (ctx.buf(v) for v in (node.inputs[0], *node.outputs))
     f = D.FLOAT
     b = Builder()
-    mx, mn = b.var(const(0, f), hint="max"), b.var(const(0, f), hint="min")
-    with b.loop(0, x.numel, hint="i") as i:
-        v = b.load(x, i)
-        b.assign(mx, "max", mx, v)
-        b.assign(mn, "min", mn, v)
+    mx, mn = _range(ctx, b, x)
     rng = b.op("select", b.op("eq", mx, mn), const(1, f), b.op("sub", mx, mn))
     scale = b.op("div", rng, const(255, f))
     zp = rint(b, b.op("min", b.op("max", b.op("neg", b.op("div", mn, scale)), const(0, f)),
