@@ -75,6 +75,11 @@ def integer_conv(ctx: LowerContext, node: Node, ins: tuple, y: Buffer) -> None:
     gm = Geometry(conv_attrs_of(node, x, w), x.shape, w.shape, y.shape)
     if y.numel == 0:
         return
+    from onnxjit.ir.ops.conv.integer_vnni import lower_vnni_conv, vnni_applies
+
+    if vnni_applies(gm, node, ins, y):
+        lower_vnni_conv(ctx, node, gm, ins, y)
+        return
     i32 = DType.INT32
     b = Builder()
     if gm.kk == 0:

@@ -94,8 +94,11 @@ def _mmi_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
 # --------------------------------------------------------------------------- VNNI lowering
 
 
-class _Plan:
-    """What the VNNI lowering needs of a node, or None from `of` when it does not apply."""
+class Int8Plan:
+    """What the VNNI lowering needs of a node, or None from `of` when it does not apply.
+    `w` is B (K x N, 8-bit), `zb` its zero point(s); A's zero point is the node's input 2
+    (MatMulInteger's a_zero_point; ConvInteger's and QLinearConv's x_zero_point), A's sign
+    its input 0's."""
 
     def __init__(self, node: Node, w: np.ndarray, zb: np.ndarray):
         self.node = node
@@ -107,7 +110,7 @@ class _Plan:
         self.colsum = self.w.astype(np.int32).sum(axis=0, dtype=np.int32)
 
     @staticmethod
-    def of(node: Node, a_shape: tuple) -> _Plan | None:
+    def of(node: Node, a_shape: tuple) -> Int8Plan | None:
         wv, zv = node.inputs[1], node.input(3)
         w = wv.const
         if not has_vnni() or w is None or w.ndim != 2 or 0 in w.shape or len(a_shape) < 1:
@@ -119,10 +122,10 @@ class _Plan:
         if za is not None and len(a_shape) > 2 and (zshape is None or any(d != 1 for d in zshape)):
             return None  # a per-row zero point repeats over the batch: the scalar nest
         zb = np.zeros(1, np.int32) if zv is None else np.asarray(zv.const)
-        return _Plan(node, np.asarray(w), zb)
+        return Int8Plan(node, np.asarray(w), zb)
 
 
-def _row_terms(ctx: LowerContext, plan: _Plan, a: Buffer, rows: Dim, k: int
+def _row_terms(ctx: LowerContext, plan: Int8Plan, a: Buffer, rows: Dim, k: int
                ) -> tuple[Buffer, Buffer | None, int]:
     """(A as u8, the per-row zero point buffer or None, its shift): an i8 A copied + 128."""
     zbuf = None if plan.node.input(2) is None else ctx.buf(plan.node.inputs[2])
@@ -144,7 +147,7 @@ def _za(b: Builder, zbuf: Buffer | None, shift: int, row: Operand) -> Operand:
     return b.op("add", z, const(shift, I32)) if shift else z
 
 
-def _terms(ctx: LowerContext, plan: _Plan, au: Buffer, zbuf: Buffer | None, shift: int,
+def _terms(ctx: LowerContext, plan: Int8Plan, au: Buffer, zbuf: Buffer | None, shift: int,
            rows: Dim, k: int) -> list[tuple[Buffer, int, Buffer]]:
     """The rank-1 corrections as (row buffer, row step, column constant), with a kernel
     computing the row buffers: -za_i by B's column sums, w_i = K * za_i - rowsum_i by zb_j."""
@@ -172,7 +175,7 @@ def _terms(ctx: LowerContext, plan: _Plan, au: Buffer, zbuf: Buffer | None, shif
     return terms
 
 
-def _lower_vnni(ctx: LowerContext, plan: _Plan, a: Buffer, y: Buffer) -> None:
+def lower_int8(ctx: LowerContext, plan: Int8Plan, a: Buffer, y: Buffer) -> None:
     rows: Dim = 1
     for d in a.shape[:-1]:
         rows = sym_mul(rows, d)
@@ -238,16 +241,16 @@ def _lower_loops(ctx: LowerContext, node: Node, a: Buffer, bm: Buffer, y: Buffer
 def _mmi_lower(ctx: LowerContext, node: Node) -> None:
     a, bm, y = ctx.buf(node.inputs[0]), ctx.buf(node.inputs[1]), ctx.buf(node.outputs[0])
     if not y.is_static or not a.is_static:
-        plan = _Plan.of(node, a.shape)
+        plan = Int8Plan.of(node, a.shape)
         if plan is None:
             raise TypeError("MatMulInteger with symbolic sizes runs on the VNNI kernel only")
-        _lower_vnni(ctx, plan, a, y)
+        lower_int8(ctx, plan, a, y)
         return
     if y.numel == 0:
         return
-    plan = _Plan.of(node, a.shape)
+    plan = Int8Plan.of(node, a.shape)
     if plan is not None:
-        _lower_vnni(ctx, plan, a, y)
+        lower_int8(ctx, plan, a, y)
     else:
         _lower_loops(ctx, node, a, bm, y)
 
