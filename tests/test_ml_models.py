@@ -1,8 +1,9 @@
 """Classical models (ai.onnx.ml) built here with scikit-learn + skl2onnx and lightgbm /
 xgboost + onnxmltools compile and match onnxruntime.
 
-HistGradientBoosting is not here: skl2onnx 1.20 fails to convert it (it writes numpy bools
-into an ints attribute). Training sets are tiny (tens of rows, a few trees) so the whole file
+HistGradientBoosting: skl2onnx 1.20 fails to convert it (it hands numpy bools to an ints
+attribute, `nodes_missing_value_tracks_true`), so its test converts with those bools made ints
+(`_ints_not_bools`). Training sets are tiny (tens of rows, a few trees) so the whole file
 stays fast; the inputs hold NaNs where the model handles missing values. Probabilities agree
 to 1e-5 (both sides sum the same leaf values in float32/float64 in different orders); labels
 match exactly.
@@ -163,6 +164,35 @@ def test_lightgbm_and_xgboost():
                    (xgboost.XGBClassifier(n_estimators=3, max_depth=2, n_jobs=1), Y_MULTI)):
         m = convert_xgboost(est.fit(xn, y), initial_types=types, target_opset=15)
         _compare(m, XT_NAN)
+
+
+def _ints_not_bools(monkeypatch) -> None:
+    """skl2onnx 1.20's node builder, with bools in list attributes turned into ints."""
+    from skl2onnx.common import _container
+
+    make = _container.make_node
+
+    def make_node(*args, **attrs):
+        for k, v in attrs.items():
+            if isinstance(v, list) and any(isinstance(e, (bool, np.bool_)) for e in v):
+                attrs[k] = [int(e) if isinstance(e, (bool, np.bool_)) else e for e in v]
+        return make(*args, **attrs)
+
+    monkeypatch.setattr(_container, "make_node", make_node)
+
+
+def test_hist_gradient_boosting(monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    _ints_not_bools(monkeypatch)
+    xn = X.copy()
+    xn[::7, 1] = np.nan  # NaN gets its own bin: the missing-value tracks are taken
+    for est, y in ((ensemble.HistGradientBoostingRegressor(max_iter=3), Y_REG),
+                   (ensemble.HistGradientBoostingClassifier(max_iter=3), Y_BIN),
+                   (ensemble.HistGradientBoostingClassifier(max_iter=2), Y_MULTI)):
+        with threadpool_limits(1):  # OpenMP threads on a busy machine: seconds for 80 rows
+            est.fit(xn, y)
+        _compare(_skl(est), XT_NAN)
 
 
 # ----------------------------------------------------------- hand-built forests: every rule
