@@ -271,3 +271,19 @@ def test_wrong_feature_count_is_an_input_error():
     fn = onnxjit.compile(m, cache_dir=False)
     with pytest.raises(onnxjit.InputError):
         fn(XT[:, :2])
+
+
+def test_one_program_serves_every_row_count():
+    """Rows are symbolic in the tree walk: blocks of rows plus the rows left over one by one,
+    so row counts that are not multiples of the block (and a single row) are all right."""
+    m = _skl(ensemble.GradientBoostingClassifier(n_estimators=3, max_depth=3).fit(X, Y_MULTI))
+    m.ir_version = 9
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(m, cache_dir=False, specialize="dynamic")
+    before = fn.cache_info()["misses"]
+    for rows in (1, 6, 33, 0):
+        got, want = fn.run(None, {"X": XT[:rows]}), sess.run(None, {"X": XT[:rows]})
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    assert fn.cache_info()["misses"] - before == 1
+    assert fn._symbolic.reasons() == []
