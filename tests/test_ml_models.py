@@ -287,3 +287,17 @@ def test_one_program_serves_every_row_count():
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
     assert fn.cache_info()["misses"] - before == 1
     assert fn._symbolic.reasons() == []
+
+
+def test_leafwise_trees_two_phase_walk():
+    """Unbalanced (leaf-wise) trees take the walk's second phase: the lanes still inside
+    their trees after the group's mean leaf depth, gathered and walked alone."""
+    from onnxjit.bench.trees import _feeds, _model
+
+    m = _model(40, 24, 20, True, "SUM", 3)  # 40 trees of 24 leaves: depths ~6-14
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(m, cache_dir=False, specialize="dynamic")
+    x = _feeds(45, 20)["X"]
+    for rows in (1, 45):
+        np.testing.assert_allclose(fn(x[:rows])[0], sess.run(None, {"X": x[:rows]})[0],
+                                   rtol=1e-5, atol=1e-5)
