@@ -1,8 +1,9 @@
 """Classical models (ai.onnx.ml) built here with scikit-learn + skl2onnx and lightgbm /
 xgboost + onnxmltools compile and match onnxruntime.
 
-HistGradientBoosting is not here: skl2onnx 1.20 fails to convert it (it writes numpy bools
-into an ints attribute). Training sets are tiny (tens of rows, a few trees) so the whole file
+HistGradientBoosting: skl2onnx 1.20 fails to convert it (it hands numpy bools to an ints
+attribute, `nodes_missing_value_tracks_true`), so its test converts with those bools made ints
+(`_ints_not_bools`). Training sets are tiny (tens of rows, a few trees) so the whole file
 stays fast; the inputs hold NaNs where the model handles missing values. Probabilities agree
 to 1e-5 (both sides sum the same leaf values in float32/float64 in different orders); labels
 match exactly.
@@ -165,6 +166,35 @@ def test_lightgbm_and_xgboost():
         _compare(m, XT_NAN)
 
 
+def _ints_not_bools(monkeypatch) -> None:
+    """skl2onnx 1.20's node builder, with bools in list attributes turned into ints."""
+    from skl2onnx.common import _container
+
+    make = _container.make_node
+
+    def make_node(*args, **attrs):
+        for k, v in attrs.items():
+            if isinstance(v, list) and any(isinstance(e, (bool, np.bool_)) for e in v):
+                attrs[k] = [int(e) if isinstance(e, (bool, np.bool_)) else e for e in v]
+        return make(*args, **attrs)
+
+    monkeypatch.setattr(_container, "make_node", make_node)
+
+
+def test_hist_gradient_boosting(monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    _ints_not_bools(monkeypatch)
+    xn = X.copy()
+    xn[::7, 1] = np.nan  # NaN gets its own bin: the missing-value tracks are taken
+    for est, y in ((ensemble.HistGradientBoostingRegressor(max_iter=3), Y_REG),
+                   (ensemble.HistGradientBoostingClassifier(max_iter=3), Y_BIN),
+                   (ensemble.HistGradientBoostingClassifier(max_iter=2), Y_MULTI)):
+        with threadpool_limits(1):  # OpenMP threads on a busy machine: seconds for 80 rows
+            est.fit(xn, y)
+        _compare(_skl(est), XT_NAN)
+
+
 # ----------------------------------------------------------- hand-built forests: every rule
 
 
@@ -241,3 +271,33 @@ def test_wrong_feature_count_is_an_input_error():
     fn = onnxjit.compile(m, cache_dir=False)
     with pytest.raises(onnxjit.InputError):
         fn(XT[:, :2])
+
+
+def test_one_program_serves_every_row_count():
+    """Rows are symbolic in the tree walk: blocks of rows plus the rows left over one by one,
+    so row counts that are not multiples of the block (and a single row) are all right."""
+    m = _skl(ensemble.GradientBoostingClassifier(n_estimators=3, max_depth=3).fit(X, Y_MULTI))
+    m.ir_version = 9
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(m, cache_dir=False, specialize="dynamic")
+    before = fn.cache_info()["misses"]
+    for rows in (1, 6, 33, 0):
+        got, want = fn.run(None, {"X": XT[:rows]}), sess.run(None, {"X": XT[:rows]})
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+    assert fn.cache_info()["misses"] - before == 1
+    assert fn._symbolic.reasons() == []
+
+
+def test_leafwise_trees_two_phase_walk():
+    """Unbalanced (leaf-wise) trees take the walk's second phase: the lanes still inside
+    their trees after the group's mean leaf depth, gathered and walked alone."""
+    from onnxjit.bench.trees import _feeds, _model
+
+    m = _model(40, 24, 20, True, "SUM", 3)  # 40 trees of 24 leaves: depths ~6-14
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(m, cache_dir=False, specialize="dynamic")
+    x = _feeds(45, 20)["X"]
+    for rows in (1, 45):
+        np.testing.assert_allclose(fn(x[:rows])[0], sess.run(None, {"X": x[:rows]})[0],
+                                   rtol=1e-5, atol=1e-5)

@@ -10,7 +10,8 @@ XGBoost models exported by skl2onnx and onnxmltools).
     simple.py       Binarizer, Scaler, Normalizer, Imputer, ArrayFeatureExtractor,
                     FeatureVectorizer, LinearRegressor, LinearClassifier
     encoders.py     LabelEncoder, CategoryMapper, OneHotEncoder, ZipMap, DictVectorizer
-    svm.py          SVMRegressor (all kernels; SVMClassifier is not implemented)
+    svm.py          SVMRegressor (all kernels)
+    svm_classifier.py  SVMClassifier (one-vs-one votes, Platt probabilities, linear mode)
 
 Ops whose inputs or outputs are strings or maps run on the host (numpy `evaluate`), like every
 string op; the numeric ones have loop-IR lowerings or scalar rules.

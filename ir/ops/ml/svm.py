@@ -4,7 +4,7 @@ score = sum_j coefficients[j] * K(x, support_vectors[j]) + rho[0] when n_support
 linear form dot(x, coefficients) + rho[0]; with one_class the output is 1 if score > 0 else
 -1. Kernels (kernel_params = [gamma, coef0, degree]): LINEAR x.v, POLY (gamma x.v + coef0)^degree,
 RBF exp(-gamma |x - v|^2), SIGMOID tanh(gamma x.v + coef0). Output [N, 1] float32, computed
-in float64. SVMClassifier (one-vs-one voting, Platt probabilities) is not implemented.
+in float64. SVMClassifier is in `svm_classifier`.
 """
 
 from __future__ import annotations

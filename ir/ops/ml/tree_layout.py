@@ -10,10 +10,11 @@ touches one cache line instead of one per array:
 The next node is `word[1 + go]` of the record: an address computed from the comparison, not
 a select between two loads (LLVM turns such a select into a branch, and a mispredicted
 branch per step costs more than the step). `packed` holds the feature index in its low 28
-bits, the mode in bits 28-29 (LE 0, LT 1, EQ 2) and the NaN rule in bit 30 (NaN goes to the
-true child), so mode and NaN tests are masks of the word already loaded. A leaf is a record
-whose threshold is NaN (every compare is false, its NaN bit is clear) and whose children are
-itself: a walk that reached it stays.
+bits, the mode in bits 28-29 (LE 0, LT 1, EQ 2), the NaN rule in bit 30 (NaN goes to the
+true child) and "leaf" in bit 31 (the word is negative: the walk's second phase tests it), so
+these tests are masks of the word already loaded. A leaf is a record whose threshold is NaN
+(every compare is false, its NaN bit is clear) and whose children are itself: a walk that
+reached it stays.
 
 Algorithm (vectorized over all trees, level by level): 1) breadth-first from the roots, giving
 every reached node an entry (a node reached twice in a malformed DAG gets two, so the layout
@@ -30,6 +31,7 @@ from onnxjit.ir.ops.ml.forest import Forest
 FEATURE_MASK = (1 << 28) - 1
 MODE_SHIFT = 28
 NAN_BIT = 1 << 30
+LEAF_BIT = -(1 << 31)  # bit 31 of the int32 word: a leaf's word is negative
 #: record size in i32 words, by "thresholds are float64"
 RECORD_WORDS = {False: 4, True: 8}
 
@@ -79,7 +81,8 @@ def _records(f: Forest, orig: np.ndarray, pos: np.ndarray, false_kid: np.ndarray
              leaf: np.ndarray) -> np.ndarray:
     n = len(orig)
     is_leaf = leaf[orig]
-    packed = np.where(is_leaf, 0, f.feature[orig] | (f.mode[orig].astype(np.int64) << MODE_SHIFT)
+    packed = np.where(is_leaf, LEAF_BIT,
+                      f.feature[orig] | (f.mode[orig].astype(np.int64) << MODE_SHIFT)
                       | np.where(f.nan_true[orig], NAN_BIT, 0))
     fc = np.where(is_leaf, pos, pos[np.maximum(false_kid, 0)])
     tc = np.where(is_leaf, pos, pos + 1)

@@ -5,19 +5,27 @@ leaf weights, roots and depths are constant buffers, and one small kernel walks 
 time is therefore the same for 5 trees or 5,000 (no per-tree code, no giant function).
 
 Algorithm (kernel `trees`):
-1) rows are cut into blocks of R rows, blocks run in parallel (the worker pool; one block
-   runs in the calling thread);
+1) rows are cut into blocks of R rows, blocks run in parallel (the worker pool), then the
+   rows left over run one at a time (blocks of one row) in the calling thread. The row count
+   may be symbolic (one program for every batch size): nothing but the two loops' bounds
+   depends on it, and a single-row call walks one row and wakes no thread;
 2) trees, sorted by depth and padded with one-leaf trees, are cut into groups of G; a group's
    lanes are its (row, tree) pairs, R x G of them, each holding a node index in a per-block
    lane array;
-3) every lane starts at its tree's root and takes `depth` steps (the group's deepest tree):
-   `x = X[row, feature]`, `go = x <= threshold` (or <, == per the node's mode; a NaN x takes
-   the node's NaN bit), next node = record word 1 + go. Leaves are their own children, so
-   extra steps stay on the leaf. The lanes are independent, so the CPU overlaps their load
-   chains instead of waiting on one walk at a time (a single row still has G lanes);
+3) every lane starts at its tree's root and takes `cut` steps: `x = X[row, feature]`,
+   `go = x <= threshold` (or <, == per the node's mode; a NaN x takes the node's NaN bit),
+   next node = record word 1 + go. Leaves are their own children, so extra steps stay on the
+   leaf. The lanes are independent, so the CPU overlaps their load chains instead of waiting
+   on one walk at a time (a single row still has G lanes). `cut` is the group's depth (its
+   deepest tree) when the trees are balanced; for trees grown leaf-wise (LightGBM: 63 leaves
+   reach depth 15-25 while a row's path is ~8 nodes) it is the group's mean leaf depth, and
+   a second phase gathers the lanes not yet on a leaf (a leaf's word has its sign bit set)
+   into a list, branch-free, and walks only those for the remaining depth: most lanes no
+   longer spend half their steps standing on a leaf;
 4) each lane adds its leaf's weights (a dense [nodes, targets] table) to the row's
    accumulator (float64); MIN/MAX aggregates take min/max instead.
-Every loop but the depth loop has a constant trip count, so LLVM unrolls the lane loops.
+Every loop but the depth loop (and the two loops over rows) has a constant trip count, so
+LLVM unrolls the lane loops.
 Kernel `finish` (rows in parallel) adds base values, applies the post transform and, for
 classifiers, the label (see `tree_ops` for the conventions).
 Specialisation: the mode test is emitted only for modes the forest has, and the NaN test only
@@ -33,32 +41,32 @@ import numpy as np
 from onnxjit.errors import InputError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Operand, i64
+from onnxjit.ir.loops import Operand, Size, i64
 from onnxjit.ir.ops.ml import forest as F
 from onnxjit.ir.ops.ml import tree_layout
 from onnxjit.ir.ops.ml.post import post_row
 from onnxjit.ir.ops.ml.tree_info import classifier_info, forest_of, post_name
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import DType, Sym
 
 F64 = DType.DOUBLE
 
 
-def _shape_rf(shape: tuple) -> tuple[int, int]:
-    return (1, int(shape[0])) if len(shape) == 1 else (int(shape[0]), int(shape[1]))
+def _shape_rf(shape: tuple) -> tuple[Size, int]:
+    """(rows, features) of X; the rows may be symbolic, the features must not (a `TypeError`
+    sends the node to the shape-specialised path)."""
+    n, nf = (1, shape[0]) if len(shape) == 1 else (shape[0], shape[1])
+    return (n if isinstance(n, Sym) else int(n)), int(nf)
 
 
-#: trees per group (one row, many rows) and rows per block: measured on the 500-tree
-#: benchmark (`onnxjit/bench/trees.py`)
-GROUP = (32, 32)
+#: trees per group and rows per block: measured on the 500-tree benchmark
+#: (`onnxjit/bench/trees.py`)
+GROUP = 32
 ROWS = 4
-
-
-def block_sizes(n_rows: int, n_trees: int) -> tuple[int, int]:
-    """(rows per block R, trees per group G): enough lanes to hide load latency, few enough
-    that a block's lane array stays in L1."""
-    g = min(n_trees, GROUP[0] if n_rows == 1 else GROUP[1])
-    r = 1 if n_rows == 1 else min(ROWS, n_rows)
-    return max(r, 1), max(g, 1)
+#: steps past a group's mean leaf depth before the second phase: measured on a trained
+#: LightGBM (500 trees, 63 leaves; 1 thread, 10,000 rows, three runs): 0 was 1.14-1.33x
+#: faster than one phase (the deepest tree's depth for every lane), 1 about the same, -1
+#: slower
+CUT_SLACK = 0
 
 
 def lower_trees(ctx, node: Node) -> None:
@@ -68,12 +76,11 @@ def lower_trees(ctx, node: Node) -> None:
     if f.n_features_used > nf:
         raise InputError(f"node '{node.name}' ({node.op}): input X has {nf} features but the "
                          f"trees read feature {f.n_features_used - 1}")
-    nt = f.n_targets
-    r_blk, _ = block_sizes(n, len(f.roots))
-    acc = ctx.scratch("tree_acc", F64, (max(math.ceil(n / r_blk) * r_blk, 1), nt))
-    if n > 0:
-        _walk_kernel(ctx, f, xb, acc, n, nf)
-        _finish_kernel(ctx, node, f, acc, n)
+    if isinstance(n, int) and n == 0:
+        return
+    acc = ctx.scratch("tree_acc", F64, (n, f.n_targets))
+    _walk_kernel(ctx, f, xb, acc, n, nf)
+    _finish_kernel(ctx, node, f, acc, n)
 
 
 def _layout(f: F.Forest, g: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -96,6 +103,7 @@ def _records(ctx, f: F.Forest, roots: np.ndarray):
     rec, w, new_roots = tree_layout.preorder(f, roots[real])
     pad = len(rec)
     leaf = np.zeros((1, rec.shape[1]), np.int32)
+    leaf[0, 0] = tree_layout.LEAF_BIT
     leaf[0, 1:3] = pad
     if f.thr_dtype == np.float64:
         leaf[0, 4:6] = np.array([np.nan]).view(np.int32)
@@ -113,74 +121,156 @@ def _records(ctx, f: F.Forest, roots: np.ndarray):
             ctx.constant("tree_roots", walk_roots))
 
 
-def _walk_kernel(ctx, f: F.Forest, xb, acc, n: int, nf: int) -> None:
-    nt = f.n_targets
-    r_blk, g = block_sizes(n, len(f.roots))
-    n_blocks = math.ceil(n / r_blk)
-    roots, depths, _ = _layout(f, g)
-    words, thr, wts, roots_c = _records(ctx, f, roots)
-    double = f.thr_dtype == np.float64
-    rw = tree_layout.RECORD_WORDS[double]  # record size in i32 words
-    thr_words = 2 if double else 1  # threshold size in i32 words
-    thr_at = 2 if double else 3  # threshold's index in its record, in thresholds
-    depth_c = ctx.constant("tree_group_depth", depths)
-    inner = f.true_child != np.arange(len(f.mode))
-    modes = sorted(set(f.mode[inner].tolist())) or [F.LE]
-    any_nan = bool(f.nan_true[inner].any())
-    lanes = ctx.workspace("tree_lanes", DType.INT32, n_blocks * r_blk * g)
-    neutral = {"MIN": math.inf, "MAX": -math.inf}.get(f.aggregate, 0.0)
-    combine = {"MIN": "min", "MAX": "max"}.get(f.aggregate, "add")
+class _Walk:
+    """What every block's walk reads: the constant buffers and the forest's specialisation."""
 
-    # Every loop but the depth one has a constant trip count (LLVM unrolls the lane loops):
-    # the last block's rows past n read row n - 1 and accumulate into padding rows of `acc`
-    # that nothing reads.
+    def __init__(self, ctx, f: F.Forest, xb, acc, nf: int, g: int):
+        roots, self.depths, _ = _layout(f, g)
+        self.words, self.thr, self.wts, self.roots = _records(ctx, f, roots)
+        self.double = f.thr_dtype == np.float64
+        self.depth_c = ctx.constant("tree_group_depth", self.depths)
+        self.cuts = np.minimum(self.depths, _group_cuts(f, roots, g))
+        self.cut_c = ctx.constant("tree_group_cut", self.cuts)
+        self.two_phase = bool((self.cuts < self.depths).any())
+        inner = f.true_child != np.arange(len(f.mode))
+        self.modes = sorted(set(f.mode[inner].tolist())) or [F.LE]
+        self.any_nan = bool(f.nan_true[inner].any())
+        self.neutral = {"MIN": math.inf, "MAX": -math.inf}.get(f.aggregate, 0.0)
+        self.combine = {"MIN": "min", "MAX": "max"}.get(f.aggregate, "add")
+        self.xb, self.acc, self.nf, self.nt, self.g = xb, acc, nf, f.n_targets, g
+
+
+def _group_cuts(f: F.Forest, roots: np.ndarray, g: int) -> np.ndarray:
+    """Steps every lane of a group takes before the lanes still inside their trees are
+    gathered and walked on alone: the group's mean leaf depth, rounded up, plus CUT_SLACK
+    (leaf depths level by level from the roots, like `forest._depths`)."""
+    leaf = f.true_child == np.arange(len(f.true_child))
+    depth = np.zeros(len(leaf), dtype=np.int64)
+    tree = np.full(len(leaf), -1)
+    real = roots < len(leaf)
+    frontier = roots[real]
+    tree[frontier] = np.flatnonzero(real)
+    level = 0
+    while len(frontier) and level <= len(leaf):
+        inner = frontier[~leaf[frontier]]
+        kids = np.concatenate([f.true_child[inner], f.false_child[inner]])
+        level += 1
+        tree[kids] = np.concatenate([tree[inner], tree[inner]])
+        depth[kids] = level
+        frontier = kids
+    on = leaf & (tree >= 0)
+    sums = np.bincount(tree[on], depth[on], minlength=len(roots))
+    counts = np.bincount(tree[on], minlength=len(roots))
+    grp = np.arange(len(roots)) // g
+    mean = np.bincount(grp, sums, minlength=len(roots) // g) / np.maximum(
+        np.bincount(grp, counts, minlength=len(roots) // g), 1)
+    return np.ceil(mean).astype(np.int64) + CUT_SLACK
+
+
+def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int) -> None:
+    """Blocks of ROWS rows in parallel, then the rows left over one at a time (a single-row
+    call walks one row, whatever the row count the program was compiled for)."""
+    g = max(min(len(f.roots), GROUP), 1)
+    w = _Walk(ctx, f, xb, acc, nf, g)
+    full = n // ROWS
+    if isinstance(n, int):  # the same lanes for a part of the rows every call (`workspace`)
+        lanes = ctx.workspace("tree_lanes", DType.INT32, max(full, 1) * ROWS * g)
+        if w.two_phase:
+            w.open = ctx.workspace("tree_open", DType.INT32, max(full, 1) * ROWS * g)
+            w.open_x = ctx.workspace("tree_open_x", DType.INT64, max(full, 1) * ROWS * g)
+    else:
+        lanes = ctx.scratch("tree_lanes", DType.INT32, (full * (ROWS * g) + ROWS * g,))
+        if w.two_phase:
+            w.open = ctx.scratch("tree_open", DType.INT32, (full * (ROWS * g) + ROWS * g,))
+            w.open_x = ctx.scratch("tree_open_x", DType.INT64, (full * (ROWS * g) + ROWS * g,))
     b = Builder()
-    # one block (a single row): no trip through the worker pool
-    with b.loop(0, n_blocks, parallel=n_blocks > 1, hint="blk") as blk:
-        r0 = b.imul(blk, r_blk)
-        lane0 = b.imul(blk, r_blk * g)
-        with b.loop(0, r_blk * nt, hint="a") as a:
-            b.store(acc, b.iadd(b.imul(r0, nt), a), const(neutral, F64))
-        with b.loop(0, len(depths), hint="grp") as grp:
-            t0 = b.imul(grp, g)
-            # 1) every lane at its tree's root
-            with b.loop(0, r_blk, hint="r") as r:
-                lr = b.iadd(lane0, b.imul(r, g))
-                with b.loop(0, g, hint="j") as j:
-                    b.store(lanes, b.iadd(lr, j), b.load(roots_c, b.iadd(t0, j)))
-            # 2) `depth` steps of every lane
-            depth = b.load(depth_c, grp, hint="depth")
-            with b.loop(0, depth, hint="d"):
-                with b.loop(0, r_blk, hint="r") as r:
-                    lr = b.iadd(lane0, b.imul(r, g))
-                    row = b.op("min", b.iadd(r0, r), i64(n - 1), hint="row")
-                    xrow = b.imul(row, nf)
-                    with b.loop(0, g, hint="j") as j:
-                        li = b.iadd(lr, j)
-                        nd32 = b.load(lanes, li, hint="node")
-                        nd = b.cast(nd32, DType.INT64)
-                        at = b.imul(nd, rw)
-                        packed = b.load(words, at, hint="packed")
-                        t = b.load(thr, b.iadd(b.imul(nd, rw // thr_words), i64(thr_at)))
-                        fi = b.op("and", packed, const(tree_layout.FEATURE_MASK, DType.INT32))
-                        x = b.load(xb, b.iadd(xrow, b.cast(fi, DType.INT64)))
-                        go = _test(b, b.cast(x, t.dtype), t, modes, any_nan, packed)
-                        # the child is word 1 + go: an address, not a select (tree_layout)
-                        child = b.iadd(b.iadd(at, i64(1)), b.cast(go, DType.INT64))
-                        nxt = b.load(words, child, hint="next")
-                        b.store(lanes, li, nxt)
-            # 3) leaves into the accumulators
-            with b.loop(0, r_blk, hint="r") as r:
-                lr = b.iadd(lane0, b.imul(r, g))
-                arow = b.imul(b.iadd(r0, r), nt)
-                with b.loop(0, g, hint="j") as j:
-                    leaf = b.cast(b.load(lanes, b.iadd(lr, j), hint="leaf"), DType.INT64)
-                    wrow = b.imul(leaf, nt)
-                    with b.loop(0, nt, hint="k") as k:
-                        ai = b.iadd(arow, k)
-                        w = b.load(wts, b.iadd(wrow, k))
-                        b.store(acc, ai, b.op(combine, b.load(acc, ai), w))
+    with b.loop(0, full, parallel=True, hint="blk") as blk:
+        _walk_block(b, w, lanes, b.imul(blk, ROWS), ROWS, b.imul(blk, ROWS * g))
+    with b.loop(full * ROWS, n, hint="row") as row:
+        _walk_block(b, w, lanes, row, 1, i64(0))
     ctx.kernel("trees", b.body)
+
+
+def _walk_block(b: Builder, w: _Walk, lanes, r0: Operand, r_blk: int, lane0: Operand) -> None:
+    """Rows r0 .. r0 + r_blk - 1 through every tree, into their accumulators. Every loop but
+    the depth one has a constant trip count, so LLVM unrolls the lane loops."""
+    g, nt = w.g, w.nt
+    with b.loop(0, r_blk * nt, hint="a") as a:
+        b.store(w.acc, b.iadd(b.imul(r0, nt), a), const(w.neutral, F64))
+    with b.loop(0, len(w.depths), hint="grp") as grp:
+        t0 = b.imul(grp, g)
+        # 1) every lane at its tree's root
+        with b.loop(0, r_blk, hint="r") as r:
+            lr = b.iadd(lane0, b.imul(r, g))
+            with b.loop(0, g, hint="j") as j:
+                b.store(lanes, b.iadd(lr, j), b.load(w.roots, b.iadd(t0, j)))
+        # 2) `cut` steps of every lane, then the lanes still inside their trees alone
+        cut = b.load(w.cut_c if w.two_phase else w.depth_c, grp, hint="cut")
+        with b.loop(0, cut, hint="d"):
+            with b.loop(0, r_blk, hint="r") as r:
+                lr = b.iadd(lane0, b.imul(r, g))
+                xrow = b.imul(b.iadd(r0, r), w.nf)
+                with b.loop(0, g, hint="j") as j:
+                    _step(b, w, lanes, b.iadd(lr, j), xrow)
+        if w.two_phase:
+            _second_phase(b, w, lanes, r0, r_blk, lane0, grp)
+        # 3) leaves into the accumulators
+        with b.loop(0, r_blk, hint="r") as r:
+            lr = b.iadd(lane0, b.imul(r, g))
+            arow = b.imul(b.iadd(r0, r), nt)
+            with b.loop(0, g, hint="j") as j:
+                leaf = b.cast(b.load(lanes, b.iadd(lr, j), hint="leaf"), DType.INT64)
+                wrow = b.imul(leaf, nt)
+                with b.loop(0, nt, hint="k") as k:
+                    ai = b.iadd(arow, k)
+                    v = b.load(w.wts, b.iadd(wrow, k))
+                    b.store(w.acc, ai, b.op(w.combine, b.load(w.acc, ai), v))
+
+
+def _step(b: Builder, w: _Walk, lanes, li: Operand, xrow: Operand) -> None:
+    """One step of lane `li` (its row starts at element `xrow` of X)."""
+    rw = tree_layout.RECORD_WORDS[w.double]  # record size in i32 words
+    thr_words = 2 if w.double else 1  # threshold size in i32 words
+    thr_at = 2 if w.double else 3  # threshold's index in its record, in thresholds
+    nd = b.cast(b.load(lanes, li, hint="node"), DType.INT64)
+    at = b.imul(nd, rw)
+    packed = b.load(w.words, at, hint="packed")
+    t = b.load(w.thr, b.iadd(b.imul(nd, rw // thr_words), i64(thr_at)))
+    fi = b.op("and", packed, const(tree_layout.FEATURE_MASK, DType.INT32))
+    x = b.load(w.xb, b.iadd(xrow, b.cast(fi, DType.INT64)))
+    go = _test(b, b.cast(x, t.dtype), t, w.modes, w.any_nan, packed)
+    # the child is word 1 + go: an address, not a select (tree_layout)
+    child = b.iadd(b.iadd(at, i64(1)), b.cast(go, DType.INT64))
+    b.store(lanes, li, b.load(w.words, child, hint="next"))
+
+
+def _second_phase(b: Builder, w: _Walk, lanes, r0: Operand, r_blk: int, lane0: Operand,
+                  grp: Operand) -> None:
+    """Gather the lanes not on a leaf (lane and row offset, appended branch-free: always
+    written, the count advances only for an open lane), then walk them alone for the
+    group's remaining depth."""
+    g = w.g
+    rw = tree_layout.RECORD_WORDS[w.double]
+    count = b.var(i64(0), hint="open")
+    with b.loop(0, r_blk, hint="r") as r:
+        lr = b.iadd(lane0, b.imul(r, g))
+        xrow = b.imul(b.iadd(r0, r), w.nf)
+        with b.loop(0, g, hint="j") as j:
+            li = b.iadd(lr, j)
+            nd = b.cast(b.load(lanes, li, hint="node"), DType.INT64)
+            packed = b.load(w.words, b.imul(nd, rw), hint="packed")
+            at = b.iadd(lane0, count)
+            b.store(w.open, at, b.cast(li, DType.INT32))
+            b.store(w.open_x, at, xrow)
+            inside = b.op("ge", packed, const(0, DType.INT32))
+            b.assign(count, "add", count, b.cast(inside, DType.INT64))
+    depth = b.load(w.depth_c, grp, hint="depth")
+    cut = b.load(w.cut_c, grp, hint="cut")
+    with b.loop(cut, depth, hint="d"):
+        with b.loop(0, count, hint="k") as k:
+            at = b.iadd(lane0, k)
+            li = b.cast(b.load(w.open, at), DType.INT64)
+            _step(b, w, lanes, li, b.load(w.open_x, at))
 
 
 def _test(b: Builder, x: Operand, t: Operand, modes: list[int], any_nan: bool,
@@ -200,7 +290,7 @@ def _test(b: Builder, x: Operand, t: Operand, modes: list[int], any_nan: bool,
     return go
 
 
-def _finish_kernel(ctx, node: Node, f: F.Forest, acc, n: int) -> None:
+def _finish_kernel(ctx, node: Node, f: F.Forest, acc, n: Size) -> None:
     nt = f.n_targets
     b = Builder()
     minmax = f.aggregate in ("MIN", "MAX")
@@ -208,7 +298,7 @@ def _finish_kernel(ctx, node: Node, f: F.Forest, acc, n: int) -> None:
         yb = ctx.buf(node.outputs[0])
         base = None if f.base_values is None else \
             ctx.constant("tree_base", _base(f.base_values, nt))
-        with b.loop(0, n, parallel=n > 64, hint="row") as row:
+        with b.loop(0, n, parallel=True, hint="row") as row:
             arow = b.imul(row, nt)
 
             def load(k: Operand) -> Operand:
@@ -233,12 +323,12 @@ def _base(base: np.ndarray, nt: int) -> np.ndarray:
     return out
 
 
-def _finish_classifier(ctx, b: Builder, node: Node, f: F.Forest, acc, n: int) -> None:
+def _finish_classifier(ctx, b: Builder, node: Node, f: F.Forest, acc, n: Size) -> None:
     cls = classifier_info(node)
     lab_b, z_b = ctx.buf(node.outputs[0]), ctx.buf(node.outputs[1])
     nt = f.n_targets
     labels = ctx.constant("tree_labels", np.array(cls.labels, dtype=np.int64))
-    with b.loop(0, n, parallel=n > 64, hint="row") as row:
+    with b.loop(0, n, parallel=True, hint="row") as row:
         arow = b.imul(row, nt)
         zrow = b.imul(row, 2 if cls.binary and cls.column == 0 else nt)
         if cls.binary and cls.column == 0:

@@ -115,4 +115,4 @@ def _lower(ctx, node: Node) -> None:
 for _name, _versions in (("TreeEnsembleRegressor", (1, 3)), ("TreeEnsembleClassifier", (1, 3)),
                          ("TreeEnsemble", (5,))):
     op(_name, _versions, domain="ai.onnx.ml", infer=_infer, evaluate=_evaluate, lower=_lower,
-       doc=_DOC)
+       doc=_DOC, symbolic=True)
