@@ -66,18 +66,45 @@ class MicroKey(NamedTuple):
         return f"onnxjit.gemm.{sfx}.{self.mr}x{self.nv}" + (f".{flags}" if flags else "")
 
 
+#: Build each microkernel's LLVM IR once per process: a module declares it, and its text
+#: (`module_text`) gets the definition's text in place of the declaration. The text does not
+#: depend on the module, and building it was a quarter of Inception-v1's IR building (each
+#: group of kernels compiled in a worker has its own copy: `codegen.workers`).
+SHARED_TEXT = True
+_TEXTS: dict[MicroKey, str] = {}
+#: the attribute of an `ir.Module` mapping its declarations' lines to the definitions' text
+_PENDING = "_onnxjit_micro_texts"
+
+
 def micro_function(module: ir.Module, key: MicroKey) -> ir.Function:
     """The module's microkernel for `key`, defined on first use (see the module docstring)."""
     fn = module.globals.get(key.name())
-    if fn is None:
-        fn = _Builder(module, key).fn
+    if fn is not None:
+        return fn
+    if not SHARED_TEXT:
+        return _Builder(module, key).fn
+    text = _TEXTS.get(key)
+    if text is None:
+        text = _TEXTS[key] = str(_Builder(ir.Module(), key).fn)
+    fn = _Builder(module, key, body=False).fn
+    if not hasattr(module, _PENDING):
+        setattr(module, _PENDING, {})
+    getattr(module, _PENDING)[str(fn)] = text
     return fn
 
 
-class _Builder:
-    """Defines one microkernel function."""
+def module_text(module: ir.Module) -> str:
+    """`str(module)` with each microkernel declared by `micro_function` defined."""
+    text = str(module)
+    for decl, definition in getattr(module, _PENDING, {}).items():
+        text = text.replace(decl, definition, 1)
+    return text
 
-    def __init__(self, module: ir.Module, key: MicroKey):
+
+class _Builder:
+    """Defines one microkernel function (declares it when not `body`)."""
+
+    def __init__(self, module: ir.Module, key: MicroKey, body: bool = True):
         self.key = key
         self.ety = ir.FloatType() if key.itemsize == 4 else ir.DoubleType()
         self.vl = tile_shape(key.itemsize)[0]
@@ -101,6 +128,8 @@ class _Builder:
                  "a_next", "valid")
         for arg, name in zip(self.fn.args, names):
             arg.name = name
+        if not body:
+            return
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.zero = ir.Constant(self.vty, [0.0] * self.vl)
         self.emit()

@@ -40,6 +40,7 @@ import llvmlite.binding as llvm
 from onnxjit import timings
 from onnxjit.codegen import pyentry, target
 from onnxjit.codegen.entry import n_io
+from onnxjit.codegen.gemm_micro import module_text
 from onnxjit.codegen.irutil import LOOP_SELF
 from onnxjit.codegen.llvmgen import uses_pool
 from onnxjit.codegen.modules import (
@@ -117,7 +118,7 @@ def _compile(program: Program, plan: Any, opt_level: int,
     module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout(),
                                            plan)
     fastcall = pyentry.build(module, f"{_PLACEHOLDER}_fastcall").name
-    text = str(module)
+    text = module_text(module)
     digest = hexdigest(text.encode())[:16]
     prefix = f"{_symbol_name(program)}_{digest}"
     text = text.replace(_PLACEHOLDER, prefix)
@@ -144,7 +145,7 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
             module, entry, entry_py = build_entry_module(program, plan, prefix, triple,
                                                          target.data_layout())
             fastcall = pyentry.build(module, f"{prefix}_fastcall").name
-            text = str(module)
+            text = module_text(module)
         return compile_module(text, opt_level, None), entry, entry_py, fastcall
 
     rec = timings.current()

@@ -270,9 +270,10 @@ class KernelTranslator:
                 md = (interleave_md(self.fn.module, 2)
                       if any(isinstance(t, Op) and t.op in _CHAINED for t in body)
                       and flat else None)
-                if md is None and flat and KEEP_FOLDS and sum(
+                # a `rolled` loop (glue code) or a fold of many lanes keeps its loop
+                if md is None and (s.rolled or flat and KEEP_FOLDS and sum(
                         isinstance(t, Op) and t.dst.dtype.is_float and t.dst in t.args
-                        for t in body) >= FOLD_LANES:
+                        for t in body) >= FOLD_LANES):
                     md = no_unroll_md(self.fn.module)
                 # a Break in the body jumps to an exit block joined after the loop's own exit
                 brk = (self.fn.append_basic_block("loop.break")

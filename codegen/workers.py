@@ -192,13 +192,14 @@ def _worker(work: Callable[[int], Any], tasks: int, out: int) -> None:
 def _compile_group(program: Program, plan: KernelPlan, group: list[int], prefix: str,
                    compile_text: Callable[[str], bytes]) -> bytes:
     from onnxjit.codegen import target
+    from onnxjit.codegen.gemm_micro import module_text
     from onnxjit.codegen.modules import new_module
 
     with timed("llvm-ir"):
         triple, _, _ = target.host()
         module = new_module(f"{prefix}.group", triple, target.data_layout())
         translate_kernels(module, program, plan, group, prefix, external=True)
-        text = str(module)
+        text = module_text(module)
     return compile_text(text)
 
 

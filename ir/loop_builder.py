@@ -50,6 +50,8 @@ class Builder:
     def __init__(self) -> None:
         self.body: list[Stmt] = []
         self._stack: list[list[Stmt]] = [self.body]
+        #: loops opened now are `rolled` (`keep_rolled`)
+        self._rolled = False
 
     # statements ---------------------------------------------------------------------------
     def emit(self, stmt: Stmt) -> None:
@@ -92,17 +94,27 @@ class Builder:
 
     @contextlib.contextmanager
     def loop(self, start: Operand | Size, stop: Operand | Size, step: int = 1,
-             parallel: bool = False, hint: str = "i") -> Iterator[Var]:
+             parallel: bool = False, hint: str = "i", rolled: bool = False) -> Iterator[Var]:
+        """A Loop (see `ir.loops`); yields its index variable."""
         var = Var(DType.INT64, hint)
         start = size_operand(start) if isinstance(start, (int, Sym)) else start
         stop = size_operand(stop) if isinstance(stop, (int, Sym)) else stop
-        loop = Loop(var, start, stop, step, [], parallel)
+        loop = Loop(var, start, stop, step, [], parallel, rolled or self._rolled)
         self.emit(loop)
         self._stack.append(loop.body)
         try:
             yield var
         finally:
             self._stack.pop()
+
+    @contextlib.contextmanager
+    def keep_rolled(self, on: bool = True) -> Iterator[None]:
+        """Every loop opened inside (by the caller or a helper it calls) is `rolled`."""
+        saved, self._rolled = self._rolled, self._rolled or on
+        try:
+            yield
+        finally:
+            self._rolled = saved
 
     @contextlib.contextmanager
     def nest(self, shape: Sequence[Size], parallel_outer: bool = False) -> Iterator[list[Var]]:

@@ -165,7 +165,8 @@ class _Parser:
             stop = self.operand()
             step = cur.integer("a loop step") if cur.accept("step") else 1
             parallel = cur.accept("parallel")
-            return Loop(var, start, stop, step, self.block(), parallel)
+            rolled = cur.accept("rolled")
+            return Loop(var, start, stop, step, self.block(), parallel, rolled)
         if cur.accept("store"):
             buf = self.buf()
             cur.expect("[")

@@ -140,6 +140,8 @@ class _Printer:
                     head += f" step {s.step}"
                 if s.parallel:
                     head += " parallel"
+                if s.rolled:
+                    head += " rolled"
                 lines.append(f"{indent}{head} {{")
                 self.body(s.body, indent + "  ", lines)
                 lines.append(indent + "}")

@@ -233,3 +233,31 @@ def test_im2col_convs_over_few_positions_run_transposed(xs, cout, k, attrs, dtyp
                                atol=tol)
     (y,) = onnxjit.compile(m, cache_dir=False, num_threads=threads)(**feeds)
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+def test_copy_and_epilogue_stay_rolled(monkeypatch):
+    # 7x7 positions in chunks of 13 rows: unrolled by LLVM, the copy became 13 x 16 scalar
+    # copies and the epilogue's rows were vectorized across channels (most of DenseNet-121's
+    # optimised IR); rolled, the same results from much less code
+    from onnxjit import runtime
+    from onnxjit.codegen import compile_program
+
+    m = _model((1, 64, 7, 7), 128, residual=True)
+    feeds = _feeds(m, (1, 64, 7, 7), 128, np.float32)
+    gm = import_model(m.SerializeToString(), OPTIONS)
+    sig = tuple((DType.from_numpy(a.dtype), a.shape) for a in feeds)
+    outs, loops, sizes = [], [], []
+    for keep in (True, False):
+        monkeypatch.setattr(few_positions, "KEEP_ROLLED", keep)
+        _, prog = lower_signature(gm, sig, OPTIONS)
+        (kernel,) = [k for k in prog.kernels if k.name == "conv_gemm_t"]
+        rolled = {s.var.hint for s in walk(kernel.body) if getattr(s, "rolled", False)}
+        assert rolled == ({"q", "er", "ec"} if keep else set())
+        texts: dict[str, str] = {}
+        compile_program(prog, dump=texts.__setitem__)
+        loops.append(texts["llvm.ll"].count("!llvm.loop !"))  # loops carrying metadata
+        sizes.append(texts["llvm-opt.ll"].count("\n"))
+        runtime._MEMORY.clear()
+        outs.append(onnxjit.compile(m, cache_dir=False, num_threads=2)(*feeds)[0])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert loops[0] >= loops[1] + 3 and sizes[0] < 0.8 * sizes[1], (loops, sizes)

@@ -94,3 +94,25 @@ def test_products_share_their_microkernels() -> None:
     for k in ("k0", "k1"):  # both products' kernels (or their tasks) call a shared tile
         assert any(f".{k}." in f.split("(")[0] and re.search(
             r'call void @"onnxjit\.gemm\.f32\.6x4"', f) for f in bodies)
+
+
+def test_microkernel_text_built_once(monkeypatch) -> None:
+    """A module declares each microkernel and its text gets the definition built once per
+    process (`gemm_micro.SHARED_TEXT`): the same module text as building it in the module."""
+    import re
+
+    from onnxjit.codegen import gemm_micro, target
+    from onnxjit.codegen.modules import build_module, plan_kernels
+
+    target.init()
+    p, _, _ = _const_a_program(CONST_A_CASES[:3], "const", np.random.default_rng(5))
+    texts: list[str] = []
+    for shared in (False, True, True):  # the second True reuses the texts the first built
+        monkeypatch.setattr(gemm_micro, "SHARED_TEXT", shared)
+        if len(texts) == 1:
+            monkeypatch.setattr(gemm_micro, "_TEXTS", {})
+        module, _, _ = build_module(p, "p", target.host()[0], target.data_layout(),
+                                    plan_kernels(p))
+        texts.append(re.sub(r"onnxjit\.loop\.self\.\d+", "L", gemm_micro.module_text(module)))
+    assert len(gemm_micro._TEXTS) == texts[0].count('define internal void @"onnxjit.gemm.') > 0
+    assert texts[0] == texts[1] == texts[2]
