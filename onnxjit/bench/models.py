@@ -86,6 +86,22 @@ def conv(name: str, cin: int, cout: int, k: int, hw: int, group: int = 1, tiny: 
                       f"{kind}Conv {k}x{k} {cin}->{cout} at {hw}x{hw}, pad {k // 2}", flops)
 
 
+def conv1d(name: str, batch: int, length: int, tiny: bool = False) -> BenchModel:
+    """An audio front end computing a spectrogram as a convolution: 1 input channel, 257
+    outputs, a 512-tap kernel at stride 160 (`conv.strided_windows`)."""
+    if tiny:
+        length = 512 + 160 * 3
+    b = GraphBuilder()
+    w = b.weight((257, 1, 512), 512)
+    y = b.op("Conv", ["x", w, b.const(np.zeros(257, np.float32), "b")], kernel_shape=[512],
+             strides=[160])
+    model = b.model(name, [("x", TensorProto.FLOAT, [batch, 1, length])], y)
+    p = (length - 512) // 160 + 1
+    return BenchModel(name, model, {"x": randn((batch, 1, length))},
+                      f"Conv1d 1->257, 512 taps, stride 160, {batch}x{length} samples",
+                      2.0 * batch * 257 * 512 * p)
+
+
 def lstm(tiny: bool = False, dims: tuple[int, int, int, int] = (64, 8, 128, 256)
          ) -> BenchModel:
     seq, batch, inp, hid = (4, 2, 8, 16) if tiny else dims
@@ -152,6 +168,8 @@ def registry() -> dict[str, Callable[[bool], BenchModel]]:
         "conv3x3_64_56": lambda t: conv("conv3x3_64_56", 64, 64, 3, 56, tiny=t),
         "conv1x1_256to64_56": lambda t: conv("conv1x1_256to64_56", 256, 64, 1, 56, tiny=t),
         "dwconv3x3_144_56": lambda t: conv("dwconv3x3_144_56", 144, 144, 3, 56, 144, t),
+        "conv1d_spectrogram_16k": lambda t: conv1d("conv1d_spectrogram_16k", 1, 16000, t),
+        "conv1d_spectrogram_4x48k": lambda t: conv1d("conv1d_spectrogram_4x48k", 4, 48000, t),
         # tree ensembles (ai.onnx.ml): a LightGBM-style and a random-forest-style regressor
         "trees_lgbm500_b1": lambda t: trees.lgbm_like(1, t),
         "trees_lgbm500_b10000": lambda t: trees.lgbm_like(10000, t),
