@@ -23,6 +23,8 @@ threads (5 panels), each chunk also in two halves of its positions; with fewer p
 3) the epilogue (bias, activation, residual: `conv.geometry.EpilogueHook`) on those rows of Y.
 Convs that need a panel first build every image's whole panel (K, P), row-major, in one
 kernel parallel over chunks of input channels (`conv.conv._plain_panels`).
+`conv.strided_windows` reuses the kernel with its own products (`Product`: 1-D convs whose
+im2col panel is a window of X itself) and the bias added by the copy.
 Used for float convs of one group with constant weights and a depth of at least MIN_DEPTH
 (the copy is then small next to the product), when the lanes wasted by the usual form,
 ceil(P/VL)*VL/P - 1, are at least MIN_WASTE, or for deep products over small images (`DEEP`:

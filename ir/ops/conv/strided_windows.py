@@ -20,8 +20,13 @@ the threads, T's transposed copy into Y (adding the bias), the epilogue of a Fus
 Padding: X is first copied into a zero-padded scratch, (P-1)*s + k elements a channel (the
 reach of the windows), by one kernel parallel over its rows.
 Applies (`applies`) to float/double 1-D convs of one group, dilation 1, constant weights, at
-least MIN_TAPS taps and at most MAX_CHANNELS input channels; others keep their forms (the
-im2col panel of many short-kernel channels costs little next to its product).
+least MIN_TAPS taps and at most MAX_CHANNELS input channels, over positions few enough that
+vectors along them would waste lanes (`few_positions.pays`, without its DEEP rule); others
+keep their forms (the im2col panel of many short-kernel channels costs little next to its
+product; over many positions Y = W @ panel ran faster: 4 x 48000 samples 2.3x onnxruntime
+against 1.1x here, its vectors along 297 positions instead of 257 channels, no copy of T).
+Convs of one input channel that the windows do not take, with at least MIN_TAPS taps, go
+through the im2col product (`im2col_instead`), not the depthwise nest.
 """
 
 from __future__ import annotations
