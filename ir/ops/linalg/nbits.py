@@ -19,6 +19,9 @@ loop runs over NB contiguous bytes (vectors along n: two FMAs per byte, no reduc
 block's 16 * NB bytes serve every row from L1. onnxruntime computes in float too (accuracy
 level 0 dequantizes to float); the sums differ by rounding only.
 More rows take MatMul's lowering (`linalg.matmul.lower_matmul`) with the float W prepacked.
+Rows known only at run time (a symbolic program: decode steps after a prefill) run both
+kernels, the float one over big = rows * min(1, rows // (MAX_ROWS + 1)) rows (all or none),
+the 4-bit one over the rows - big others.
 """
 
 from __future__ import annotations
@@ -30,13 +33,13 @@ import numpy as np
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Operand, i64
+from onnxjit.ir.loops import Buffer, Matmul, Operand, Size, i64, size_operand
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.elementwise.inference import tensor
 from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
 from onnxjit.ir.ops.linalg.matmul import lower_matmul
 from onnxjit.ir.ops.shape_utils import tensor_input
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import DType, sym_min
 
 #: Output columns a chunk (the parallel unit; 4 vectors of 16 floats).
 NB = 64
@@ -81,22 +84,30 @@ def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
 
 def _lower(ctx: LowerContext, node: Node) -> None:
     a, y = ctx.buf(node.inputs[0]), ctx.buf(node.outputs[0])
-    rows = math.prod(a.shape[:-1]) if a.is_static else None
-    if rows is None or rows > MAX_ROWS or not y.is_static or y.numel == 0:
+    rows = math.prod(a.shape[:-1])
+    if isinstance(rows, int) and (rows > MAX_ROWS or y.numel == 0):
         lower_matmul(ctx, node)  # inputs 0 and 1 are A and the float W, as MatMul's
         return
-    qw, sc, sz = (ctx.buf(node.inputs[i]) for i in (2, 3, 4))
     k, n, bs = int(node.attr("K", 0)), int(node.attr("N", 0)), int(node.attr("block_size", 0))
+    if not isinstance(rows, int):
+        # run-time rows: the float product over `big` rows (all of them, or none when they
+        # are few), then the 4-bit kernel over the others (none, or all of them)
+        big = rows * sym_min(1, rows // (MAX_ROWS + 1))
+        wf = ctx.buf(node.inputs[1])
+        ctx.kernel("matmul", [Matmul(y, i64(0), n, a, i64(0), k, wf, i64(0), n, big, n, k)])
+        rows = rows - big
+    qw, sc, sz = (ctx.buf(node.inputs[i]) for i in (2, 3, 4))
     asum = _block_sums(ctx, a, rows, k, bs)
     _product(ctx, a, qw, sc, sz, y, asum, rows, k, n, bs)
 
 
-def _block_sums(ctx: LowerContext, a: Buffer, rows: int, k: int, bs: int) -> Buffer:
+def _block_sums(ctx: LowerContext, a: Buffer, rows: Size, k: int, bs: int) -> Buffer:
     """asum[r, blk] = sum of A's row r over block blk."""
     blocks = k // bs
-    asum = ctx.scratch("nbits_asum", DType.FLOAT, (rows, blocks))
+    asum = ctx.scratch("nbits_asum", DType.FLOAT, (min(rows, MAX_ROWS) if isinstance(
+        rows, int) else MAX_ROWS, blocks))
     b = Builder()
-    with b.loop(0, rows * blocks, hint="rb") as rb:
+    with b.loop(0, b.imul(size_operand(rows), blocks), hint="rb") as rb:
         b.store(asum, rb, const(0.0, DType.FLOAT))
         with b.loop(0, bs, hint="j") as j:
             b.store(asum, rb, b.op("add", b.load(asum, rb),
@@ -106,21 +117,23 @@ def _block_sums(ctx: LowerContext, a: Buffer, rows: int, k: int, bs: int) -> Buf
 
 
 def _product(ctx: LowerContext, a: Buffer, qw: Buffer, sc: Buffer, sz: Buffer, y: Buffer,
-             asum: Buffer, rows: int, k: int, n: int, bs: int) -> None:
-    """The chunked kernel of the module docstring."""
+             asum: Buffer, rows: Size, k: int, n: int, bs: int) -> None:
+    """The chunked kernel of the module docstring (`rows` at most MAX_ROWS)."""
     f32 = DType.FLOAT
     blocks, half, chunks = k // bs, bs // 2, -(-n // NB)
-    acc = ctx.scratch("nbits_acc", f32, (chunks, rows * NB))
+    most = rows if isinstance(rows, int) else MAX_ROWS
+    nrows = size_operand(rows)
+    acc = ctx.scratch("nbits_acc", f32, (chunks, most * NB))
     t = ctx.scratch("nbits_t", f32, (chunks, NB))
     zero = const(0.0, f32)
     b = Builder()
     with b.loop(0, chunks, parallel=True, hint="c") as c:
-        acc0, t0 = b.imul(c, rows * NB), b.imul(c, NB)
-        with b.loop(0, rows * NB, hint="i") as i:
+        acc0, t0 = b.imul(c, most * NB), b.imul(c, NB)
+        with b.loop(0, b.imul(nrows, NB), hint="i") as i:
             b.store(acc, b.iadd(acc0, i), zero)
         with b.loop(0, blocks, hint="blk") as blk:
             cb = b.iadd(b.imul(c, blocks), blk)
-            with b.loop(0, rows, hint="r") as r:
+            with b.loop(0, nrows, hint="r") as r:
                 _block_dot(b, a, qw, t, t0, cb, r, blk, k, bs, half)
                 s = b.load(asum, b.iadd(b.imul(r, blocks), blk))
                 arow = b.iadd(acc0, b.imul(r, NB))
@@ -131,7 +144,7 @@ def _product(ctx: LowerContext, a: Buffer, qw: Buffer, sc: Buffer, sz: Buffer, y
                              b.op("mul", b.load(sz, w), s))
                     b.store(acc, at, b.op("add", b.load(acc, at), v))
         valid = b.op("min", i64(NB), b.op("sub", i64(n), t0))
-        with b.loop(0, rows, hint="r") as r:
+        with b.loop(0, nrows, hint="r") as r:
             with b.loop(0, valid, hint="n") as j:
                 b.store(y, b.iadd(b.imul(r, n), b.iadd(t0, j)),
                         b.load(acc, b.iadd(acc0, b.iadd(b.imul(r, NB), j))))
