@@ -91,3 +91,13 @@ def test_one_channel_long_kernels_take_im2col(xs, ws, attrs, relu, monkeypatch):
     monkeypatch.setattr(strided_windows, "ONE_CHANNEL_IM2COL", False)
     assert "conv_im2col_gemm" not in _kernels(m, x)
 
+
+
+def test_one_channel_long_kernel_with_run_time_length():
+    # a symbolic program (audio of any length) takes the run-time im2col product too
+    m = _model((1, 1, 600), (40, 1, 64), dict(strides=[20]))
+    m.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "L"
+    f = onnxjit.compile(m, cache_dir=False, specialize="dynamic")
+    for length in (600, 777):
+        x = RNG.standard_normal((1, 1, length)).astype(np.float32)
+        np.testing.assert_allclose(f(x)[0], _ort(m, x), rtol=1e-4, atol=1e-4)
