@@ -150,11 +150,14 @@ class _Machine:
                 raise CompileError(f"unknown statement {type(s).__name__}")
 
 
-    def window(self, buf: Buffer, off: object, ld: int, rows: int, cols: int) -> np.ndarray:
-        """A (rows, cols) strided view of a buffer's flat array, bounds-checked."""
+    def window(self, buf: Buffer, off: object, ld: int, rows: int, cols: int,
+               overlap: bool = False) -> np.ndarray:
+        """A (rows, cols) strided view of a buffer's flat array, bounds-checked; `overlap`
+        allows rows that overlap (ld < cols: a read-only operand)."""
         start = int(self.value(off))
         last = start + (rows - 1) * ld + cols - 1 if rows and cols else start
-        if rows and cols and not (0 <= start and last < self.numel(buf) and cols <= ld):
+        if rows and cols and not (0 <= start and last < self.numel(buf)
+                                  and (cols <= ld or (overlap and ld >= 1))):
             raise CompileError(f"matmul window [{start}, {last}] (ld {ld}) out of range for "
                                f"buffer {buf.name} ({self.numel(buf)} elements)")
         flat = self.array(buf)
@@ -163,7 +166,7 @@ class _Machine:
 
     def matmul(self, s: Matmul) -> None:
         m, n, k, lda, ldb, ldc = (self.size(x) for x in (s.m, s.n, s.k, s.lda, s.ldb, s.ldc))
-        a = self.window(s.a, s.a_off, lda, *((k, m) if s.a_trans else (m, k)))
+        a = self.window(s.a, s.a_off, lda, *((k, m) if s.a_trans else (m, k)), overlap=True)
         if is_int8_product(s):  # exact in int64, then wrapped to int32
             size = packed_size(k, n, ldb)
             b = unpack_quads(self.window(s.b, s.b_off, size, 1, size)[0], k, n, ldb)
@@ -180,7 +183,7 @@ class _Machine:
         if s.b_packed:
             b = unpack_panels(self.window(s.b, s.b_off, k * n, 1, k * n)[0], k, n, ldb)
         else:
-            b = self.window(s.b, s.b_off, ldb, *((n, k) if s.b_trans else (k, n)))
+            b = self.window(s.b, s.b_off, ldb, *((n, k) if s.b_trans else (k, n)), overlap=True)
         c = self.window(s.c, s.c_off, ldc, m, n)
         a = a.T if s.a_trans else a
         b = b.T if s.b_trans else b

@@ -244,9 +244,13 @@ class _KernelChecker:
             if s.b_trans or s.ldb < 1 or not s.b.dtype.is_float:
                 raise self.fail(s, "packed B needs a float dtype, no ^T and a panel width >= 1")
             b_window = (s.b, s.b_off, s.k * s.n, 1, s.k * s.n)  # k*n contiguous elements
-        for buf, off, ld, rows, cols in ((s.a, s.a_off, s.lda, a_rows, a_cols), b_window,
-                                         (s.c, s.c_off, s.ldc, s.m, s.n)):
-            if min(rows, cols) < 0 or (rows and cols and ld < cols):
+        # A and B are read only: their rows may overlap (ld < cols; `conv.strided_windows`
+        # reads a 1-D conv's windows of X in place); C's rows may not
+        for j, (buf, off, ld, rows, cols) in enumerate((
+                (s.a, s.a_off, s.lda, a_rows, a_cols), b_window,
+                (s.c, s.c_off, s.ldc, s.m, s.n))):
+            least = cols if j == 2 else min(cols, 1)
+            if min(rows, cols) < 0 or (rows and cols and ld < least):
                 raise self.fail(s, f"window {rows}x{cols} with leading dim {ld} in "
                                    f"%{buf.name} is malformed")
             if isinstance(off, Const) and rows and cols and buf.is_static:

@@ -25,7 +25,7 @@ def supported_ops() -> list[dict[str, Any]]:
     opdef.lookup("", "Add")  # loads every op family
     rows = []
     for (domain, name), d in sorted(opdef.OPS.items()):
-        if name.startswith("Fused"):  # internal ops the optimiser creates
+        if name.startswith("Fused") or domain == "onnxjit":  # internal ops passes create
             continue
         execution = "fused" if d.scalar is not None else ("native" if d.lower is not None
                                                           else "host")

@@ -11,7 +11,9 @@ standard ONNX ops, for the `expand-contrib` pass.
     MatMulNBits(A, B, scales, zero_points, g_idx, bias; K, N, bits, block_size)
         -> MatMul(A, W) [+ bias], W the float weights dequantized here, at compile time, from
            the packed blocks (values low bits first, zero point 2^(bits-1) when omitted), so
-           the product runs on the float kernels with W prepacked like any weight
+           the product runs on the float kernels with W prepacked like any weight; 4 bits
+           (whole blocks, float32 A): onnxjit.NBitsMatMul(A, W, the 4-bit weights repacked)
+           instead, whose few-row (decode) products read the 4-bit weights (`linalg.nbits`)
     DynamicQuantizeLSTM(X, W, R, B, seq_lens, h0, c0, P, W_scale, W_zp, R_scale, R_zp)
         -> LSTM with W and R dequantized here ((q - zp) * scale per direction or per
            column) and transposed to the standard [dirs, 4*hidden, in] layout
@@ -29,6 +31,9 @@ import numpy as np
 
 from onnxjit.errors import ModelError, UnsupportedError
 from onnxjit.ir.graph import Node, Value
+from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
+from onnxjit.ir.ops.linalg.nbits import pack_nbits
+from onnxjit.ir.types import DType
 
 __all__ = ["EXPANSIONS"]
 
@@ -109,11 +114,39 @@ def nbits_weights(node: Node) -> np.ndarray:
 def _matmul_nbits(e: Any) -> None:
     n = e.node
     w = e.const(nbits_weights(n), "weights")
-    if n.input(5) is None:
-        e.emit("MatMul", 13, [_req(n, 0, "A"), w], "matmul", out=n.outputs[0])
-        return
-    y = e.emit("MatMul", 13, [_req(n, 0, "A"), w], "matmul")
-    e.emit("Add", 14, [y, n.inputs[5]], "bias", out=n.outputs[0])
+    out = n.outputs[0] if n.input(5) is None else Value(None, e.name("matmul"))
+    packed = _nbits_packed(n)
+    if packed is None:
+        e.emit("MatMul", 13, [_req(n, 0, "A"), w], "matmul", out=out)
+    else:  # `linalg.nbits`: the 4-bit weights for few rows, the float ones for more
+        ins = [_req(n, 0, "A"), w] + [e.const(p, h) for p, h in zip(packed, ("qw", "sc", "sz"))]
+        attrs = {k: n.attrs[k] for k in ("K", "N", "block_size")}
+        e.nodes.append(Node("NBitsMatMul", ins, [out], attrs, FUSED_DOMAIN, 1,
+                            e.name("nbits_matmul")))
+    if n.input(5) is not None:
+        e.emit("Add", 14, [out, n.inputs[5]], "bias", out=n.outputs[0])
+
+
+def _nbits_packed(node: Node) -> tuple[np.ndarray, ...] | None:
+    """`linalg.nbits.pack_nbits` of a 4-bit MatMulNBits with float32 A and whole blocks of
+    an even size, else None (the float product only)."""
+    k, n_out = int(node.attr("K", 0)), int(node.attr("N", 0))
+    bits, block = int(node.attr("bits", 4)), int(node.attr("block_size", 0))
+    a = node.input(0)
+    if bits != 4 or block % 2 or k % block or a is None or \
+            getattr(a.type, "dtype", None) != DType.FLOAT:
+        return None
+    blocks = k // block
+    q = _unpack(_const(node, 1, "B").reshape(n_out, blocks, -1), bits, block)
+    scales = _const(node, 2, "scales").astype(np.float32).reshape(n_out, blocks)
+    if node.input(3) is None:
+        zp = np.full((n_out, blocks), 1 << (bits - 1), np.float32)
+    else:
+        z = _const(node, 3, "zero_points")
+        if z.dtype == np.uint8:  # packed like B, one value per block
+            z = _unpack(z.reshape(n_out, -1), bits, blocks)
+        zp = z.astype(np.float32).reshape(n_out, blocks)
+    return pack_nbits(q, zp, scales)
 
 
 def _dequantized(node: Node, i: int, what: str) -> np.ndarray:
@@ -154,5 +187,6 @@ NOTES = {
     "DynamicQuantizeLSTM": "LSTM with W, R dequantized at compile time (activations in float)",
     "DynamicQuantizeMatMul": "DynamicQuantizeLinear + MatMulInteger, scaled [+ bias]",
     "MatMulIntegerToFloat": "MatMulInteger, scaled [+ bias]",
-    "MatMulNBits": "MatMul by weights dequantized at compile time (2/4/8 bits; no g_idx)",
+    "MatMulNBits": "MatMul by weights dequantized at compile time (2/4/8 bits; no g_idx); "
+                   "4 bits: few rows read the 4-bit weights",
 }

@@ -15,9 +15,11 @@ RMSNormalization, Gelu, the opset-23 Attention, MatMul with prepacked weights):
     Attention(x, W, bias, mask_index, past, attention_bias) -> MatMul + Add, Split into Q, K, V
         (3-D), the standard Attention with an additive float mask built from mask_index (key
         positions a mask excludes get `mask_filter_value`, -10000 by default, as onnxruntime's
-        kernel adds) and `is_causal` for `unidirectional`. A `past` input is not supported.
-    MultiHeadAttention(q, k, v, bias, key_padding_mask, attention_bias) -> [bias Adds,] the
-        standard Attention (3-D query/key/value; packed forms and past are not supported)
+        kernel adds) and `is_causal` for `unidirectional`; with a `past` input (and present
+        output), `contrib_past`.
+    MultiHeadAttention(q, k, v, bias, key_padding_mask, attention_bias, past_key, past_value)
+        -> [bias Adds,] the standard Attention (3-D query/key/value, with past: `contrib_past`;
+        packed forms are not supported)
     RotaryEmbedding(x, position_ids, cos, sin) -> the standard RotaryEmbedding (an offset
         position_ids of shape [1] becomes offset + [0, S) per batch row)
     FusedMatMul(a, b; alpha, transA, transB) -> [Transpose] MatMul [* alpha]
@@ -185,8 +187,9 @@ def _attention_mask(e: Any, mask: Value, q: Value, k: Value) -> Value:
 
 def _attention(e: Any) -> None:
     n = e.node
-    if n.input(4) is not None or _out(n, 1) is not None:
-        raise UnsupportedError("Attention with past/present state is not supported", where=n)
+    past = n.input(4) is not None
+    if _out(n, 1) is not None and not past:
+        raise UnsupportedError("Attention with a present output needs a past input", where=n)
     heads = int(n.attr("num_heads", 0))
     w = _req(n, 1, "weights")
     if heads <= 0 or w.shape is None or not isinstance(w.shape[-1], int):
@@ -199,6 +202,11 @@ def _attention(e: Any) -> None:
     q, k, v = (e.value(p) for p in "qkv")
     e.nodes.append(Node("Split", [qkv, split], [q, k, v], {"axis": -1}, "", 13,
                         e.name("split")))
+    if past:
+        from onnxjit.passes.contrib_past import attention_with_past
+
+        attention_with_past(e, q, k, v, heads)
+        return
     mask = None
     if n.input(3) is not None:
         mask = _attention_mask(e, n.inputs[3], q, k)
@@ -220,12 +228,14 @@ def _emit_attention(e: Any, q: Any, k: Any, v: Any, mask: Any, heads: int) -> No
 
 
 def _multi_head_attention(e: Any) -> None:
-    """MultiHeadAttention(query, key, value, bias, key_padding_mask, attention_bias) with 3-D
-    query, key and value (not packed, no past)."""
+    """MultiHeadAttention(query, key, value, bias, key_padding_mask, attention_bias,
+    past_key, past_value) with 3-D query, key and value (not packed; past: `contrib_past`)."""
     n = e.node
-    if any(n.input(i) is not None for i in (6, 7, 8, 9)) or _out(n, 1) or _out(n, 2):
-        raise UnsupportedError("MultiHeadAttention with past/present state is not supported",
-                               where=n)
+    past = n.input(6) is not None and n.input(7) is not None
+    if any(n.input(i) is not None for i in (8, 9)) or \
+            (not past and (n.input(6) or n.input(7) or _out(n, 1) or _out(n, 2))):
+        raise UnsupportedError("MultiHeadAttention with past needs past_key and past_value "
+                               "(and no past_sequence_length or cache_indirection)", where=n)
     q, k, v = _req(n, 0, "query"), n.input(1), n.input(2)
     if k is None or v is None or any(x.shape is None or len(x.shape) != 3 for x in (q, k, v)):
         raise UnsupportedError("MultiHeadAttention is supported with 3-D query, key and "
@@ -237,6 +247,13 @@ def _multi_head_attention(e: Any) -> None:
                             "", 18, e.name("split_bias")))
         q, k, v = (e.emit("Add", 14, [x, b], f"add_{p}") for x, b, p in zip((q, k, v), parts,
                                                                           "qkv"))
+    if past:
+        from onnxjit.passes.contrib_past import emit_with_past
+
+        pres = [_out(n, i) or e.value(f"present{i}") for i in (1, 2)]
+        emit_with_past(e, q, k, v, n.inputs[6], n.inputs[7], pres, heads, n.input(4),
+                       n.input(5))
+        return
     mask = _attention_mask(e, n.inputs[4], q, k) if n.input(4) is not None else None
     _emit_attention(e, q, k, v, mask, heads)
 
@@ -342,10 +359,10 @@ ONNX_DOMAIN_EXPANSIONS: dict[str, Callable[[Any], None]] = {
 #: What each op becomes, for docs/supported_ops.md.
 NOTES = {
     "Attention": "MatMul + bias, Split, standard Attention (mask_index of rank 1-3, "
-                 "attention_bias, unidirectional; no past/present)",
+                 "attention_bias, unidirectional; past/present with raw masks)",
     "BiasAdd": "x + bias + skip",
     "MultiHeadAttention": "[bias Adds,] standard Attention (3-D query/key/value, "
-                          "key_padding_mask, attention_bias; no packed forms, no past)",
+                          "key_padding_mask, attention_bias, past; no packed forms)",
     "RotaryEmbedding": "standard RotaryEmbedding (position_ids [B, S] or an offset [1])",
     "BiasGelu": "Gelu(a + b)",
     "EmbedLayerNormalization": "Gathers + LayerNormalization; mask_index = mask row sums",

@@ -33,6 +33,7 @@ import numpy as np
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Graph, Model, Node, Value
 from onnxjit.ir.infer import infer_node
+from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
 from onnxjit.passes.contrib_gqa import EXPANSIONS as GQA
@@ -241,4 +242,7 @@ def run(model: Model, ctx: PassContext) -> PassResult:
     """Expand every contrib op of the expansion tables in the model's graphs."""
     infer = any(n.domain == MS and n.op in RANKED
                 or (n.domain == "" and n.op in ONNX_DOMAIN) for n in model.graph.nodes)
-    return PassResult(model, _expand_graph(model.graph, infer, {}))
+    changed = _expand_graph(model.graph, infer, {})
+    if changed:  # some expansions build onnxjit's own ops (`contrib_quant`: NBitsMatMul)
+        model.opset_imports.setdefault(FUSED_DOMAIN, 1)
+    return PassResult(model, changed)

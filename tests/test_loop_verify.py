@@ -82,6 +82,18 @@ def test_matmul_window_bounds():
         verify_program(_program(body, extra=[a]))
 
 
+def test_matmul_rows_overlap_only_in_read_operands():
+    b_ = Buffer("b", F32, (4, 2), "const", slot=0, data=np.zeros((4, 2), np.float32))
+
+    def body(ldc):  # A: 3 rows of 4 at leading dim 2 (a 1-D conv's overlapping windows)
+        return lambda b, x, y: b.emit(Matmul(y, i64(0), ldc, x, i64(0), 2, b_, i64(0), 2,
+                                             m=3, n=2, k=4))
+
+    verify_program(_program(body(2), extra=[b_]))
+    with pytest.raises(CompileError, match="malformed"):
+        verify_program(_program(body(1), extra=[b_]))
+
+
 def test_slots_must_be_dense():
     x = Buffer("x", F32, (1,), "input", slot=1)
     with pytest.raises(CompileError, match="input buffers have slots"):

@@ -86,6 +86,49 @@ def conv(name: str, cin: int, cout: int, k: int, hw: int, group: int = 1, tiny: 
                       f"{kind}Conv {k}x{k} {cin}->{cout} at {hw}x{hw}, pad {k // 2}", flops)
 
 
+def conv1d(name: str, batch: int, length: int, tiny: bool = False) -> BenchModel:
+    """An audio front end computing a spectrogram as a convolution: 1 input channel, 257
+    outputs, a 512-tap kernel at stride 160 (`conv.strided_windows`)."""
+    if tiny:
+        length = 512 + 160 * 3
+    b = GraphBuilder()
+    w = b.weight((257, 1, 512), 512)
+    y = b.op("Conv", ["x", w, b.const(np.zeros(257, np.float32), "b")], kernel_shape=[512],
+             strides=[160])
+    model = b.model(name, [("x", TensorProto.FLOAT, [batch, 1, length])], y)
+    p = (length - 512) // 160 + 1
+    return BenchModel(name, model, {"x": randn((batch, 1, length))},
+                      f"Conv1d 1->257, 512 taps, stride 160, {batch}x{length} samples",
+                      2.0 * batch * 257 * 512 * p)
+
+
+def nbits(m_: int, k: int, n: int, tiny: bool = False) -> BenchModel:
+    """MatMulNBits (com.microsoft) as onnxruntime's 4-bit quantizer writes it: A [m, K] by
+    4-bit weights in blocks of 32 along K, a float scale and a 4-bit zero point a block."""
+    if tiny:
+        m_, k, n = min(m_, 2), 64, 48
+    rng, blocks = np.random.default_rng(3), k // 32
+    q = rng.integers(0, 16, (n, blocks, 32), dtype=np.uint8)
+    zp = rng.integers(6, 10, (n, blocks), dtype=np.uint8)
+    zp = np.pad(zp, ((0, 0), (0, blocks % 2)))
+    inits = [helper.make_tensor("B", TensorProto.UINT8, (n, blocks, 16),
+                                (q[..., 0::2] | (q[..., 1::2] << 4)).tobytes(), raw=True),
+             helper.make_tensor("scales", TensorProto.FLOAT, (n * blocks,),
+                                (rng.random(n * blocks) * 0.02 + 0.01).astype(np.float32)),
+             helper.make_tensor("zp", TensorProto.UINT8, (zp.size // 2,),
+                                (zp[:, 0::2] | (zp[:, 1::2] << 4)).tobytes(), raw=True)]
+    node = helper.make_node("MatMulNBits", ["a", "B", "scales", "zp"], ["y"],
+                            domain="com.microsoft", K=k, N=n, bits=4, block_size=32)
+    g = helper.make_graph([node], "nbits", [helper.make_tensor_value_info(
+        "a", TensorProto.FLOAT, ["M", k])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["M", n])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    return BenchModel(f"nbits_{m_}x{k}x{n}", model, {"a": randn((m_, k))},
+                      f"MatMulNBits 4-bit, block 32: {m_}x{k} @ {k}x{n}", 2.0 * m_ * k * n)
+
+
 def lstm(tiny: bool = False, dims: tuple[int, int, int, int] = (64, 8, 128, 256)
          ) -> BenchModel:
     seq, batch, inp, hid = (4, 2, 8, 16) if tiny else dims
@@ -155,6 +198,11 @@ def registry() -> dict[str, Callable[[bool], BenchModel]]:
         # 8-bit: the dynamically quantized product, and BERT-tiny by quantize_dynamic
         "int8_matmul_96x512x2048": lambda t: quantized.int8_matmul(96, 512, 2048, t),
         "int8_encoder": quantized.int8_encoder,
+        "conv1d_spectrogram_16k": lambda t: conv1d("conv1d_spectrogram_16k", 1, 16000, t),
+        "conv1d_spectrogram_4x48k": lambda t: conv1d("conv1d_spectrogram_4x48k", 4, 48000, t),
+        "nbits_1x2048x2048": lambda t: nbits(1, 2048, 2048, t),
+        "nbits_1x4096x4096": lambda t: nbits(1, 4096, 4096, t),
+        "nbits_128x2048x2048": lambda t: nbits(128, 2048, 2048, t),
         # tree ensembles (ai.onnx.ml): a LightGBM-style and a random-forest-style regressor
         "trees_lgbm500_b1": lambda t: trees.lgbm_like(1, t),
         "trees_lgbm500_b10000": lambda t: trees.lgbm_like(10000, t),

@@ -8,6 +8,7 @@
     packed_panels      im2col panels written in the tiled GEMM's packed-B layout
     strided_pointwise  1x1 strided convs: subsample, then the pointwise forms
     few_positions      convs over few positions as T = X^T W^T (positions become rows)
+    strided_windows    1-D long-kernel convs as products over overlapping windows of X
     winograd           3x3 stride-1 convs as Winograd F(2x2, 3x3)
     depthwise_direct   depthwise convs (C/G == 1): the direct nest, and the dispatch to
     depthwise_phased   ... a zero-padded, stride-phased copy of each plane, or

@@ -25,7 +25,9 @@ P = prod(out):
    blocks run in parallel); batches whose panels exceed `PANEL_BYTES` run in chunks of images.
    Float panels are written in the GEMM's packed-B layout (`conv.packed_panels`, `PACKED_PANELS`).
    Strided convs read X split into phase rows (`conv.input_phases`), not with strided loads.
-3) C/G == 1 (depthwise, any channel multiplier): a direct nest (`conv.depthwise_direct`), or
+3) 1-D convs of one group with long kernels (at least `strided_windows.MIN_TAPS` taps) and
+   few input channels: products over windows of X read in place (`conv.strided_windows`).
+4) C/G == 1 (depthwise, any channel multiplier): a direct nest (`conv.depthwise_direct`), or
    stride-phased plane copies for small images (`conv.depthwise_phased`).
 A symbolic program's conv (run-time batch or spatial sizes) lowers through
 `conv.runtime_sizes` instead (blocks of positions of run-time count and width).
@@ -45,6 +47,7 @@ from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext, op
+from onnxjit.ir.ops.conv import strided_windows
 from onnxjit.ir.ops.conv.attrs import ConvAttrs, conv_numpy, infer_conv_shape
 from onnxjit.ir.ops.conv.blocking import (
     block_rows,
@@ -337,7 +340,10 @@ def _conv_lower(ctx: LowerContext, node: Node) -> None:
         return
     if y.numel == 0:
         return
-    if gm.cg == 1 and gm.kk > 0:
+    if strided_windows.applies(gm, x, w, y):
+        strided_windows.lower_windows(ctx, gm, x, w, y, bias, None)
+        return
+    if gm.cg == 1 and gm.kk > 0 and not strided_windows.im2col_instead(gm):
         lower_depthwise(ctx, gm, x, w, y, bias)
         return
     b = Builder()

@@ -25,6 +25,8 @@ The copy's and the epilogue's loops are kept rolled (`KEEP_ROLLED`): glue whose 
 forms cost compile time, not speed.
 Convs that need a panel first build every image's whole panel (K, P), row-major, in one
 kernel parallel over chunks of input channels (`conv.conv._plain_panels`).
+`conv.strided_windows` reuses the kernel with its own products (`Product`: 1-D convs whose
+im2col panel is a window of X itself) and the bias added by the copy.
 Used for float convs of one group with constant weights and a depth of at least MIN_DEPTH
 (the copy is then small next to the product), when the lanes wasted by the usual form,
 ceil(P/VL)*VL/P - 1, are at least MIN_WASTE, or for deep products over small images (`DEEP`:
@@ -39,6 +41,7 @@ ResNet-50 1.02x (one thread 1.04x), DenseNet-121 1.04x, Inception-v2 1.03x, Mobi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -99,13 +102,20 @@ def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
             and w.kind == "const" and w.data is not None and gm.kk >= MIN_DEPTH
             and (gm.pointwise or gm.n * gm.kk * gm.p * dt.itemsize <= PANEL_BYTES)):
         return False
+    return pays(gm, dt)
+
+
+def pays(gm: Geometry, dt: DType, deep: bool = True) -> bool:
+    """Whether T = X^T W^T beats Y = W X for this geometry: the channels fill a packed panel,
+    and Y's vectors along the positions waste MIN_WASTE of their lanes, or (with `deep`) the
+    product is deep over few positions (`DEEP`)."""
     nr = packed_width(dt, gm.p, gm.m, gm.kk)
     if nr is None or gm.m < nr:
         return False
     vl = host_tile(dt.itemsize)[0]
     if -(-gm.p // vl) * vl >= (1 + MIN_WASTE) * gm.p:
         return True
-    return gm.kk >= DEEP and gm.p <= DEEP_MAX_P and gm.m <= DEEP_MAX_M
+    return deep and gm.kk >= DEEP and gm.p <= DEEP_MAX_P and gm.m <= DEEP_MAX_M
 
 
 def two_thread_span(panels: int, per: int, images: int) -> int:
@@ -132,14 +142,28 @@ def panel_chunk(panels: int, want: int, images: int) -> int:
     return min(keys, key=lambda per: (keys[per], per))
 
 
+#: `product(b, t, t_off, ldt, img, p0, rows, c0, cols)`: emit T[p0:p0+rows, c0:c0+cols] of
+#: image `img` at `t_off` of the scratch `t` (leading dim ldt); `c0` is a multiple of NR.
+Product = Callable[[Builder, Buffer, Operand, int, Operand, Operand, int, Operand, int], None]
+
+
 def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
-                     epilogue: EpilogueHook | None) -> None:
+                     epilogue: EpilogueHook | None, product: Product | None = None,
+                     bias: Buffer | None = None) -> None:
     """The kernel of the module docstring (`applies` must hold); `x` holds each image's
-    (K, P) matrix at image * K * P: X itself for a pointwise conv, else the im2col panels."""
+    (K, P) matrix at image * K * P: X itself for a pointwise conv, else the im2col panels.
+    `product`, when given, computes the blocks of T instead (`conv.strided_windows`: x is
+    then unused); `bias` (per channel) is added by the copy into Y."""
     dt, p, k, m = y.dtype, gm.p, gm.kk, gm.m
     nr = packed_width(dt, p, m, k)
     assert nr is not None and w.data is not None
-    wt = ctx.constant("w_t", pack_panels(np.ascontiguousarray(w.data.reshape(m, k).T), nr))
+    if product is None:
+        wt = ctx.constant("w_t", pack_panels(np.ascontiguousarray(w.data.reshape(m, k).T), nr))
+
+        def product(b: Builder, t: Buffer, t_off: Operand, ldt: int, img: Operand,
+                    p0: Operand, nrows: int, c0: Operand, ncols: int) -> None:
+            b.emit(Matmul(t, t_off, ldt, x, b.iadd(b.imul(img, k * p), p0), p, wt,
+                          b.imul(c0, k), nr, nrows, ncols, k, a_trans=True, b_packed=True))
     want = -(-MIN_TASKS // gm.n)  # chunks an image
     panels = -(-m // nr)
     mr = host_tile(dt.itemsize)[1]
@@ -165,8 +189,7 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
 
         def block(c0: Operand, ncols: int, p0: Operand, nrows: int) -> None:
             t_off = b.iadd(b.imul(img, p * ldt), b.iadd(b.imul(p0, ldt), c0))
-            b.emit(Matmul(t, t_off, ldt, x, b.iadd(b.imul(img, k * p), p0), p, wt,
-                          b.imul(c0, k), nr, nrows, ncols, k, a_trans=True, b_packed=True))
+            product(b, t, t_off, ldt, img, p0, nrows, c0, ncols)
             y_off = b.iadd(b.imul(img, m * p), b.iadd(b.imul(c0, p), p0))
             # in blocks of COPY_BLOCK channels: the block's rows of Y and the line of each row
             # of T it reads stay in L1 (a plain double loop ran ~4 cycles an element: LLVM
@@ -179,8 +202,10 @@ def lower_transposed(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: B
                     with b.loop(0, nrows, hint="q", rolled=KEEP_ROLLED) as q:
                         with b.loop(0, step, hint="co") as j:
                             co = b.iadd(cb, j)
-                            b.store(y, b.iadd(y_off, b.iadd(b.imul(co, p), q)),
-                                    b.load(t, b.iadd(t_off, b.iadd(b.imul(q, ldt), co))))
+                            v = b.load(t, b.iadd(t_off, b.iadd(b.imul(q, ldt), co)))
+                            if bias is not None:
+                                v = b.op("add", v, b.load(bias, b.iadd(c0, co)))
+                            b.store(y, b.iadd(y_off, b.iadd(b.imul(co, p), q)), v)
             if epilogue is not None:
                 with b.keep_rolled(KEEP_ROLLED):
                     epilogue(b, y_off, p, ncols, nrows, c0)

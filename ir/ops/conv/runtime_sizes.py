@@ -227,6 +227,7 @@ def lower_conv_node(ctx: LowerContext, node: object, x: Buffer, w: Buffer, y: Bu
     from onnxjit.ir.ops.conv import pad_nan
     from onnxjit.ir.ops.conv.depthwise_phased import lower_depthwise_phased, symbolic_applies
     from onnxjit.ir.ops.conv.depthwise_runtime import lower_depthwise_runtime
+    from onnxjit.ir.ops.conv.strided_windows import im2col_instead
     from onnxjit.ir.ops.fused.epilogue import Epilogue
 
     if y.dtype not in (DType.FLOAT, DType.DOUBLE) or gm.kk == 0 or len(gm.out) > 2:
@@ -234,7 +235,7 @@ def lower_conv_node(ctx: LowerContext, node: object, x: Buffer, w: Buffer, y: Bu
         raise TypeError(f"conv of {y.dtype.short} with K = {gm.kk} and {len(gm.out)} spatial "
                         "dims has no lowering for run-time sizes")
     has_body = node.attr("epilogue") is not None  # type: ignore[attr-defined]
-    if gm.cg == 1:
+    if gm.cg == 1 and not im2col_instead(gm):
         epi = Epilogue(ctx, node, extras, y, chan_axis=1) if has_body else None  # type: ignore
         fix = pad_nan.needed(gm, w)  # padded taps times non-finite weights: `conv.pad_nan`
         nest_epi = None if fix else epi

@@ -64,6 +64,7 @@ def _fused_conv_infer(node: Node) -> list:
 
 
 def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
+    from onnxjit.ir.ops.conv import strided_windows
     from onnxjit.ir.ops.conv.conv import conv_buffers, lower_depthwise, lower_gemm_conv
 
     x, w, y, bias, gm = conv_buffers(ctx, node)
@@ -78,7 +79,11 @@ def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
         raise CompileError("FusedConv with an empty kernel (the pass must not build it)",
                            where=node)
     extras = node.inputs[3:]
-    if gm.cg == 1:
+    if strided_windows.applies(gm, x, w, y):
+        epi = Epilogue(ctx, node, extras, y, chan_axis=1, bias=bias)
+        strided_windows.lower_windows(ctx, gm, x, w, y, None, epi.emit)
+        return
+    if gm.cg == 1 and not strided_windows.im2col_instead(gm):
         epi = Epilogue(ctx, node, extras, y, chan_axis=1)
         lower_depthwise(ctx, gm, x, w, y, bias, epilogue=epi)
         return

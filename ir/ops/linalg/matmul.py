@@ -159,7 +159,8 @@ def batched_matmul(b: Builder, y: Buffer, a: Buffer, bm: Buffer, a_shape: tuple,
         b.emit(Matmul(y, c_off, n, a, a_off, k, bm, b_off, n, m, n, k))
 
 
-def _matmul_lower(ctx: LowerContext, node: Node) -> None:
+def lower_matmul(ctx: LowerContext, node: Node) -> None:
+    """MatMul's lowering: Y = inputs[0] @ inputs[1] (also `linalg.nbits`' float path)."""
     a, bm, y = ctx.buf(node.inputs[0]), ctx.buf(node.inputs[1]), ctx.buf(node.outputs[0])
     b = Builder()
     if len(a.shape) >= 2 and y.is_static and a.is_static and y.numel and \
@@ -171,7 +172,7 @@ def _matmul_lower(ctx: LowerContext, node: Node) -> None:
         ctx.kernel("matmul", b.body)
 
 
-op("MatMul", (1, 9, 13), infer=_matmul_infer, evaluate=_matmul_evaluate, lower=_matmul_lower,
+op("MatMul", (1, 9, 13), infer=_matmul_infer, evaluate=_matmul_evaluate, lower=lower_matmul,
    doc="numpy.matmul: 1-D operands promoted, batch dims broadcast", symbolic=True)
 
 # --------------------------------------------------------------------------- Gemm
