@@ -33,6 +33,7 @@ from onnxjit.codegen.entry import load_elem_ptr
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.epilogue_fuse import outer_forms
 from onnxjit.codegen.int8_gemm import emit_int8_matmul
+from onnxjit.codegen.index_flags import index_vars
 from onnxjit.codegen.irutil import (
     for_range,
     interleave_md,
@@ -100,6 +101,7 @@ class KernelTranslator:
         self.roots, self.arg_of = kernel_args(kernel)
         self.has_checks = any(isinstance(s, Check) for s in walk(kernel.body))
         self.ranges = value_ranges(kernel.body)
+        self.index_vars = index_vars(kernel.body)  # emitted `nsw` (`codegen.index_flags`)
         ret = I32 if self.has_checks else ir.VoidType()
         self.params = params or []
         self.plan = plan_kernel(kernel) if params is None else {}
@@ -238,6 +240,8 @@ class KernelTranslator:
             case Op(dst=dst, op=op, args=args):
                 vals = [self.operand(a) for a in args]
                 res = self._fused_add(s, vals, prev)
+                if res is None and dst in self.index_vars:
+                    res = getattr(b, op)(vals[0], vals[1], flags=["nsw"])
                 if res is None:
                     res = self.scalar.op(b, op, vals, [a.dtype for a in args], dst.dtype,
                                          magnitude(self.ranges, args[0]) if args else math.inf)

@@ -118,6 +118,13 @@ CASES = {
                                              pads=[1, 1, 1, 1], act="Sigmoid"), SHAPES),
     "depthwise_same_5x5": (lambda: conv_case(3, 3, 5, group=3, auto_pad="SAME_UPPER",
                                              strides=[2, 2]), SHAPES),
+    # rows wider than `depthwise_runtime.PHASED_WIDTH` by the hints: the direct nest, its
+    # static-edge rows at widths around whole vectors, the border path on narrow images
+    "depthwise_wide_s1": (lambda: conv_case(6, 6, 3, group=6, pads=[1, 1, 1, 1]),
+                          [(1, 4, 40)] + SHAPES + [(1, 3, 17), (2, 2, 18), (1, 3, 2)]),
+    "depthwise_wide_s2_asymmetric": (lambda: conv_case(
+        4, 8, (3, 5), group=4, strides=[2, 2], dilations=[1, 2], pads=[1, 3, 0, 2]),
+        [(1, 5, 80)] + SHAPES + [(1, 4, 35), (1, 3, 36), (1, 3, 10)]),
     "pointwise": (lambda: conv_case(8, 16, 1), SHAPES),
     "pointwise_stride2": (lambda: conv_case(8, 4, 1, strides=[2, 2]), SHAPES),
     "stem_7x7_s2": (lambda: conv_case(3, 16, 7, strides=[2, 2], pads=[3, 3, 3, 3]), SHAPES),

@@ -5,8 +5,9 @@ row per benchmark (the fields of `bench.run_one`'s dict). The comparison against
 looks only at ratios (`ort_median / onnxjit_median`, measured interleaved in one process, so
 the machine's speed cancels out much more than in absolute times): a benchmark regressed when
 its ratio fell below `baseline_ratio * (1 - tolerance)`, or when it had a ratio in the baseline
-and now fails (error or numeric mismatch). Benchmarks missing on either side, or unsupported in
-both, are not compared.
+and now fails (error or numeric mismatch); likewise its `dynamic_ratio` (the symbolic program
+against the specialised one, `bench.dynamic`) against the baseline's. Benchmarks missing on
+either side, or unsupported in both, are not compared.
 """
 
 from __future__ import annotations
@@ -183,7 +184,13 @@ def regressions(results: list[dict[str, Any]], baseline: dict[str, dict[str, Any
     out = []
     for r in results:
         b = baseline.get(r["name"])
-        if b is None or not b.get("ratio"):
+        if b is None:
+            continue
+        was, now = b.get("dynamic_ratio"), r.get("dynamic_ratio")
+        if was and now is not None and now < was * (1 - tolerance):
+            out.append(f"{r['name']}: dynamic/specialised {now:.2f}x < baseline {was:.2f}x "
+                       f"- {tolerance:.0%}")
+        if not b.get("ratio"):
             continue
         if r["status"] != "ok" and r["status"] != "unsupported":
             out.append(f"{r['name']}: {r['status']} ({r['message'][:100]}); baseline ratio "

@@ -170,6 +170,12 @@ def test_regression_rule():
             {"name": "e", "status": "ok", "message": "", "ratio": 0.1}]   # not in baseline
     bad = bench_report.regressions(rows, base, 0.2)
     assert [m.split(":")[0] for m in bad] == ["b", "c"]
+    # the symbolic program against the specialised one (`bench.dynamic`) is gated alike
+    base["a"]["dynamic_ratio"] = base["b"]["dynamic_ratio"] = 1.0
+    rows[0]["dynamic_ratio"], rows[1]["dynamic_ratio"] = 0.7, 0.85   # -30%, -15%
+    bad = bench_report.regressions(rows, base, 0.2)
+    assert [m.split(":")[0] for m in bad] == ["a", "b", "c"]
+    assert "dynamic/specialised 0.70x" in bad[0]
 
 
 def test_committed_baseline_names_known_models():

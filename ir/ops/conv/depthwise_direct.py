@@ -197,6 +197,8 @@ def store_column(b: Builder, y: Buffer, yrow: Operand, i: Operand, rows: list, w
     for r, xrow in enumerate(rows):
         for tw in range(kw):
             xv = tap(xrow, tw)
+            if xv is None:  # a tap on the padding, known at compile time
+                continue
             acc = b.op("add", acc, b.op("mul", b.cast(wv[r * kw + tw], at), b.cast(xv, at)))
     if at != y.dtype:
         acc = b.op("add", b.cast(acc, y.dtype), init)
