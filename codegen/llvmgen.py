@@ -32,8 +32,8 @@ from llvmlite import ir
 from onnxjit.codegen.entry import load_elem_ptr
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.epilogue_fuse import outer_forms
-from onnxjit.codegen.int8_gemm import emit_int8_matmul
 from onnxjit.codegen.index_flags import index_vars
+from onnxjit.codegen.int8_gemm import emit_int8_matmul
 from onnxjit.codegen.irutil import (
     for_range,
     interleave_md,
