@@ -84,9 +84,9 @@ def int_binary(rng, nrng):
             dt = rng.choice([np.uint8, np.uint16, np.uint32, np.uint64])
             x, y = arr(nrng, a, dt, 0, 40), arr(nrng, b, dt, 0, 7)
         attrs["direction"] = rng.choice(["LEFT", "RIGHT"])
-    if op == "Pow":
-        y = np.abs(y) % 3
-        x = x % 5
+    if op == "Pow":  # int32/int64 only (the spec's T for Pow)
+        dt = rng.choice([np.int32, np.int64])
+        x, y = arr(nrng, a, dt, -5, 5), arr(nrng, b, dt, 0, 3)
     if op == "Mod" and attrs["fmod"] == 0 and np.dtype(dt).kind == "u":
         pass
     spec = Spec([node(op, ["x", "w"], ["y"], **attrs)], {"x": [x], "w": [y]}, ["y"],

@@ -5,7 +5,9 @@ turns one ulp into a fuzz mismatch (issue 26). Found by comparing the three per 
 - Gemm: (A @ B) * alpha + C * beta, C added after the sum (it was summed into beta * C, and
   alpha folded into A);
 - HardSwish: x * clip(alpha * x + 1/2) with alpha = float32(1/6), from -1.5 up (below,
-  (x + 3) / 6 keeps it accurate where the sum cancels).
+  (x + 3) / 6 keeps it accurate where the sum cancels);
+- ConvTranspose: the bias added after the taps are summed (the sum started from it);
+- LpNormalization along the last axis: x / norm (it was x * (1 / norm)).
 """
 
 from __future__ import annotations
@@ -37,6 +39,19 @@ def _model(op, shapes, opset, **attrs):
 def test_gemm_rounds_as_the_reference(shapes, attrs):
     m = _model("Gemm", shapes, 13, **attrs)
     rng = np.random.default_rng(7)
+    feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    got = onnxjit.compile(m, cache_dir=False).run(None, feeds)[0]
+    assert got.tobytes() == want.tobytes(), np.abs(got - want).max()
+
+
+@pytest.mark.parametrize("op,shapes,opset,attrs", [
+    ("ConvTranspose", [(1, 2, 4, 4), (2, 3, 3, 3), (3,)], 11, {}),
+    ("LpNormalization", [(4, 7)], 1, {"axis": -1, "p": 2}),
+], ids=["convtranspose_bias", "lpnorm_p2"])
+def test_rounds_as_the_reference(op, shapes, opset, attrs):
+    m = _model(op, shapes, opset, **attrs)
+    rng = np.random.default_rng(3)
     feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
     want = ReferenceEvaluator(m).run(None, feeds)[0]
     got = onnxjit.compile(m, cache_dir=False).run(None, feeds)[0]
