@@ -7,7 +7,8 @@ turns one ulp into a fuzz mismatch (issue 26). Found by comparing the three per 
 - HardSwish: x * clip(alpha * x + 1/2) with alpha = float32(1/6), from -1.5 up (below,
   (x + 3) / 6 keeps it accurate where the sum cancels);
 - ConvTranspose: the bias added after the taps are summed (the sum started from it);
-- LpNormalization along the last axis: x / norm (it was x * (1 / norm)).
+- LpNormalization along the last axis: x / norm (it was x * (1 / norm));
+- ReduceProd over 32+ contiguous elements: one serial product (it had 16 partial ones).
 """
 
 from __future__ import annotations
@@ -48,11 +49,14 @@ def test_gemm_rounds_as_the_reference(shapes, attrs):
 @pytest.mark.parametrize("op,shapes,opset,attrs", [
     ("ConvTranspose", [(1, 2, 4, 4), (2, 3, 3, 3), (3,)], 11, {}),
     ("LpNormalization", [(4, 7)], 1, {"axis": -1, "p": 2}),
-], ids=["convtranspose_bias", "lpnorm_p2"])
+    ("ReduceProd", [(2, 50)], 13, {"axes": [1]}),
+], ids=["convtranspose_bias", "lpnorm_p2", "reduceprod"])
 def test_rounds_as_the_reference(op, shapes, opset, attrs):
     m = _model(op, shapes, opset, **attrs)
     rng = np.random.default_rng(3)
-    feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    scale, shift = (0.3, 1.0) if op == "ReduceProd" else (1.0, 0.0)  # products near 1
+    feeds = {f"x{i}": (rng.standard_normal(s) * scale + shift).astype(np.float32)
+             for i, s in enumerate(shapes)}
     want = ReferenceEvaluator(m).run(None, feeds)[0]
     got = onnxjit.compile(m, cache_dir=False).run(None, feeds)[0]
     assert got.tobytes() == want.tobytes(), np.abs(got - want).max()
