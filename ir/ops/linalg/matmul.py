@@ -359,7 +359,13 @@ def _gemm_lower(ctx: LowerContext, node: Node) -> None:
                 r = bb.op("add", r, t)
             return r
 
+        # its own kernel: a Matmul alone in one is emitted as MatMul's is (a Matmul followed
+        # by a loop in one kernel took another variant, summing in another order)
+        ctx.kernel("gemm", b.body)
+        b = Builder()
         elementwise(b, y, ins, epilogue)  # type: ignore[arg-type]
+        ctx.kernel("gemm_epilogue", b.body)
+        return
     ctx.kernel("gemm", b.body)
 
 
