@@ -119,3 +119,20 @@ def test_spec_where_onnxruntime_departs():
     x = np.arange(1, 9, dtype=np.float32).reshape(1, 1, 2, 4)
     got = onnxjit.compile(m, cache_dir=False).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, [[[[1.0, 3.142857]]]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_sizes(mode):
+    """From sizes, the spec's length is the size itself: align_corners' y * 2 / 6 is 1 for
+    y = 3 exactly (fuzz corners seed 100877: the float32 quotient 7/3 taken as the scale made
+    it 1 + 1e-8, and nearest_mode ceil picked the next element)."""
+    node = helper.make_node("Resize", ["x", "", "", "z"], ["y"], mode=mode,
+                            coordinate_transformation_mode="align_corners", nearest_mode="ceil")
+    g = helper.make_graph([node], "sizes", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [3, 3])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [numpy_helper.from_array(
+                np.array([2, 7], np.int64), "z")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    m.ir_version = 10
+    x = np.random.default_rng(0).standard_normal((3, 3)).astype(np.float32)
+    _check(m, {"x": x}, "auto")

@@ -241,15 +241,17 @@ def plan(node: Node, shape: tuple[int, ...], dtype: np.dtype | None = None
     for a, d in enumerate(shape):
         if d == 0 and out[a]:
             raise ModelError(f"cannot resize an empty axis {a} to {out[a]}", where=node)
-    if req.kind == "sizes" and s.policy == "stretch":  # onnxruntime's float32 quotient
-        scales = [float(np.float32(o) / np.float32(d)) if d else 1.0
-                  for o, d in zip(out, shape)]  # type: ignore[arg-type]
+    sizes = req.kind == "sizes" and s.policy == "stretch"
     ort = ort_axes(s.mode, shape, scales, s.antialias, np.dtype(dtype)) \
         if dtype is not None and node.op == "Resize" and since_version(node) >= 11 else None
-    if ort is not None and ort_follows_spec(s.coord, shape, out, scales, roi, ort):
+    # from sizes onnxruntime's scale is the float32 quotient (the spec's length is the size
+    # itself, which onnxruntime's coordinates use too)
+    sc = [float(np.float32(o) / np.float32(d)) if d else 1.0
+          for o, d in zip(out, shape)] if sizes else scales  # type: ignore[arg-type]
+    if ort is not None and ort_follows_spec(s.coord, shape, out, sc, roi, ort, sizes):
         if list(out) == list(shape):  # onnxruntime copies the input
             return out, {}, s.extrapolation, None  # type: ignore[return-value]
-        tabs = ort_plan(s, shape, out, scales, roi, ort)  # type: ignore[arg-type]
+        tabs = ort_plan(s, shape, out, sc, roi, ort)  # type: ignore[arg-type]
         return out, tabs, s.extrapolation, s.mode  # type: ignore[return-value]
     coeffs = nearest_coeffs(s.nearest) if s.mode == "nearest" else \
         linear_coeffs(s.antialias) if s.mode == "linear" else cubic_coeffs(s.cubic_a, s.antialias)

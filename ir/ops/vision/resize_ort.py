@@ -60,16 +60,17 @@ def ort_axes(mode: str, shape: tuple[int, ...], scales: list[float], antialias: 
 
 
 def ort_follows_spec(coord: str, shape: tuple, out: list, scales: list[float],
-                     roi: list | None, axes: tuple[int, ...]) -> bool:
+                     roi: list | None, axes: tuple[int, ...], sizes: bool = False) -> bool:
     """onnxruntime's coordinates are the spec's on these axes. It takes length_resized as the
     integer output size where the spec has scale * d (align_corners, pytorch_half_pixel's
     test, tf_crop_and_resize), and the identity on an axis of scale 1 whatever the roi: the
     ONNX backend tests hold the spec's values there, so those cases keep the reference's
-    tables. `out` may hold symbolic dims: then only integer scales are safe."""
+    tables. `out` may hold symbolic dims: then only integer scales are safe. Given `sizes`,
+    the spec's length is the size itself: exact."""
     for a in axes:
         sc = float(np.float32(scales[a]))
-        exact = sc * shape[a] == out[a] if isinstance(out[a], int) and isinstance(
-            shape[a], int) else sc.is_integer()
+        exact = sizes or (sc * shape[a] == out[a] if isinstance(out[a], int) and isinstance(
+            shape[a], int) else sc.is_integer())
         if coord in ("align_corners", "tf_crop_and_resize") and not exact:
             return False
         if coord == "pytorch_half_pixel" and not exact and not (
