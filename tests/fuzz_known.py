@@ -3,7 +3,8 @@
 Algorithm:
 1. `first_failure`: re-judge the case with each node output in turn as the model's only
    output (graph order); the first value not judged pass is where onnxjit goes wrong, and its
-   node is the suspect.
+   node is the suspect. "unconfirmed" values (only one reference family ran, and onnxjit
+   differs from it) pass unless the caller asks otherwise (`tools/fuzz.py --triage` does).
 2. `known_bug`: a failure is put down to a bug being fixed on another branch only when its
    suspect node matches an entry of `KNOWN`: the op, and a test of the report's condition
    (attribute, dtype, constant or symbolic operand). Anything else is a new failure. The
@@ -21,8 +22,9 @@ from onnx import helper
 OK = ("pass", "unsupported", "precision", "disagree", "noref", "unconfirmed")
 
 
-def first_failure(case):
-    """(node, verdict) of the first value onnxjit gets wrong, or (None, None)."""
+def first_failure(case, ok: tuple = OK):
+    """(node, verdict) of the first value onnxjit gets wrong (judged not in `ok`), or
+    (None, None)."""
     g = case.model.graph
     inputs = {i.name for i in g.input}
     inferred = onnx.shape_inference.infer_shapes(case.model)
@@ -30,12 +32,13 @@ def first_failure(case):
              for v in list(inferred.graph.value_info) + list(g.output)}
     for node in g.node:
         for name in node.output:
-            if name not in case.dims or name in inputs or name not in types:
+            if name in inputs or name not in types:
                 continue
             m, feeds = _prefix(case, name, types[name])
-            spec = [[tuple(d[k] for d in case.dims[name])] for k in range(len(case.feeds))]
+            spec = [[tuple(d[k] for d in case.dims[name])] for k in range(len(case.feeds))] \
+                if name in case.dims else None
             v = judge(m, feeds, case.symbolic, spec)
-            if v.status not in OK:
+            if v.status not in ok:
                 return node, v
     return None, None
 
@@ -59,9 +62,10 @@ def _prefix(case, name: str, dtype: int):
     inits = [t for t in g.initializer if t.name in need]
     del m.graph.initializer[:]
     m.graph.initializer.extend(inits)
+    dims = case.dims.get(name)
     m.graph.output.append(helper.make_tensor_value_info(
-        name, dtype, [d[0] if len(set(d)) == 1 else f"o{i}"
-                      for i, d in enumerate(case.dims[name])]))
+        name, dtype, None if dims is None else [d[0] if len(set(d)) == 1 else f"o{i}"
+                                                for i, d in enumerate(dims)]))
     names = {i.name for i in keep}
     return m, [{k: v for k, v in f.items() if k in names} for f in case.feeds]
 

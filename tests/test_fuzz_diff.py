@@ -14,6 +14,9 @@
 3. The generator itself: it covers the op set, its models pass the onnx checker, and the
    output shapes it computes by the spec are onnxruntime's.
 4. The oracle's verdicts on synthetic votes.
+5. `test_corner_case_matches_references`: cases of the second generator (`fuzz_corners`: one
+   op at its attribute corners, every int type, constants in place of inputs, symbolic dims;
+   ONNXJIT_FUZZ_CORNERS of them, default 8), judged the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import numpy as np
 import onnx
 import pytest
+from fuzz_corners import generate as generate_corner
 from fuzz_graphs import generate
 from fuzz_issue26 import CASES
 from fuzz_known import known_bug
@@ -44,6 +48,27 @@ def test_random_model_matches_references(seed):
     assert v.status not in FAILING, (
         f"case {seed} ({case.ops}): {v.status}: {v.detail}\nnotes: {v.notes}\n"
         f"localize: python tools/fuzz.py --triage {seed}")
+
+
+CORNERS_COUNT = int(os.environ.get("ONNXJIT_FUZZ_CORNERS", "8"))
+
+
+@pytest.mark.parametrize("seed", range(FIRST, FIRST + CORNERS_COUNT))
+def test_corner_case_matches_references(seed):
+    """The second generator (one op at its attribute corners, `fuzz_corners`); long runs:
+    `tools/fuzz.py --mode corners`."""
+    case = generate_corner(seed)
+    v = judge(case.model, case.feeds, case.symbolic, None)
+    assert v.status not in FAILING, (
+        f"corner case {seed} ({case.ops}): {v.status}: {v.detail}\nnotes: {v.notes}\n"
+        f"localize: python tools/fuzz.py --mode corners --triage {seed}")
+
+
+def test_corner_generator_reaches_its_entries():
+    from fuzz_corners_ops import CORNERS
+
+    seen = {generate_corner(s).ops[-1] for s in range(150)}
+    assert len(CORNERS) >= 16 and len(seen) >= 60, sorted(seen)
 
 
 @pytest.mark.parametrize("name", list(CASES))

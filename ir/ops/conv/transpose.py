@@ -2,7 +2,8 @@
 
 Shapes, pads, output_padding, output_shape and auto_pad: `conv.attrs.transpose_geometry`.
 Lowering of X (N, C, *in), W (C, M/G, *k), Y (N, M, *out), with P = prod(in):
-1) Y is filled with the bias B (per output channel) or zeros;
+1) Y is filled with zeros (the bias B, per output channel, is added once the taps are summed
+   (step 4), as the references round);
 2) per image and group one `Matmul` computes col (M/G * prod(k), P) = W_g^T x X_g, W_g the
    (C/G, M/G * prod(k)) window read transposed (`a_trans`), X_g the image's (C/G, P) channels;
    panels of several images share one scratch while it stays under `PANEL_BYTES`,
@@ -13,7 +14,8 @@ Lowering of X (N, C, *in), W (C, M/G, *k), Y (N, M, *out), with P = prod(in):
    kernels loop and compute the ranges at run time) so each tap's valid range of input
    columns is a compile-time pair, an outer dim outside the output empties the range
    (a `select` on the loop bounds), and the innermost loop adds a contiguous panel row into
-   the output row (stride s).
+   the output row (stride s);
+4) Y += B per output channel.
 float16/bfloat16 operands are widened to f32 scratch copies first and Y is rounded once from an
 f32 result, so no tap's partial sum is rounded (the fold computes the same way).
 Sizes may be `Sym`s (a symbolic program; explicit pads): then every image's panel is built
@@ -32,7 +34,7 @@ import numpy as np
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, row_major_strides
-from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
+from onnxjit.ir.loops import Buffer, Matmul, Operand, Size, i64
 from onnxjit.ir.narrow import is_narrow_array, widen
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.conv.attrs import (
@@ -177,9 +179,10 @@ def _lower_into(ctx: LowerContext, node: Node, x: Buffer, w: Buffer, bias: Buffe
     cg, mg = c // g, m // g
     rows, pin = mg * math.prod(k), math.prod(ins)
     b = Builder()
-    fill_channels(b, y, bias, m, math.prod(out))
-    ctx.kernel("convtranspose_bias", b.body)
+    fill_channels(b, y, None, m, math.prod(out))
+    ctx.kernel("convtranspose_zero", b.body)
     if cg == 0 or rows * pin == 0:
+        _add_bias(ctx, y, bias, m, math.prod(out))
         return
     per_image = g * rows * pin * y.dtype.itemsize
     # a symbolic program's run-time batch or sizes: every image's panel in one pass
@@ -200,6 +203,22 @@ def _lower_into(ctx: LowerContext, node: Node, x: Buffer, w: Buffer, bias: Buffe
         b = Builder()
         _col2im(b, y, col, a, [int(v) for v in begin], ins, k, out, m, n0, nimg)  # type: ignore
         ctx.kernel("convtranspose_col2im", b.body)
+    _add_bias(ctx, y, bias, m, math.prod(out))
+
+
+def _add_bias(ctx: LowerContext, y: Buffer, bias: Buffer | None, m: int, p: Size) -> None:
+    """y[(n, m), :] += bias[m], after the taps are summed (from zero): the references add
+    the bias last, and a sum started from it rounds differently."""
+    if bias is None:
+        return
+    b = Builder()
+    rows = (y.numel // p if p else 0) if y.is_static else y.shape[0] * y.shape[1]
+    with b.loop(0, rows, parallel=True, hint="q") as q:
+        v = b.load(bias, b.op("rem", q, i64(m)))
+        with b.loop(0, p, hint="p") as i:
+            at = b.iadd(b.imul(q, p), i)
+            b.store(y, at, b.op("add", b.load(y, at), v))
+    ctx.kernel("convtranspose_bias", b.body)
 
 
 op("ConvTranspose", (1, 11, 22), infer=_infer, evaluate=_evaluate, lower=_lower,

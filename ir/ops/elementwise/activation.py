@@ -6,7 +6,9 @@ Compositions worth a note:
 - Softplus = max(x, 0) + log1p(exp(-|x|)): never overflows, unlike log(exp(x) + 1), and keeps
   the tail (e**x for x < -17, where 1 + e**-|x| rounds to 1); log1p is `unary_math.log1p`;
 - Elu/Selu/Celu use the scalar `expm1` (e**x - 1 cancels near 0: Elu(-1e-10) would be 0);
-- HardSwish computes x/6 + 1/2 as (x + 3) / 6 (exact near -3, where the sum cancels);
+- HardSwish computes x * max(0, min(1, alpha * x + 1/2)) with alpha = 1/6 in the type, the
+  references' roundings, from -1.5 up; below, where that sum cancels, (x + 3) / 6 (exact
+  near -3);
 - compositions compute f16/bf16 in f32 and round once (`arithmetic.in_f32`);
 - Gelu "none" = x/2 * (1 + erf(x/sqrt 2)), "tanh" = x/2 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   computed as x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (the same value; 1 + tanh cancels for
@@ -223,9 +225,13 @@ unary("HardSigmoid", (1, 6, 22), _F22,
 
 
 def _hard_swish(b: Builder, node: Node, a: list[Operand]) -> Operand:
-    # x/6 + 1/2 as (x + 3) / 6: x + 3 is exact near -3, where x/6 + 1/2 cancels
+    # alpha * x + 1/2 with alpha = 1/6 rounded to the type, as the reference and onnxruntime
+    # compute it (bit for bit: a later Cast to double exposes any other rounding), except
+    # below -1.5, where the sum cancels (thousands of ulps near -3): there (x + 3) / 6
     x = a[0]
-    y = b.op("mul", b.op("add", x, c(3, x)), c(1 / 6, x))
+    sixth = c(1 / 6, x)
+    y = b.op("select", b.op("lt", x, c(-1.5, x)), b.op("mul", b.op("add", x, c(3, x)), sixth),
+             b.op("add", b.op("mul", x, sixth), c(0.5, x)))
     return b.op("mul", x, b.op("max", b.op("min", y, c(1, x)), c(0, x)))
 
 

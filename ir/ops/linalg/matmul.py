@@ -13,10 +13,12 @@ Lowering, both ops through the `loops.Matmul` statement (2-D row-major windows):
    broadcast, the batch folds into M and one Matmul covers everything (the common "activations
    @ weight" case); otherwise a loop nest over the batch computes each operand's window offset
    from the loop indexes and runs one Matmul per batch element.
-2) Gemm: Y is filled with beta*C broadcast (an elementwise nest), then one Matmul accumulates
-   alpha * A' @ B' into it; without C (or with beta == 0) the Matmul overwrites Y. Integer Gemm
-   with alpha != 1 multiplies after the product (the Matmul statement scales floats only).
+2) Gemm: one Matmul writes A' @ B' into Y, then (with alpha != 1 or a C) an elementwise nest
+   makes it Y * alpha + C * beta, C broadcast: the reference's order of roundings. Summing
+   into beta * C, or folding alpha into A', differs from it (and from onnxruntime) in the last
+   bits, which a later op (Exp, a Cast to double) can expose.
 3) K == 0 gives an empty sum: Y is zero (MatMul) or beta*C (Gemm); no Matmul is emitted.
+MatMulInteger lives in `linalg.matmul_integer`.
 """
 
 from __future__ import annotations
@@ -251,38 +253,33 @@ def _gemm_lower(ctx: LowerContext, node: Node) -> None:
         return
     use_c = c is not None and at.beta != 0.0
     some_k = not isinstance(k, int) or k > 0  # a symbolic k may be 0: Matmul zero-fills then
-    post_scale = dt.is_int and at.alpha != 1.0 and some_k
-    if use_c and not post_scale:
-        beta = const(at.beta, dt)
-
-        def scale_c(bb: Builder, args: list[Operand]) -> Operand:
-            return args[0] if at.beta == 1.0 else bb.op("mul", args[0], beta)
-
-        elementwise(b, y, [c], scale_c)  # type: ignore[list-item]
-    elif k == 0:
+    scale = at.alpha != 1.0
+    if not some_k:
         fill(b, y, 0)
-    if some_k and y.is_static and a.is_static and not at.trans_a and \
-            strassen.lower_if_applies(ctx, b, y, a, bm, at.trans_b, m, "gemm_strassen",
-                                      at.alpha, accumulate=use_c):
-        return
-    if some_k:
+    elif not (y.is_static and a.is_static and not at.trans_a and strassen.lower_if_applies(
+            ctx, b, y, a, bm, at.trans_b, m, "gemm_strassen", 1.0, accumulate=False)):
         b.emit(Matmul(y, i64(0), n, a, i64(0), a.shape[1], bm, i64(0), bm.shape[1], m, n, k,
-                      a_trans=at.trans_a, b_trans=at.trans_b,
-                      alpha=1.0 if post_scale else at.alpha,
-                      accumulate=use_c and not post_scale))
-        if post_scale:
-            # Integer Gemm: Y = alpha * (A' @ B') (+ beta * C), in the integer type.
-            alpha = const(at.alpha, dt)
-            ins = [y] + ([c] if use_c else [])
+                      a_trans=at.trans_a, b_trans=at.trans_b))
+    if scale or use_c:
+        # (A' @ B') * alpha + C * beta, each rounded, as the reference (and onnxruntime, up
+        # to its fused multiply-add) does: C added after the sum, not summed into it.
+        alpha, beta = const(at.alpha, dt), const(at.beta, dt)
+        ins = [y] + ([c] if use_c else [])
 
-            def epilogue(bb: Builder, args: list[Operand]) -> Operand:
-                r = bb.op("mul", args[0], alpha)
-                if use_c:
-                    t = args[1] if at.beta == 1.0 else bb.op("mul", args[1], const(at.beta, dt))
-                    r = bb.op("add", r, t)
-                return r
+        def epilogue(bb: Builder, args: list[Operand]) -> Operand:
+            r = bb.op("mul", args[0], alpha) if scale and some_k else args[0]
+            if use_c:
+                t = args[1] if at.beta == 1.0 else bb.op("mul", args[1], beta)
+                r = bb.op("add", r, t)
+            return r
 
-            elementwise(b, y, ins, epilogue)  # type: ignore[arg-type]
+        # its own kernel: a Matmul alone in one is emitted as MatMul's is (a Matmul followed
+        # by a loop in one kernel took another variant, summing in another order)
+        ctx.kernel("gemm", b.body)
+        b = Builder()
+        elementwise(b, y, ins, epilogue)  # type: ignore[arg-type]
+        ctx.kernel("gemm_epilogue", b.body)
+        return
     ctx.kernel("gemm", b.body)
 
 

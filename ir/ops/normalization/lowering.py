@@ -19,8 +19,8 @@ LRN: per (n, c) (parallel), the channel window's sum of squares accumulates into
 (contiguous spatial loops), then y = x / (bias + alpha/size * sum)^beta in place.
 MeanVarianceNormalization: the reduction nests of `reductions.lowering` (mean, then the mean of
 the squared deviation) into scratch buffers, with broadcast elementwise passes between them.
-LpNormalization: along a contiguous last axis, a `Lanes` fold per row then y = x * (1/norm)
-(the norm of float16/bfloat16 in f32);
+LpNormalization: along a contiguous last axis, a `Lanes` fold per row then y = x / norm
+(the norm of float16/bfloat16 in f32; a division, as the references round);
 otherwise per (outer) block the norms of the `inner` columns accumulate in a scratch row
 (contiguous over inner), then y = x / norm; 0 wherever the norm is 0.
 """
@@ -399,10 +399,12 @@ def _lp_rows(b: Builder, x: Buffer, y: Buffer, rows: int, n: int,
         nrm = acc.result()
         if p == 2:
             nrm = b.op("sqrt", nrm)
-        inv = b.op("select", b.op("eq", nrm, zero), zero, b.op("div", const(1, dt), nrm))
+        none = b.op("eq", nrm, zero)
         with b.loop(0, n, hint="j") as j:
+            # x / norm, not x * (1 / norm): the references' rounding, bit for bit
             at = b.iadd(base, j)
-            b.store(y, at, _as(b, b.op("mul", _as(b, b.load(x, at), dt), inv), y.dtype))
+            q = b.op("div", _as(b, b.load(x, at), dt), nrm)
+            b.store(y, at, _as(b, b.op("select", none, zero, q), y.dtype))
 
 
 # --------------------------------------------------------------------------- registration

@@ -22,7 +22,7 @@ vectorize. Keeping L independent partial accumulators (element j goes to lane j 
 to lane 0) and combining them pairwise at the end gives the vectorizer L independent chains
 (an L-wide vector accumulator; code generation keeps the fold's loop rolled so the
 vectorizer sees one body, `llvmgen.KEEP_FOLDS`). The summation order changes as numpy's
-pairwise sum does.
+pairwise sum does. Products keep the serial order (both references multiply in order).
 """
 
 from __future__ import annotations
@@ -94,8 +94,11 @@ class Lanes:
         self.b = b
         self.combine = combine
         width = max(1, min(16, LANE_BYTES // init.dtype.itemsize))
-        # a symbolic length is taken to be long (the tail loop takes short ones)
-        self.lanes = width if not isinstance(n, int) or n >= 2 * width else 1
+        # a symbolic length is taken to be long (the tail loop takes short ones). Products
+        # stay one serial chain: onnxruntime and numpy multiply in order and agree bit for
+        # bit, which partial products would not (ReduceProd is rare; its speed matters less)
+        long = not isinstance(n, int) or n >= 2 * width
+        self.lanes = width if long and combine != "mul" else 1
         self.accs = [b.var(init, hint=hint) for _ in range(self.lanes)]
 
     def run(self, n: Size, value_at: Callable[[Operand], Operand]) -> None:

@@ -10,21 +10,24 @@ Algorithm:
 2) per resized axis, build interpolation tables with numpy (`vision.resize_tables`: source
    indices, weights, extrapolation mask), mirroring the ONNX reference; an axis whose scale is
    1 and size unchanged is not resized. Upsample and Resize-10 use the asymmetric transform and
-   onnxruntime's legacy nearest rule (floor when upsampling, ceil when downsampling).
+   onnxruntime's legacy nearest rule (floor when upsampling, ceil when downsampling). Linear
+   and cubic on float32/float16 data in a layout onnxruntime has a kernel for take its float32
+   tables and order of operations instead (`vision.resize_ort`), bit for bit, except where
+   its coordinates depart from the spec.
 3) lower to one nest over the output: the tables are const buffers (a symbolic program's
    resized dims are `Sym`s: `vision.resize_runtime` computes the tables at each call). When
    every table is one-hot (nearest) the element is a pure gather (exact for every dtype);
-   otherwise loops over the taps of each resized axis accumulate prod(weights) * x, in the
-   input's float type (float64 for integer inputs, whose results round half to even and
+   otherwise the taps of each resized axis accumulate prod(weights) * x
+   (`vision.resize_blend`), in float32 on onnxruntime's path, else in the input's float type
+   (float64 for integer inputs, whose results round half to even and
    saturate, as the reference's saturate_cast does). In tf_crop_and_resize mode an output
    position extrapolated along any axis is `extrapolation_value`.
-Constant folding applies the same tables one axis at a time in float64 (the reference's order).
+Constant folding applies the same tables one axis at a time in float64 (the reference's order),
+or onnxruntime's arithmetic in numpy (`resize_ort.ort_evaluate`) on its path.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -33,13 +36,15 @@ import numpy as np
 from onnxjit.errors import ModelError, UnsupportedError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Operand, i64
+from onnxjit.ir.loops import Operand, i64
 from onnxjit.ir.opdef import LowerContext, op, since_version
 from onnxjit.ir.ops.elementwise.arithmetic import float_attr, int_attr
 from onnxjit.ir.ops.elementwise.inference import check_dtype, tensor
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.ops.tensor.indexing import PARALLEL_MIN, axes_list, row_strides
 from onnxjit.ir.ops.tensor.pad_tables import const_buffer
+from onnxjit.ir.ops.vision.resize_blend import blend, cubic_blend, round_half_even
+from onnxjit.ir.ops.vision.resize_ort import ort_axes, ort_evaluate, ort_follows_spec, ort_plan
 from onnxjit.ir.ops.vision.resize_runtime import lower_resize_runtime, sym_out_dim
 from onnxjit.ir.ops.vision.resize_tables import (
     AxisTables,
@@ -218,8 +223,11 @@ def _roi(node: Node, req: Request, rank: int, s: Settings) -> list[tuple[float, 
     return roi
 
 
-def plan(node: Node, shape: tuple[int, ...]) -> tuple[list[int], dict[int, AxisTables], float]:
-    """Output shape, tables of the resized axes, and the extrapolation value."""
+def plan(node: Node, shape: tuple[int, ...], dtype: np.dtype | None = None
+         ) -> tuple[list[int], dict[int, AxisTables], float, str | None]:
+    """Output shape, tables of the resized axes, the extrapolation value, and which blend
+    they are for: None (the reference's tables), "linear" or "cubic" (onnxruntime's
+    arithmetic, `resize_ort`, for data of `dtype` where onnxruntime has a kernel)."""
     s = _settings(node)
     req = _request(node, len(shape))
     if req.values is None:
@@ -230,6 +238,21 @@ def plan(node: Node, shape: tuple[int, ...]) -> tuple[list[int], dict[int, AxisT
             "supported yet", where=node)
     out, scales = _out_dims(node, shape, req, s)
     roi = _roi(node, req, len(shape), s)
+    for a, d in enumerate(shape):
+        if d == 0 and out[a]:
+            raise ModelError(f"cannot resize an empty axis {a} to {out[a]}", where=node)
+    sizes = req.kind == "sizes" and s.policy == "stretch"
+    ort = ort_axes(s.mode, shape, scales, s.antialias, np.dtype(dtype)) \
+        if dtype is not None and node.op == "Resize" and since_version(node) >= 11 else None
+    # from sizes onnxruntime's scale is the float32 quotient (the spec's length is the size
+    # itself, which onnxruntime's coordinates use too)
+    sc = [float(np.float32(o) / np.float32(d)) if d else 1.0
+          for o, d in zip(out, shape)] if sizes else scales  # type: ignore[arg-type]
+    if ort is not None and ort_follows_spec(s.coord, shape, out, sc, roi, ort, sizes):
+        if list(out) == list(shape):  # onnxruntime copies the input
+            return out, {}, s.extrapolation, None  # type: ignore[return-value]
+        tabs = ort_plan(s, shape, out, sc, roi, ort)  # type: ignore[arg-type]
+        return out, tabs, s.extrapolation, s.mode  # type: ignore[return-value]
     coeffs = nearest_coeffs(s.nearest) if s.mode == "nearest" else \
         linear_coeffs(s.antialias) if s.mode == "linear" else cubic_coeffs(s.cubic_a, s.antialias)
     tables: dict[int, AxisTables] = {}
@@ -238,65 +261,20 @@ def plan(node: Node, shape: tuple[int, ...]) -> tuple[list[int], dict[int, AxisT
         if math.isclose(scales[a], 1.0) and out[a] == d and (
                 r is None or math.isclose(float(r[0]), 0.0) and math.isclose(float(r[1]), 1.0)):
             continue
-        if d == 0 and out[a]:
-            raise ModelError(f"cannot resize an empty axis {a} to {out[a]}", where=node)
         tables[a] = axis_tables(s.coord, coeffs, d, out[a], scales[a], r,  # type: ignore
                                 s.exclude)
-    return out, tables, s.extrapolation  # type: ignore[return-value]
+    return out, tables, s.extrapolation, None  # type: ignore[return-value]
 
 
 def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     x = np.asarray(inputs[0])
-    out, tables, ev = plan(node, x.shape)
+    out, tables, ev, ort = plan(node, x.shape, x.dtype)
+    if ort is not None:
+        return [ort_evaluate(x, out, tables, ort == "cubic", ev)]
     r = x.astype(np.float64)
     for a in sorted(tables):
         r = apply_axis(r, a, tables[a], ev)
     return [saturate(r, x.dtype).reshape(out)]
-
-
-def _round_half_even(b: Builder, v: Operand) -> Operand:
-    f = b.op("floor", v)
-    d = b.op("sub", v, f)
-    odd = b.op("ne", b.op("rem", f, const(2, v.dtype)), const(0, v.dtype))
-    up = b.op("or", b.op("gt", d, const(0.5, v.dtype)),
-              b.op("and", b.op("eq", d, const(0.5, v.dtype)), odd))
-    return b.op("select", up, b.op("add", f, const(1, v.dtype)), f)
-
-
-def _blend(b: Builder, x: Buffer, in_st: list[int], tables: dict[int, AxisTables],
-           axes: list[int], idx: list, base: Operand, itab: Buffer, wtab: Buffer,
-           offs: dict[int, int], cdt: DType) -> Operand:
-    """sum over the taps of every resized axis of prod(weights) * x[source] (in `cdt`)."""
-    taps = [tables[a].idx.shape[1] for a in axes]
-    if math.prod(taps) <= 16:
-        # Few taps (linear, cubic): unrolled straight-line code, each table row read once.
-        rows = []
-        for a, n in zip(axes, taps):
-            first = b.iadd(b.imul(idx[a], n), i64(offs[a]))
-            rows.append([(b.imul(b.load(itab, b.iadd(first, i64(t))), in_st[a]),
-                          b.load(wtab, b.iadd(first, i64(t)))) for t in range(n)])
-        total: Operand | None = None
-        for combo in itertools.product(*rows):
-            src, w = base, None
-            for off, wk in combo:
-                src = b.iadd(src, off)
-                w = wk if w is None else b.op("mul", w, wk)
-            v = b.cast(b.load(x, src), cdt)
-            term = v if w is None else b.op("mul", w, v)
-            total = term if total is None else b.op("add", total, term)
-        return total  # type: ignore[return-value]
-    acc = b.var(const(0, cdt))
-    with contextlib.ExitStack() as stack:
-        src, w = base, None
-        for a, n in zip(axes, taps):
-            t = stack.enter_context(b.loop(0, n, hint=f"t{a}")) if n > 1 else i64(0)
-            row = b.iadd(b.iadd(b.imul(idx[a], n), t), i64(offs[a]))
-            src = b.iadd(src, b.imul(b.load(itab, row), in_st[a]))
-            wk = b.load(wtab, row)
-            w = wk if w is None else b.op("mul", w, wk)
-        v = b.cast(b.load(x, src), cdt)
-        b.assign(acc, "add", acc, v if w is None else b.op("mul", w, v))
-    return acc
 
 
 def _lower(ctx: LowerContext, node: Node) -> None:
@@ -309,7 +287,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
         _, scales = _out_dims(node, x.shape, req, s)
         lower_resize_runtime(ctx, node, x, ctx.buf(node.outputs[0]), s, scales)
         return
-    out_shape, tables, ev = plan(node, x.shape)
+    out_shape, tables, ev, ort = plan(node, x.shape, x.dtype.numpy)
     y = ctx.buf(node.outputs[0])
     if y.numel == 0:
         return
@@ -325,7 +303,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     in_st, out_st = row_strides(xs), row_strides(ys)
     axes = sorted(tables)
     gather = all(tables[a].one_hot and tables[a].ext is None for a in axes)
-    cdt = x.dtype if x.dtype.is_float else DType.DOUBLE
+    cdt = DType.FLOAT if ort else x.dtype if x.dtype.is_float else DType.DOUBLE
     offs, pos = {}, 0
     for a in axes:
         offs[a] = pos
@@ -339,6 +317,8 @@ def _lower(ctx: LowerContext, node: Node) -> None:
         eoff = {a: sum(len(tables[c].ext) for c in ext_axes[:j])  # type: ignore[arg-type]
                 for j, a in enumerate(ext_axes)}
         etab = const_buffer(ctx, np.concatenate([tables[a].ext for a in ext_axes]))
+    divs = [tables[a].div for a in axes if tables[a].div is not None]
+    dtab = const_buffer(ctx, divs[0]) if divs else None
     b = Builder()
     with b.nest(ys, parallel_outer=y.numel >= PARALLEL_MIN) as idx:
         base: Operand = i64(0)
@@ -353,7 +333,9 @@ def _lower(ctx: LowerContext, node: Node) -> None:
                 src = b.iadd(src, b.imul(at, in_st[a]))
             b.store(y, dst, b.load(x, src))
         else:
-            res = _blend(b, x, in_st, tables, axes, idx, base, itab, wtab, offs, cdt)
+            res = cubic_blend(b, x, in_st, tables, axes, idx, base, itab, wtab, offs, dtab) \
+                if ort == "cubic" else \
+                blend(b, x, in_st, tables, axes, idx, base, itab, wtab, offs, cdt)
             if ext_axes:
                 e: Operand | None = None
                 for a in ext_axes:
@@ -361,7 +343,7 @@ def _lower(ctx: LowerContext, node: Node) -> None:
                     e = ea if e is None else b.op("or", e, ea)
                 res = b.op("select", e, const(ev, cdt), res)  # type: ignore[arg-type]
             if y.dtype.is_int:
-                res = _round_half_even(b, res)
+                res = round_half_even(b, res)
             if y.dtype == DType.BOOL:
                 res = b.op("ne", res, const(0, cdt))
             b.store(y, dst, b.cast(res, y.dtype))

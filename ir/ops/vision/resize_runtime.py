@@ -13,6 +13,13 @@ and weights) cannot be built at compile time. Algorithm:
 2) one nest over the output, parallel over its outer dim: nearest copies x at the table's
    indices (exact), linear sums prod(weights) * x over the 2^k corners, in the order of
    `resize._blend`.
+Linear on float32/float16 data in a layout onnxruntime has a kernel for (`resize_ort.ort_axes`)
+follows onnxruntime's arithmetic instead, bit for bit (`_ort_tables`): every axis it
+interpolates takes part (scale 1 too), the coordinate is float32 (exactly o when the scale is
+1), clamped into [0, d - 1] before x1 = trunc, x2 = min(x1 + 1, d - 1) and the weights
+|x - x2|, |x - x1| (0.5 each when x1 = x2) are taken, the blend is float32 with the weights
+multiplied innermost axis first; and when every output dim equals its input dim the input is
+copied, as onnxruntime does.
 Taken for Resize-11+ with constant scales, modes nearest and linear (no antialias, no
 exclude_outside) and coordinate modes half_pixel, pytorch_half_pixel, asymmetric,
 align_corners and half_pixel_symmetric on float inputs; anything else is left to the
@@ -24,11 +31,14 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
+import numpy as np
+
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Buffer, Operand, i64
 from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.ops.conv.geometry import operand
 from onnxjit.ir.ops.tensor.indexing import row_strides
+from onnxjit.ir.ops.vision.resize_ort import ort_axes, ort_follows_spec
 from onnxjit.ir.types import Dim, DType, Sym
 
 _COORDS = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners",
@@ -53,10 +63,20 @@ def lower_resize_runtime(ctx: LowerContext, node: object, x: Buffer, y: Buffer,
             and x.dtype.is_float and node.op == "Resize"  # type: ignore[attr-defined]
             and node.version >= 11):  # type: ignore[attr-defined]
         raise TypeError("this Resize has no lowering for run-time sizes")
-    axes = [a for a in range(len(x.shape)) if not (scales[a] == 1.0 and x.shape[a] == y.shape[a])]
     nearest = s.mode == "nearest"  # type: ignore[attr-defined]
-    tabs = {a: _tables(ctx, s, x.shape[a], y.shape[a], scales[a], nearest, x.dtype)
-            for a in axes}
+    ort = None if nearest else ort_axes(s.mode, x.shape, scales, False,  # type: ignore
+                                        x.dtype.numpy)
+    if ort is not None and ort_follows_spec(s.coord, x.shape, y.shape, scales,  # type: ignore
+                                            None, ort):
+        axes = list(ort)
+        tabs = {a: _ort_tables(ctx, s, x.shape[a], y.shape[a], scales[a]) for a in axes}
+    else:
+        axes = [a for a in range(len(x.shape))
+                if not (scales[a] == 1.0 and x.shape[a] == y.shape[a])]
+        tabs = {a: _tables(ctx, s, x.shape[a], y.shape[a], scales[a], nearest, x.dtype)
+                for a in axes}
+        ort = None
+    cdt = DType.FLOAT if ort is not None else x.dtype
     in_st, out_st = row_strides(list(x.shape)), row_strides(list(y.shape))
     b = Builder()
     with b.nest(list(y.shape), parallel_outer=True) as idx:
@@ -76,12 +96,15 @@ def lower_resize_runtime(ctx: LowerContext, node: object, x: Buffer, y: Buffer,
             total: Operand | None = None
             for combo in itertools.product(*corners):
                 src, w = base, None
-                for off, wk in combo:
+                for off, _ in combo:
                     src = b.iadd(src, off)
+                for _, wk in reversed(combo):  # innermost axis first, as onnxruntime
                     w = wk if w is None else b.op("mul", w, wk)
-                term = b.op("mul", w, b.load(x, src))  # type: ignore[arg-type]
+                term = b.op("mul", w, b.cast(b.load(x, src), cdt))  # type: ignore[arg-type]
                 total = term if total is None else b.op("add", total, term)
-            b.store(y, dst, total)  # type: ignore[arg-type]
+            if ort is not None and _may_copy(scales, axes):
+                total = b.op("select", _same_dims(b, x, y), b.cast(b.load(x, dst), cdt), total)
+            b.store(y, dst, b.cast(total, y.dtype))  # type: ignore[arg-type]
     ctx.kernel("resize", b.body)
 
 
@@ -117,6 +140,69 @@ def _tables(ctx: LowerContext, s: object, d: Dim, out: Dim, scale: float, neares
             b.store(bufs[3], o, b.cast(r, dt))
     ctx.kernel("resize_tables", b.body)
     return bufs
+
+
+def _may_copy(scales: list[float], axes: list[int]) -> bool:
+    """Every output dim can equal its input dim with a scale other than 1 (floor(d * s) = d
+    needs 1 <= s < 2): onnxruntime then copies the input instead of interpolating."""
+    return all(scales[a] >= 1 for a in axes) and any(1 < scales[a] < 2 for a in axes)
+
+
+def _same_dims(b: Builder, x: Buffer, y: Buffer) -> Operand:
+    same: Operand = const(True, DType.BOOL)
+    for dx, dy in zip(x.shape, y.shape):
+        if dx != dy:
+            same = b.op("and", same, b.op("eq", operand(dx), operand(dy)))
+    return same
+
+
+def _ort_tables(ctx: LowerContext, s: object, d: Dim, out: Dim, scale: float) -> list[Buffer]:
+    """[index1, index2, weight1, weight2] of one axis, by onnxruntime's float32 arithmetic."""
+    f32 = DType.FLOAT
+    bufs = [ctx.scratch("rs_idx", DType.INT64, (out,)) for _ in range(2)]
+    bufs += [ctx.scratch("rs_w", f32, (out,)) for _ in range(2)]
+    b = Builder()
+    ln, lo = b.cast(operand(d), f32), b.cast(operand(out), f32)  # type: ignore[arg-type]
+    last = b.op("sub", operand(d), i64(1))
+    with b.loop(0, out, parallel=True, hint="o") as o:
+        yo = b.cast(o, f32)
+        x = yo if np.float32(scale) == 1 else _ort_coord(b, s.coord, yo, scale, ln, lo)  # type: ignore
+        xc = b.op("max", const(0.0, f32), b.op("min", x, b.cast(last, f32)))
+        x1 = b.op("min", b.cast(xc, DType.INT64), last)
+        x2 = b.op("min", b.iadd(x1, i64(1)), last)
+        same = b.op("eq", x1, x2)
+        half = const(0.5, f32)
+        b.store(bufs[0], o, x1)
+        b.store(bufs[1], o, x2)
+        b.store(bufs[2], o, b.op("select", same, half,
+                                 b.op("abs", b.op("sub", xc, b.cast(x2, f32)))))
+        b.store(bufs[3], o, b.op("select", same, half,
+                                 b.op("abs", b.op("sub", xc, b.cast(x1, f32)))))
+    ctx.kernel("resize_tables", b.body)
+    return bufs
+
+
+def _ort_coord(b: Builder, mode: str, yo: Operand, scale: float, ln: Operand,
+               lo: Operand) -> Operand:
+    """onnxruntime's float32 source coordinate (`resize_ort._coord`)."""
+    f32 = DType.FLOAT
+    sc, half, one = const(float(np.float32(scale)), f32), const(0.5, f32), const(1.0, f32)
+    if mode == "asymmetric":
+        return b.op("div", yo, sc)
+    hp = b.op("sub", b.op("div", b.op("add", yo, half), sc), half)
+    if mode == "half_pixel":
+        return hp
+    if mode == "pytorch_half_pixel":
+        return b.op("select", b.op("gt", lo, one), hp, const(0.0, f32))
+    if mode == "align_corners":
+        num = b.op("mul", yo, b.op("sub", ln, one))
+        return b.op("select", b.op("eq", lo, one), const(0.0, f32),
+                    b.op("div", num, b.op("sub", lo, one)))
+    # half_pixel_symmetric: float32 offset, the rest in double
+    adj = b.op("div", lo, b.op("mul", sc, ln))
+    offset = b.op("mul", b.op("div", ln, const(2.0, f32)), b.op("sub", one, adj))
+    yd = b.op("div", b.op("add", b.cast(yo, F64), const(0.5, F64)), const(float(sc.value), F64))
+    return b.cast(b.op("sub", b.op("add", b.cast(offset, F64), yd), const(0.5, F64)), f32)
 
 
 def _coord(b: Builder, mode: str, yo: Operand, scale: float, df: Operand, out_f: Operand,

@@ -31,11 +31,13 @@ Coeffs = Callable[[float, float], np.ndarray]
 
 @dataclass
 class AxisTables:
-    """Interpolation along one axis: idx/w are (out, n); ext is (out,) or None."""
+    """Interpolation along one axis: idx/w are (out, n); ext is (out,) or None; div (out,)
+    divides the row's weighted sum (onnxruntime's cubic outer axis with exclude_outside)."""
 
     idx: np.ndarray
     w: np.ndarray
     ext: np.ndarray | None
+    div: np.ndarray | None = None
 
     @property
     def one_hot(self) -> bool:
