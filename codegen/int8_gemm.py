@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from llvmlite import ir
 
-from onnxjit.codegen.amx_gemm import granted, has_amx, panel_tiles, tile_function
+from onnxjit.codegen.amx_gemm import TBYTES, granted, has_amx, panel_tiles, tile_function
 from onnxjit.codegen.irutil import for_range, for_range_carry, i64c, imin, splat
 from onnxjit.codegen.kernel_shapes import INT8_PANEL, has_vnni
 from onnxjit.codegen.mathlib import intrinsic
@@ -244,7 +244,10 @@ def emit_int8_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
             b.branch(done)
         b.position_at_end(done)
 
-    use_amx = has_amx() and isinstance(s.k, int) and s.k % 4 == 0
+    # Whole 64-deep chunks only: with a partial chunk the tile function needs all 8 tile
+    # registers (two shapes of A and B), and LLVM's allocator ran out of them on some
+    # shapes (K = 24 with two rank-1 terms), which ends the process in `exit(1)`.
+    use_amx = has_amx() and isinstance(s.k, int) and s.k % TBYTES == 0
     if not use_amx:
         for_range(b, 0, npanels, 1, panel, "qp")
         return

@@ -145,6 +145,7 @@ def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], 
                 raise NoWorkers from None
             if pid == 0:  # the worker
                 gc.disable()  # see _worker
+                _exit_at_exit()
                 os.close(res_r)
                 _worker(work, tasks_r, res_w)
             os.close(res_w)
@@ -158,6 +159,21 @@ def compile_groups(program: Program, plan: KernelPlan, groups: list[list[int]], 
             os.close(tasks_r)
         _reap(pids)
     return results[:entry], results[entry], cpu
+
+
+def _exit_at_exit() -> None:
+    """Make a C-level `exit` in this worker end it at once: LLVM calls exit(1) on a fatal
+    error (say, "ran out of registers"), and exit runs the handlers of the libraries the
+    caller loaded, in reverse order of registration; onnxruntime's then waits for threads the
+    child does not have and the compile hangs. Registered last, `_exit` runs first, and the
+    parent sees a worker that died (a CompileError) instead of one that never ends."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)  # glibc exports __cxa_atexit, not atexit: f(arg) at exit
+        libc.__cxa_atexit(ctypes.cast(libc._exit, ctypes.c_void_p), None, None)
+    except (OSError, AttributeError):  # not glibc-like: keep the default behaviour
+        pass
 
 
 def _worker(work: Callable[[int], Any], tasks: int, out: int) -> None:

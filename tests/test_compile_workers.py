@@ -166,3 +166,34 @@ def test_partition_balances_costs():
     loads = sorted(sum({0: 10, 1: 9, 2: 5, 3: 4, 4: 1}[n] for n in g) for g in groups)
     assert loads == [14, 15]
     assert sorted(n for g in groups for n in g) == [0, 1, 2, 3, 4]
+
+
+_EXIT_SCRIPT = r"""
+import ctypes, os, sys
+sys.path.insert(0, sys.argv[1])
+libc = ctypes.CDLL(None)
+# a library's exit handler that never returns
+libc.__cxa_atexit(ctypes.cast(libc.pause, ctypes.c_void_p), None, None)
+import onnxjit
+from onnxjit.codegen import workers
+from test_compile_workers import _mlp, _x
+workers.MIN_COST, workers.GROUP_COST = 0, 1
+workers._compile_group = lambda *args: libc.exit(1)  # LLVM's way out of a fatal error
+try:
+    onnxjit.compile(_mlp(), cache_dir=False, specialize="shape")(_x())
+except onnxjit.OnnxJitError as e:
+    print("raised:", e, flush=True)
+os._exit(0)  # this process has the pausing handler too
+"""
+
+
+def test_exit_in_a_worker_does_not_run_the_callers_exit_handlers():
+    # A C-level exit in a worker (LLVM's fatal errors) must end it, not run the handlers the
+    # caller's libraries registered (onnxruntime's waits forever in a forked child).
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ONNXJIT_COMPILE_JOBS="2")
+    out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, os.path.dirname(__file__)],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert "raised:" in out.stdout and "worker crashed" in out.stdout, out.stderr[-2000:]

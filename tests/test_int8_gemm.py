@@ -70,7 +70,7 @@ CASES = [  # (a shape, k, n, A type, B type, a zero point, b zero point)
     ((11, 33), 33, 65, T.INT8, T.UINT8, -3, "col"),
     ((11, 33), 33, 65, T.UINT8, T.UINT8, "row", 200),
     ((3, 5, 17), 17, 33, T.UINT8, T.INT8, 9, 2),
-    ((37, 96), 96, 130, T.UINT8, T.INT8, 7, "col"),  # AMX: a chunk of 64 and one of 32
+    ((37, 96), 96, 130, T.UINT8, T.INT8, 7, "col"),  # K = 64 + 32: VNNI (AMX takes whole chunks)
     ((18, 128), 128, 70, T.INT8, T.INT8, -2, None),  # AMX: whole chunks
 ]
 
@@ -142,17 +142,17 @@ def test_loop_ir_text_round_trip():
 
 def test_dynamic_quantize_matmul_matches_onnxruntime(tmp_path):
     ort = pytest.importorskip("onnxruntime")
-    w = _values(T.INT8, (96, 130))
+    w = _values(T.INT8, (128, 130))  # K = 128: AMX where the host has it (whole chunks)
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
              helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["y"])]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [37, 96])],
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [37, 128])],
                           [helper.make_tensor_value_info("y", T.INT32, None),
                            helper.make_tensor_value_info("xq", T.UINT8, None)],
                           [numpy_helper.from_array(w, "w"),
                            numpy_helper.from_array(_values(T.INT8, (130,)), "wz")])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
-    x = (RNG.standard_normal((37, 96)) * 3).astype(np.float32)
+    x = (RNG.standard_normal((37, 128)) * 3).astype(np.float32)
     x[0, :4] = [0.5, 1.5, -2.5, 0.0]  # ties of the rounding
     want = ort.InferenceSession(m.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})
