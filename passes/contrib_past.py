@@ -27,6 +27,8 @@ import numpy as np
 
 from onnxjit.errors import UnsupportedError
 from onnxjit.ir.graph import Node, Value
+from onnxjit.passes.contrib_mask import attention_mask as _attention_mask
+from onnxjit.passes.contrib_mask import f32 as _f32
 
 
 def attention_with_past(e: Any, q: Value, k: Value, v: Value, heads: int) -> None:
@@ -54,8 +56,6 @@ def emit_with_past(e: Any, q: Value, k: Value, v: Value, pk: Value, pv: Value,
     """The standard Attention with past_key/past_value [B, heads, P, D] (the presents into
     `presents`), its mask built as in step 4 of the module docstring; also MultiHeadAttention
     with past (`contrib_transformer`)."""
-    from onnxjit.passes.contrib_transformer import _attention_mask, _f32
-
     n = e.node
     if mask_index is not None and (mask_index.shape is None or len(mask_index.shape) == 1):
         raise UnsupportedError(f"{n.op} with past and a mask of key lengths (rank 1) is not "

@@ -37,6 +37,8 @@ import numpy as np
 
 from onnxjit.errors import ModelError, UnsupportedError
 from onnxjit.ir.graph import Node, Value
+from onnxjit.passes.contrib_mask import attention_mask as _attention_mask
+from onnxjit.passes.contrib_mask import f32 as _f32
 
 __all__ = ["EXPANSIONS", "ONNX_DOMAIN_EXPANSIONS"]
 
@@ -53,10 +55,6 @@ def _req(node: Node, i: int, what: str) -> Value:
     if v is None:
         raise ModelError(f"input {i} ({what}) is required", where=node)
     return v
-
-
-def _f32(e: Any, x: float, hint: str) -> Value:
-    return e.const(np.array(x, np.float32), hint)
 
 
 def _gelu(approximate: str, with_bias: bool) -> Callable[[Any], None]:
@@ -156,33 +154,6 @@ def _embed_layer_norm(e: Any) -> None:
         b = e.emit("Shape", 15, [ids], "batch", start=0, end=1)
         e.emit("ConstantOfShape", 9, [b], "mask_index", out=mask_index,
                value=np.zeros(1, np.int32))
-
-
-def _attention_mask(e: Any, mask: Value, q: Value, k: Value) -> Value:
-    """An additive float mask broadcasting to [B, heads, S, T] from a mask_index of shape [B]
-    (key lengths), [B, T] (raw 0/1) or [B, S, T]."""
-    n = e.node
-    fill = float(n.attr("mask_filter_value", -10000.0))
-    rank = len(mask.shape) if mask.shape is not None else None
-    if rank == 1:
-        t = e.emit("Shape", 15, [k], "t_len", start=1, end=2)
-        t = e.emit("Squeeze", 13, [t, e.const(np.array([0], np.int64), "axis0")], "t")
-        pos = e.emit("Range", 11, [e.const(np.array(0, np.int32), "zero"),
-                                   e.emit("Cast", 13, [t], "t_i32", to=6),
-                                   e.const(np.array(1, np.int32), "one")], "key_pos")
-        lens = e.emit("Unsqueeze", 13, [mask, e.const(np.array([1], np.int64), "ax1")], "lens")
-        keep = e.emit("Less", 13, [pos, lens], "keep")
-        add = e.emit("Where", 16, [keep, _f32(e, 0.0, "zero_f"), _f32(e, fill, "fill")], "add")
-        return e.emit("Unsqueeze", 13, [add, e.const(np.array([1, 2], np.int64), "ax12")],
-                      "mask4")
-    if rank not in (2, 3):
-        raise UnsupportedError(f"Attention mask_index of rank {rank} is not supported (ranks "
-                               "1, 2 and 3 are)", where=n)
-    m = e.emit("Cast", 13, [mask], "mask_f", to=1)
-    m = e.emit("Mul", 14, [e.emit("Sub", 14, [_f32(e, 1.0, "one_f"), m], "inv"),
-                           _f32(e, fill, "fill")], "add")
-    axes = [1, 2] if rank == 2 else [1]
-    return e.emit("Unsqueeze", 13, [m, e.const(np.array(axes, np.int64), "axes")], "mask4")
 
 
 def _attention(e: Any) -> None:
