@@ -99,8 +99,12 @@ def test_info_timings_and_verbose_log(files, capsys, monkeypatch):
 
 
 CHILD = """
-import sys, time
+import signal, sys, time
 import onnxjit.codegen.jit as jit
+
+# A terminal's Ctrl-C: the test runner may have been started with SIGINT ignored (a background
+# job of a non-interactive shell), which its children inherit.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def slow_optimize(*args):  # stands for a long LLVM call, at a known moment
     print("READY", file=sys.stderr, flush=True)
