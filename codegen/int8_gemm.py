@@ -217,18 +217,27 @@ def emit_int8_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
     npanels = b.sdiv(b.add(n, i64c(INT8_PANEL - 1)), i64c(INT8_PANEL))
     mfull = b.sub(m, b.srem(m, i64c(MR)))
 
-    def panel(p: ir.Value) -> None:
+    def panel_at(p: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """(first column, columns, B's panel) of panel p."""
         col = b.mul(p, i64c(INT8_PANEL))
         ncols = imin(b, i64c(INT8_PANEL), b.sub(n, col))
-        bpanel = b.gep(pb, [b.add(ob, b.mul(col, kp))], source_etype=I8)
+        return col, ncols, b.gep(pb, [b.add(ob, b.mul(col, kp))], source_etype=I8)
+
+    def rows_at(i: ir.Value, col: ir.Value) -> list[ir.Value]:
+        """A's and C's pointers at row i (C at column col), then each rank-1 term's."""
+        ap = b.gep(pa, [b.add(oa, b.mul(i, lda))], source_etype=I8)
+        cp = b.gep(pc, [b.add(oc, b.add(b.mul(i, ldc), col))], source_etype=I32)
+        extra = []
+        for rp, ro, step, cpt, co in terms:
+            extra += [b.gep(rp, [b.add(ro, b.mul(i, i64c(step)))], source_etype=I32),
+                      i64c(step), b.gep(cpt, [b.add(co, col)], source_etype=I32)]
+        return [ap, cp, *extra]
+
+    def panel(p: ir.Value) -> None:
+        col, ncols, bpanel = panel_at(p)
 
         def tile(i: ir.Value, rows: int) -> None:
-            ap = b.gep(pa, [b.add(oa, b.mul(i, lda))], source_etype=I8)
-            cp = b.gep(pc, [b.add(oc, b.add(b.mul(i, ldc), col))], source_etype=I32)
-            extra = []
-            for rp, ro, step, cpt, co in terms:
-                extra += [b.gep(rp, [b.add(ro, b.mul(i, i64c(step)))], source_etype=I32),
-                          i64c(step), b.gep(cpt, [b.add(co, col)], source_etype=I32)]
+            ap, cp, *extra = rows_at(i, col)
             b.call(micro_function(b.module, rows, len(terms)),
                    [ap, lda, bpanel, quads, krem, cp, ldc, ncols, acc, *extra])
 
@@ -254,17 +263,10 @@ def emit_int8_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value],
     ok = granted(b)  # the process may use AMX (asked once per module)
 
     def amx_panel(p: ir.Value) -> None:
-        col = b.mul(p, i64c(INT8_PANEL))
-        ncols = imin(b, i64c(INT8_PANEL), b.sub(n, col))
-        bpanel = b.gep(pb, [b.add(ob, b.mul(col, kp))], source_etype=I8)
+        col, ncols, bpanel = panel_at(p)
 
         def tile(i: ir.Value, tiles: ir.Value, rows: ir.Value) -> None:
-            ap = b.gep(pa, [b.add(oa, b.mul(i, lda))], source_etype=I8)
-            cp = b.gep(pc, [b.add(oc, b.add(b.mul(i, ldc), col))], source_etype=I32)
-            extra = []
-            for rp, ro, step, cpt, co in terms:
-                extra += [b.gep(rp, [b.add(ro, b.mul(i, i64c(step)))], source_etype=I32),
-                          i64c(step), b.gep(cpt, [b.add(co, col)], source_etype=I32)]
+            ap, cp, *extra = rows_at(i, col)
             b.call(tile_function(b.module, len(terms), s.k % 64 != 0, store_rows),
                    [ap, lda, bpanel, k, cp, ldc, ncols, tiles, rows, acc, *extra])
 
