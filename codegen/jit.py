@@ -118,7 +118,7 @@ def _compile(program: Program, plan: Any, opt_level: int,
     module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout(),
                                            plan)
     fastcall = pyentry.build(module, f"{_PLACEHOLDER}_fastcall").name
-    text = module_text(module)
+    text = _distinct_loop_ids(module_text(module))  # before hashing: the ids are a counter
     digest = hexdigest(text.encode())[:16]
     prefix = f"{_symbol_name(program)}_{digest}"
     text = text.replace(_PLACEHOLDER, prefix)
@@ -172,7 +172,7 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
 def compile_module(text: str, opt_level: int,
                    dump: Callable[[str, str], None] | None) -> bytes:
     """Object code of one module's LLVM IR text: parse, verify, optimise, emit."""
-    text = _LOOP_SELF.sub(lambda m: f"{m[1]} = distinct !{{ {m[1]},", text)
+    text = _distinct_loop_ids(text)
     if dump is not None:
         dump("llvm.ll", text)
     laps = Laps("llvm-parse")
@@ -191,6 +191,12 @@ def compile_module(text: str, opt_level: int,
     obj = bytes(tm.emit_object(mod))
     laps.end()
     return obj
+
+
+def _distinct_loop_ids(text: str) -> str:
+    """`!N = !{ !"onnxjit.loop.self.K", ...}` -> `!N = distinct !{ !N, ...}`: the self-referring
+    loop ids llvmlite cannot print; K (a process-wide counter) leaves the text."""
+    return _LOOP_SELF.sub(lambda m: f"{m[1]} = distinct !{{ {m[1]},", text)
 
 
 def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) -> None:

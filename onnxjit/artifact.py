@@ -168,6 +168,7 @@ class Artifact:
         self.num_threads = num_threads
         self.out_names = out_names
         self.dims = dims  # a symbolic program's sizes for this signature (`onnxjit.dynamic`)
+        self.symbolic: Any = None  # the SymbolicArtifact that bound it, if one did
         self._check_sizes()
         n_io = len(self.signature) + len(self.out_specs)
         self._n_in = len(self.signature)

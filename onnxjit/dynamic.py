@@ -94,6 +94,10 @@ class SymbolicArtifact:
         #: the sizes as IR text (inputs, outputs, dims, temps, assumptions), for `onnxjit info`
         self.described = described or {}
         self.compile_seconds = 0.0
+        #: the symbolic signature and size hints it was lowered with (`Specializer.program`
+        #: sets them; `CompiledModel.ir` lowers them again)
+        self.signature: tuple | None = None
+        self.hints: dict[str, int] = {}
         self._names = [k for k, _, _ in temps]
         self._plan = FirstFit([(f, la) for _, f, la in temps], n_kernels)
         self._out_dtypes = out_dtypes
@@ -139,10 +143,12 @@ class SymbolicArtifact:
         offsets, arena = self._plan.place(sizes)
         table = np.array(self.code.table(symbols, dict(zip(self._names, offsets))) or [0],
                          dtype=np.int64)
-        return Artifact(sig, list(zip(outs, self._out_dtypes)), self.consts, arena,
-                        self.messages, self.library, self.use_py_entry, source=self.source,
-                        num_threads=self.num_threads, out_names=self.out_names, dims=table,
-                        table_prefix=self._prefix)
+        art = Artifact(sig, list(zip(outs, self._out_dtypes)), self.consts, arena,
+                       self.messages, self.library, self.use_py_entry, source=self.source,
+                       num_threads=self.num_threads, out_names=self.out_names, dims=table,
+                       table_prefix=self._prefix)
+        art.symbolic = self
+        return art
 
     # the disk cache --------------------------------------------------------------------------
     def to_meta(self) -> dict[str, Any]:

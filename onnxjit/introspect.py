@@ -4,8 +4,10 @@ Algorithm: 1) the signature: the last one called (`CompiledModel._last`, kept cu
 call path), or the one a caller names by input shapes (a dict name -> shape, or a sequence of
 shapes in graph-input order), matched against the signatures this object has served;
 2) the model is bound to that signature and run through the pipeline again up to the stage
-asked for (nothing is cached: IR text is for reading, not for the hot path); 3) LLVM text and
-assembly come from the code generator's dump hook.
+asked for (nothing is cached: IR text is for reading, not for the hot path); a signature a
+symbolic program served (`onnxjit.dynamic`) shows that program, lowered again from its
+symbolic signature and size hints, so its sizes read as expressions of the input dims;
+3) LLVM text and assembly come from the code generator's dump hook.
 """
 
 from __future__ import annotations
@@ -68,16 +70,42 @@ def find_signature(fn: Any, signature: Any) -> tuple:
                      "the shape of every input")
 
 
+def _artifact(fn: Any, signature: Any) -> Any:
+    """The artifact serving `signature` (default: the last one called)."""
+    if signature is None:
+        if fn._last is None:
+            raise OnnxJitError("no signature compiled yet: call the model first")
+        return fn._last
+    sig = find_signature(fn, signature)
+    return next(a for a in list(fn._fast.values()) if a.signature == sig)
+
+
 def ir_text(fn: Any, stage: str, signature: Any = None) -> str:
     """IR text of `stage` for `signature` (default: the last signature called)."""
     if stage not in STAGES:
         raise OnnxJitError(f"unknown stage '{stage}'; stages are {STAGES}")
-    if signature is not None:
-        sig = find_signature(fn, signature)
-    elif fn._last is None:
-        raise OnnxJitError("no signature compiled yet: call the model first")
+    art = _artifact(fn, signature)
+    symbolic = getattr(art, "symbolic", None)
+    if symbolic is not None and symbolic.signature is not None:
+        program = _symbolic_program(fn, symbolic, stage)
     else:
-        sig = fn._last.signature
+        program = _specialised_program(fn, art.signature, stage)
+    if isinstance(program, str):  # the graph stage
+        return program
+    if stage == "loops":
+        from onnxjit.driver import print_ir
+
+        return print_ir(program)[1]
+    from onnxjit.codegen import compile_program
+
+    texts: dict[str, str] = {}
+    compile_program(program, opt_level=fn.options.opt_level,
+                    dump=lambda name, text: texts.__setitem__(name, text))
+    return texts[{"llvm": "llvm.ll", "llvm-opt": "llvm-opt.ll", "asm": "asm.s"}[stage]]
+
+
+def _specialised_program(fn: Any, sig: tuple, stage: str) -> Any:
+    """The graph text (stage "graph") or the loop program of a shape-specialised signature."""
     from onnxjit.driver import bind_signature, lower_bound, print_ir
     from onnxjit.staged import first_dynamic
 
@@ -88,12 +116,17 @@ def ir_text(fn: Any, stage: str, signature: Any = None) -> str:
         raise OnnxJitError(f"the signature {describe(fn._all_names, sig)} runs in stages "
                            "because shapes depend on input values; its graph IR is "
                            "available, and `dump_ir` writes every stage")
-    program = lower_bound(final, fn._with_base())
-    if stage == "loops":
-        return print_ir(program)[1]
-    from onnxjit.codegen import compile_program
+    return lower_bound(final, fn._with_base())
 
-    texts: dict[str, str] = {}
-    compile_program(program, opt_level=fn.options.opt_level,
-                    dump=lambda name, text: texts.__setitem__(name, text))
-    return texts[{"llvm": "llvm.ll", "llvm-opt": "llvm-opt.ll", "asm": "asm.s"}[stage]]
+
+def _symbolic_program(fn: Any, symbolic: Any, stage: str) -> Any:
+    """The graph text or the loop program of the symbolic program that served a signature
+    (its sizes are expressions of the input dims), lowered again with its size hints."""
+    from onnxjit.driver import bind_signature, lower_symbolic, print_ir
+    from onnxjit.ir.symbolic import symbolic_session
+
+    if stage == "graph":
+        with symbolic_session(symbolic.hints):
+            return print_ir(bind_signature(fn._graph(), symbolic.signature,
+                                           fn._with_base()))[1]
+    return lower_symbolic(fn._graph(), symbolic.signature, symbolic.hints, fn._with_base())

@@ -132,6 +132,8 @@ class Specializer:
                 except OnnxJitError as e:
                     self.not_symbolic[key] = str(e)
                     owner._disk.put(key, cache_mod.Entry({"not_symbolic": str(e)}))
+            if prog is not None:
+                prog.signature, prog.hints = ssig, dict(hints)
             self.programs[key] = prog
             return prog
 

@@ -4,6 +4,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 from models import chain, mlp, mlp_reference
+from onnx import TensorProto, helper
 
 import onnxjit
 
@@ -70,6 +71,34 @@ def test_ir_stages(mlp_fn):
     assert mlp_fn.ir("asm").strip()
     with pytest.raises(onnxjit.OnnxJitError, match="unknown stage"):
         mlp_fn.ir("bogus")
+
+
+def _relu_exp(dims: list) -> bytes:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Relu", ["e"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y])).SerializeToString()
+
+
+def test_ir_of_a_symbolic_program_shows_symbolic_sizes():
+    fn = onnxjit.compile(_relu_exp(["n", 8]), cache_dir=False, specialize="dynamic")
+    fn(np.ones((3, 8), np.float32))
+    fn(np.ones((5, 8), np.float32))
+    for sig in (None, {"x": (3, 8)}):
+        assert "f32[n,8]" in fn.ir("graph", sig)
+        loops = fn.ir("loops", sig)
+        assert "f32[n,8]" in loops and "load %dims" in loops, loops
+    assert "define" in fn.ir("llvm")
+
+
+def test_ir_names_do_not_depend_on_earlier_compiles():
+    fn = onnxjit.compile(_relu_exp([64]), cache_dir=False)
+    fn(np.ones(64, np.float32))
+    first = fn.ir("llvm")
+    other = onnxjit.compile(_relu_exp([32]), cache_dir=False)
+    other(np.ones(32, np.float32))
+    assert "llvm.loop" in first  # loop metadata, whose ids once came from a counter
+    assert fn.ir("llvm") == first
 
 
 def test_elementwise_chain_is_one_loop(tmp_path):
