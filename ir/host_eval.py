@@ -21,7 +21,7 @@ import numpy as np
 from onnxjit.errors import UnsupportedError
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.opdef import resolve
-from onnxjit.ir.types import DType, TensorType
+from onnxjit.ir.types import DType, SequenceType, TensorType
 
 #: (domain, op) -> host evaluation `fn(node, inputs, lookup) -> outputs` (lists, None allowed).
 HOST: dict[tuple[str, str], Callable[[Node, list[Any], Callable[[Value], Any]], list[Any]]] = {}
@@ -112,13 +112,18 @@ def evaluate_node(node: Node, lookup: Lookup) -> list[Any]:
         raise UnsupportedError("the op has no host evaluation (needed inside a control-flow "
                                "region or for a run-time shape phase)", where=node)
     proxy = _proxy(node, ins)
-    if d.evaluate is not None:
-        return [np.asarray(o) for o in d.evaluate(proxy, ins)]
+    if d.evaluate is not None:  # a sequence (ZipMap's maps) stays a list, as onnxruntime's
+        return [o if isinstance(o, list) and _is_sequence(v) else np.asarray(o)
+                for o, v in zip(d.evaluate(proxy, ins), node.outputs)]
     from onnxjit.ir.scalar_eval import evaluate_elementwise
 
     shape = np.broadcast_shapes(*(np.shape(a) for a in ins if a is not None))
     # evaluate_elementwise returns 0-d results as shape (1,) (np.ascontiguousarray).
     return [np.asarray(o).reshape(shape) for o in evaluate_elementwise(d, proxy, ins)]
+
+
+def _is_sequence(v: Any) -> bool:
+    return v is not None and isinstance(v.type, SequenceType)
 
 
 def _proxy(node: Node, ins: list[Any]) -> Node:

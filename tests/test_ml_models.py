@@ -115,6 +115,7 @@ def test_string_labels_and_single_leaf_tree():
     want = ort.InferenceSession(m.SerializeToString()).run(None, {"X": XT})
     got = onnxjit.compile(m, cache_dir=False).run(None, {"X": XT})
     np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+    assert type(got[1]) is type(want[1]) is list  # a list of dicts, as onnxruntime's
     assert len(got[1]) == len(want[1])
     for g, w in zip(got[1], want[1]):
         assert g.keys() == w.keys()
