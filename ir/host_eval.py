@@ -31,9 +31,9 @@ Lookup = Callable[[Value], Any]
 NATIVE_WHEN: dict[tuple[str, str], Callable[[Node], bool]] = {}
 
 
-def host_op(name: str) -> Callable:
+def host_op(name: str, domain: str = "") -> Callable:
     def deco(fn: Callable) -> Callable:
-        HOST[("", name)] = fn
+        HOST[(domain, name)] = fn
         return fn
     return deco
 

@@ -9,7 +9,9 @@ graph whose inputs are concrete arrays:
         P = the longest run of leading nodes whose output shapes are all static
         if P is not empty: compile P natively (one artifact) and run it
         else: F = the first node; evaluate F on the host (its op's numpy `evaluate`)
-        the remaining nodes form the next stage, specialised on the arrays now known:
+        if every remaining node is host-only (a classifier's ZipMap, sequence ops): evaluate
+            them here in order (host evaluation reads values: no child stage needed)
+        else the remaining nodes form the next stage, specialised on the arrays now known:
             every input's shape, and the VALUES of the small integer tensors that the next
             node reads (shape-like operands: targets, axes, pads, sizes), bound as constants
 
@@ -133,8 +135,14 @@ class Stage:
                 self.host = first
         self.prefix = g.nodes[:cut]
         self.rest = g.nodes[1:] if self.host else g.nodes[cut:]
+        #: Host-only nodes that end the graph (a classifier's ZipMap, sequence ops) run here
+        #: one after another, not as a chain of child stages keyed by their inputs' shapes:
+        #: host evaluation reads values and needs no specialisation.
+        self.tail: list[Node] = []
+        if self.rest and all(_host_tail(n) for n in self.rest):
+            self.tail, self.rest = self.rest, []
         done = self.prefix or ([self.host] if self.host else [])
-        later = {v for n in self.rest for v in _reads(n)} | set(g.outputs)
+        later = {v for n in self.rest + self.tail for v in _reads(n)} | set(g.outputs)
         self.boundary = [v for n in done for v in n.outputs if v in later]
         self.artifact: Any = None
         self._needed: dict[int, list[Value]] = {}
@@ -153,6 +161,8 @@ class Stage:
             env.update(zip(self.boundary, outs))
         elif self.host is not None:
             env.update(zip(self.host.outputs, _evaluate(self.host, env)))
+        for node in self.tail:
+            env.update(zip(node.outputs, _evaluate(node, env)))
         rest = self.rest
         choice = None if self.splice is None else _choice(self.splice, env)
         if self.splice is not None and choice is None:  # too long, or no iteration at all
@@ -218,6 +228,12 @@ class Stage:
         child_key = cache_mod.make_key(self.key, repr(key))
         model = self.owner._stage_passes(model, child_key)
         return Stage(self.owner, model, child_key)
+
+
+def _host_tail(node: Node) -> bool:
+    from onnxjit.ir.host_eval import is_host_only
+
+    return is_host_only(node) and not _spliceable(node)
 
 
 def _spliceable(node: Node) -> bool:

@@ -94,3 +94,33 @@ def test_input_errors_still_raised_inside_stages():
     x = np.ones((3, 4, 5), np.float32)
     with pytest.raises(onnxjit.OnnxJitError, match="axis|axes|range"):
         fn(x, np.array([7], np.int64))
+
+
+def test_host_ops_ending_the_graph_run_in_the_native_stage():
+    # A classifier's ZipMap after native code: evaluated right after the native prefix, for
+    # every batch size, without a child stage per shape.
+    w = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    model = oh.make_model(oh.make_graph(
+        [oh.make_node("MatMul", ["x", "w"], ["s"]), oh.make_node("Softmax", ["s"], ["p"]),
+         oh.make_node("ZipMap", ["p"], ["maps"], domain="ai.onnx.ml",
+                      classlabels_int64s=[10, 20, 30])],
+        "g", [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 4])],
+        [oh.make_tensor_value_info("p", TP.FLOAT, ["n", 3]),
+         oh.make_value_info("maps", oh.make_sequence_type_proto(oh.make_map_type_proto(
+             TP.INT64, oh.make_tensor_type_proto(TP.FLOAT, []))))],
+        [onnx.numpy_helper.from_array(w, "w")]),
+        opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("ai.onnx.ml", 3)], ir_version=9)
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (test extra) is the reference")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(model, cache_dir=False, specialize="shape")
+    for n in (1, 5, 1):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        want, got = sess.run(None, {"x": x}), fn.run(None, {"x": x})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+        assert type(got[1]) is list and len(got[1]) == n
+        for g, e in zip(got[1], want[1]):
+            assert list(g) == list(e)
+            np.testing.assert_allclose(list(g.values()), list(e.values()), rtol=1e-6)
+    for staged in fn._fast.values():
+        assert staged.source == "staged"
+        assert [n.op for n in staged.root.tail] == ["ZipMap"] and not staged.root.children

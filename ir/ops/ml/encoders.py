@@ -25,6 +25,7 @@ import numpy as np
 
 from onnxjit.errors import InputError, ModelError
 from onnxjit.ir.graph import Node
+from onnxjit.ir.host_eval import host_op
 from onnxjit.ir.opdef import op
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import DType, MapType, SequenceType, TensorType, ValueType
@@ -200,5 +201,8 @@ op("OneHotEncoder", (1,), domain=ML, infer=_ohe_infer, evaluate=_ohe_eval,
    doc="category -> one-hot float row; host")
 op("ZipMap", (1,), domain=ML, infer=_zipmap_infer, evaluate=_zipmap_eval,
    doc="probabilities -> a sequence of {label: probability} maps; host")
+# Run straight from the values (no inferred copy of the node per call): a classifier's last
+# node, on every call of a one-row model.
+host_op("ZipMap", domain=ML)(lambda node, ins, lookup: _zipmap_eval(node, ins))
 op("DictVectorizer", (1,), domain=ML, infer=_dv_infer, evaluate=_dv_eval,
    doc="a map -> a dense row over the vocabulary; host")
