@@ -167,7 +167,7 @@ def _zipmap_eval(node: Node, ins: list) -> list:
     if x.shape[1] != len(labels):
         raise InputError(f"node '{node.name}' (ZipMap): X has {x.shape[1]} columns for "
                          f"{len(labels)} labels")
-    return [[dict(zip(labels, (float(v) for v in row))) for row in x]]
+    return [[dict(zip(labels, row)) for row in x.tolist()]]  # Python floats, as onnxruntime
 
 
 def _dv_infer(node: Node) -> list[ValueType | None]:
