@@ -10,7 +10,8 @@ row copy does. Two spellings of the one-hot operand are recognised (its float dt
      (1, ..., 1, D) holding 0 .. D-1, and X an integer tensor whose last dim is 1 and whose
      leading dims are the one-hot's (X broadcast along its last dim against c); a row is W[x]
      for 0 <= x < D, zeros otherwise (a negative x matches no column).
-Rewrite, for a `MatMul(onehot, W)` (W 2-D, constant, every element finite):
+Rewrite, for a `MatMul(onehot, W)` (W 2-D, constant, every element finite), or a
+`Gemm(onehot, W, C)` without transA (W := alpha * W, transposed for transB; then + beta * C):
     k   = Cast(idx, int64)                              (skipped for int64)
     k   = Where(Less(k, 0), Add(k, D), k)               (a only: OneHot's negative indices)
     sel = Where(Or(Less(k, 0), Greater(k, D - 1)), D, k)
@@ -126,23 +127,46 @@ def _gather(graph: Graph, mm: Node, idx: Value, wraps: bool, w: np.ndarray
             sel = e.node("Squeeze", [sel], _I64, shape, axes=(axis,))
     padded = np.concatenate([w, np.zeros((1, w.shape[1]), w.dtype)])
     y = mm.outputs[0]
-    out = Value(y.type, y.name)
+    c = mm.input(2)  # a Gemm's C: y = rows + beta * C
+    out = Value(y.type, y.name if c is None else f"{y.name}_rows")
     e.nodes.append(Node("Gather", [_const(graph, padded, "rows"), sel], [out], {"axis": 0}, "",
                         mm.version, name=mm.name))
-    return e.nodes, out
+    if c is None:
+        return e.nodes, out
+    beta = float(mm.attr("beta", 1.0))
+    if beta != 1.0:
+        c = e.node("Mul", [c, _const(graph, np.array(beta, w.dtype), "beta")], c.dtype, c.shape)
+    total = Value(y.type, y.name)
+    e.nodes.append(Node("Add", [out, c], [total], {}, "", mm.version, name=mm.name))
+    return e.nodes, total
+
+
+def _weight(node: Node) -> np.ndarray | None:
+    """The (D, N) weight a MatMul or Gemm multiplies its first input by (a Gemm's alpha and
+    transB applied: alpha * W[k] rounds as alpha * (1 * W[k] + zeros) does), else None."""
+    if node.version < 9 or node.domain not in ("", "ai.onnx") or node.input(1) is None:
+        return None
+    w = node.inputs[1].const
+    if w is None or w.ndim != 2:
+        return None
+    if node.op == "MatMul" and len(node.inputs) == 2:
+        return w
+    if node.op != "Gemm" or node.attr("transA", 0) or len(node.outputs) != 1:
+        return None
+    w = w.T if node.attr("transB", 0) else w
+    return (w * w.dtype.type(node.attr("alpha", 1.0))).astype(w.dtype)
 
 
 def _rewrite(graph: Graph, node: Node) -> tuple[list[Node], Value] | None:
-    if not _default(node, "MatMul") or node.version < 9 or len(node.inputs) != 2:
+    w = _weight(node)
+    a = node.inputs[0] if w is not None else None
+    if a is None or a.dtype is None or not a.dtype.is_float or node.inputs[1].dtype != a.dtype \
+            or not np.isfinite(w).all():
         return None
-    a, w = node.inputs
-    if a is None or w is None or w.const is None or w.const.ndim != 2 or a.dtype is None \
-            or not a.dtype.is_float or w.dtype != a.dtype or not np.isfinite(w.const).all():
-        return None
-    form = _onehot_form(a, w.const.shape[0])
+    form = _onehot_form(a, w.shape[0])
     if form is None:
         return None
-    return _gather(graph, node, form[0], form[1], w.const)
+    return _gather(graph, node, form[0], form[1], np.ascontiguousarray(w))
 
 
 def run(model: Model, ctx: PassContext) -> PassResult:

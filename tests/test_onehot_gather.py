@@ -1,9 +1,10 @@
 """The onehot-gather pass (`passes/onehot_gather.py`): a 0/1 one-hot matrix times a constant
 weight becomes a gather of the weight's rows. Models built here, run by onnxjit and
-onnxruntime: OneHot's rules (negative indices count from the end, out-of-range ones give zeros),
-jax's Equal + Cast spelling (negative and too-large bytes match no column), batches of
-run-time size; and one-hots the pass must leave alone (depth an input, values other than
-0/1, a weight with an infinity, a compared vector other than 0..D-1)."""
+onnxruntime: OneHot's rules (negative indices count from the end, out-of-range ones give
+zeros), jax's Equal + Cast spelling (negative and too-large bytes match no column), batches
+of run-time size, a Gemm (alpha, beta, transB, C); and one-hots the pass must leave alone
+(depth an input, values other than 0/1, a weight with an infinity, a compared vector other
+than 0..D-1)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,17 @@ def onehot_model(idx_type=I64, depth_input=False, values=(0.0, 1.0), inf=False):
     return _model(nodes, inputs, inits)
 
 
+def gemm_model(trans_b: int, alpha: float, beta: float):
+    """OneHot of (b,) indices -> Gemm(h, W, C) with C one value per column."""
+    w = _weight()
+    inits = {"w": w.T.copy() if trans_b else w, "v": np.array([0.0, 1.0], np.float32),
+             "d": np.array(D, np.int64), "c": RNG.standard_normal(N).astype(np.float32)}
+    nodes = [helper.make_node("OneHot", ["i", "d", "v"], ["h"]),
+             helper.make_node("Gemm", ["h", "w", "c"], ["y"], transB=trans_b, alpha=alpha,
+                              beta=beta)]
+    return _model(nodes, [helper.make_tensor_value_info("i", I64, ["b"])], inits)
+
+
 def equal_model(compared=None):
     """jax's one-hot: bytes (b, L) reshaped to (b, L, 1), broadcast to a computed shape,
     compared with (1, 1, D), cast to float, times W."""
@@ -66,15 +78,17 @@ def equal_model(compared=None):
                   inits)
 
 
-def _check(m, feeds, gathered: bool):
-    """onnxjit matches onnxruntime on every feed, rewritten or not as `gathered` says."""
+def _check(m, feeds, gathered: bool, tol: float = 0.0):
+    """onnxjit matches onnxruntime on every feed (bit for bit unless `tol`), rewritten or not
+    as `gathered` says."""
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     fn = onnxjit.compile(m, cache_dir=False)
     for f in feeds:
         (got,) = fn(**f)
-        np.testing.assert_allclose(got, sess.run(None, f)[0], rtol=0, atol=0)
+        np.testing.assert_allclose(got, sess.run(None, f)[0], rtol=tol, atol=tol)
         graph = fn.ir("graph")
-        assert ("Gather" in graph and "MatMul" not in graph) == gathered, graph
+        product = "MatMul" in graph or "Gemm" in graph
+        assert ("Gather" in graph and not product) == gathered, graph
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32])
@@ -83,6 +97,12 @@ def test_onehot_rules(dtype):
     i = np.array([[0, 6, 3], [-1, -7, 2], [7, -8, 100]], dtype)
     m = onehot_model({np.int64: I64, np.int32: TensorProto.INT32}[dtype])
     _check(m, [{"i": i}, {"i": i[:1]}], gathered=True)
+
+
+@pytest.mark.parametrize("trans_b,alpha,beta", [(0, 1.0, 1.0), (1, 0.5, -2.0)])
+def test_gemm(trans_b, alpha, beta):
+    i = np.array([0, 6, -1, 7, -9, 3], np.int64)
+    _check(gemm_model(trans_b, alpha, beta), [{"i": i}], gathered=True, tol=1e-6)
 
 
 def test_equal_cast_form():
