@@ -27,8 +27,9 @@ from onnxjit.signature import entry_type
 from onnxjit.timings import timed
 
 GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "expand-ml",
-                  "fold-constants", "simplify", "fold-batchnorm", "dce"]
-SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "fold-batchnorm",
+                  "fold-constants", "simplify", "onehot-gather", "fold-batchnorm", "dce"]
+SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "onehot-gather",
+                      "fold-batchnorm",
                       "fold-transpose", "dce", "fuse-epilogue", "fuse", "lower-to-loops",
                       "prepack-weights", "plan-memory"]
 

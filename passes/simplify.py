@@ -1,9 +1,14 @@
-"""simplify: remove nodes that only forward a value (Identity, inference-mode Dropout).
+"""simplify: remove nodes that only forward a value (Identity, inference-mode Dropout, a
+Slice that keeps everything).
 
 Algorithm: for each such node whose forwarded output is not needed as a separate value, replace
 every use of its output by its input (in this graph, its subgraph regions, and the graph's
 outputs; output names are kept in `graph.output_names`) and drop the node. Dropout is only
-removed when its mask output is unused and training mode is not constant-true.
+removed when its mask output is unused and training mode is not constant-true. A Slice is
+whole when its starts, ends, axes and steps are constants, every step is positive and the
+output's static shape is the input's (a positive step keeping all n >= 2 elements of an axis
+must start at 0 with step 1); tf2onnx writes such Slices around convs ("strided_slice" with
+masked bounds), and each was a copy that also kept the conv's epilogue from fusing.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ def _forwarded(node: Node, used: set[Value]) -> tuple[Value, Value] | None:
         return None
     if node.op == "Identity" and len(node.outputs) == 1:
         return node.inputs[0], node.outputs[0]
+    if node.op == "Slice" and _whole_slice(node):
+        return node.inputs[0], node.outputs[0]
     if node.op == "Dropout":
         if len(node.outputs) > 1 and node.outputs[1] in used:
             return None
@@ -28,6 +35,22 @@ def _forwarded(node: Node, used: set[Value]) -> tuple[Value, Value] | None:
             return None
         return node.inputs[0], node.outputs[0]
     return None
+
+
+def _whole_slice(node: Node) -> bool:
+    """Whether a Slice copies its whole input (see the module docstring)."""
+    x, y = node.inputs[0], node.outputs[0]
+    if x is None or x.shape is None or y.shape is None or x.dtype != y.dtype \
+            or not all(isinstance(d, int) for d in x.shape) or tuple(x.shape) != tuple(y.shape):
+        return False
+    if node.version < 10:  # bounds are attributes, steps are 1
+        return len(node.inputs) == 1
+    bounds = [node.input(i) for i in range(1, 5)]
+    if any(v is not None and v.const is None for v in bounds) or bounds[0] is None \
+            or bounds[1] is None:
+        return False
+    steps = bounds[3]
+    return steps is None or bool((steps.const > 0).all())
 
 
 def _used(graph: Graph) -> set[Value]:

@@ -5,9 +5,10 @@ takes `tiny` (a few-element version of the same graph, for the smoke test) and r
 `BenchModel` (`builder`): the ModelProto, the feeds, a one-line note, the model's FLOP count
 where a GFLOP/s figure means something, and the thread count when a benchmark pins it (the
 single-thread GEMM). The small models (MLPs, GEMMs, one Add, an elementwise chain, single
-convs, LSTMs) are here; the larger networks (BERT-tiny, MobileNetV2-like, ResNet-like) are in
-`networks`, the 8-bit ones in `quantized`. The `light` models of the ONNX backend data are
-loaded from the installed onnx package as they are (their weights come from ConstantOfShape).
+convs, LSTMs, a magika-like bytes classifier) are here; the larger networks (BERT-tiny,
+MobileNetV2-like, ResNet-like) are in `networks`, the 8-bit ones in `quantized`. The `light`
+models of the ONNX backend data are loaded from the installed onnx package as they are (their
+weights come from ConstantOfShape).
 """
 
 from __future__ import annotations
@@ -100,6 +101,29 @@ def conv1d(name: str, batch: int, length: int, tiny: bool = False) -> BenchModel
     return BenchModel(name, model, {"x": randn((batch, 1, length))},
                       f"Conv1d 1->257, 512 taps, stride 160, {batch}x{length} samples",
                       2.0 * batch * 257 * 512 * p)
+
+
+def bytes_classifier(batch: int, tiny: bool = False) -> BenchModel:
+    """magika's shape (a file-type classifier over 2048 bytes): jax's one-hot of the bytes
+    (Equal with 0..256, Cast) times a 257x64 embedding, regrouped into 512 positions of 256,
+    a 5-tap 256->512 1-D conv, Relu, a global max pool (`onehot-gather`, the conv's form)."""
+    n, pos, ch = (64, 16, 16) if tiny else (2048, 512, 512)
+    b = GraphBuilder()
+    x = b.op("Unsqueeze", ["x", b.const(np.array([2], np.int64))])
+    hot = b.op("Cast", [b.op("Equal", [x, b.const(np.arange(257, dtype=np.int32)
+                                                  .reshape(1, 1, 257))])], to=TensorProto.FLOAT)
+    e = b.op("MatMul", [hot, b.weight((257, 64), 1)])
+    e = b.op("Reshape", [e, b.const(np.array([batch, pos, n * 64 // pos], np.int64))])
+    e = b.op("Transpose", [e], perm=[0, 2, 1])
+    y = b.op("Relu", [b.op("Conv", [e, b.weight((ch, n * 64 // pos, 5), 5 * n * 64 // pos)],
+                           kernel_shape=[5])])
+    y = b.op("GlobalMaxPool", [y])
+    model = b.model(f"bytes_classifier_b{batch}", [("x", TensorProto.INT32, [batch, n])], y)
+    feeds = {"x": np.random.default_rng(2).integers(0, 257, (batch, n)).astype(np.int32)}
+    flops = 2.0 * batch * ch * (n * 64 // pos) * 5 * (pos - 4)
+    return BenchModel(f"bytes_classifier_b{batch}", model, feeds,
+                      f"magika-like: one-hot bytes @ 257x64, 5-tap conv 256->512, batch {batch}",
+                      flops)
 
 
 def nbits(m_: int, k: int, n: int, tiny: bool = False) -> BenchModel:
@@ -201,6 +225,7 @@ def registry() -> dict[str, Callable[[bool], BenchModel]]:
         "int8_encoder": quantized.int8_encoder,
         "conv1d_spectrogram_16k": lambda t: conv1d("conv1d_spectrogram_16k", 1, 16000, t),
         "conv1d_spectrogram_4x48k": lambda t: conv1d("conv1d_spectrogram_4x48k", 4, 48000, t),
+        "bytes_classifier_b1": lambda t: bytes_classifier(1, t),
         "nbits_1x2048x2048": lambda t: nbits(1, 2048, 2048, t),
         "nbits_1x4096x4096": lambda t: nbits(1, 4096, 4096, t),
         "nbits_128x2048x2048": lambda t: nbits(128, 2048, 2048, t),

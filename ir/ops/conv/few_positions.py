@@ -29,9 +29,9 @@ kernel parallel over chunks of input channels (`conv.conv._plain_panels`).
 im2col panel is a window of X itself) and the bias added by the copy.
 Used for float convs of one group with constant weights and a depth of at least MIN_DEPTH
 (the copy is then small next to the product), when the lanes wasted by the usual form,
-ceil(P/VL)*VL/P - 1, are at least MIN_WASTE, or for deep products over small images (`DEEP`:
-the usual form re-packs X for each of its chunks of few output channels); other convs keep
-`conv.conv`'s forms.
+ceil(P/VL)*VL/P - 1, are at least MIN_WASTE, or for deep pointwise products over small
+images (`DEEP`: the usual form re-packs X for each of its chunks of few output channels);
+other convs keep `conv.conv`'s forms.
 Measured against the usual form, one thread: 1x1 2048->512 at 7x7 1.18x, 768->128 1.31x;
 3x3 s2 512->512 to 7x7 1.14x, 5x5 128->256 at 7x7 1.21x; two threads: 1024->256 at 14x14
 1.06x, 384->96 at 14x14 1.27x, 512->128 at 28x28 1.09x; whole models, two threads:
@@ -76,7 +76,12 @@ MIN_DEPTH = 64
 #: input channels, at most DEEP_MAX_P positions and DEEP_MAX_M output channels. The usual
 #: form splits their few output channels into chunks that each pack X again (one thread:
 #: 1024->256 at 14x14 1.11x, 512->128 at 28x28 1.05x, 384->96 at 14x14 1.14x transposed;
-#: 512->1000 at 13x13 0.98x, 256->64 at 56x56 0.98x, so not those).
+#: 512->1000 at 13x13 0.98x, 256->64 at 56x56 0.98x, so not those). Pointwise convs only:
+#: an im2col conv's usual form builds its panel once, already packed (`conv.packed_panels`),
+#: and the transposed form reads that panel's columns one cache line a depth step (one
+#: thread, against the usual form: a 1-D 5-tap 256->512 conv over 512 positions, magika's,
+#: 0.61x; 5x5 64->128 at 28x28 0.79x, 3-tap 128->256 over 256 positions 0.83x, 5-tap
+#: 256->256 over 128 0.91x, 3-tap 512->256 over 64 1.03x).
 DEEP, DEEP_MAX_P, DEEP_MAX_M = 256, 1024, 512
 #: Elements of padding after each row of T: unpadded, M = 2048 puts the rows 8 KB apart, all in
 #: one L1 set, and the copy's column reads miss (measured 512->2048 at 7x7: 1.045x with it).
@@ -107,15 +112,16 @@ def applies(gm: Geometry, x: Buffer, w: Buffer, y: Buffer, accumulate: bool,
 
 def pays(gm: Geometry, dt: DType, deep: bool = True) -> bool:
     """Whether T = X^T W^T beats Y = W X for this geometry: the channels fill a packed panel,
-    and Y's vectors along the positions waste MIN_WASTE of their lanes, or (with `deep`) the
-    product is deep over few positions (`DEEP`)."""
+    and Y's vectors along the positions waste MIN_WASTE of their lanes, or (with `deep`) a
+    pointwise product is deep over few positions (`DEEP`)."""
     nr = packed_width(dt, gm.p, gm.m, gm.kk)
     if nr is None or gm.m < nr:
         return False
     vl = host_tile(dt.itemsize)[0]
     if -(-gm.p // vl) * vl >= (1 + MIN_WASTE) * gm.p:
         return True
-    return deep and gm.kk >= DEEP and gm.p <= DEEP_MAX_P and gm.m <= DEEP_MAX_M
+    return (deep and gm.pointwise and gm.kk >= DEEP and gm.p <= DEEP_MAX_P
+            and gm.m <= DEEP_MAX_M)
 
 
 def two_thread_span(panels: int, per: int, images: int) -> int:
