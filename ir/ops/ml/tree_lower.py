@@ -26,7 +26,9 @@ Algorithm (kernel `trees`):
    lanes no longer spend half their steps standing on a leaf;
 4) each lane adds its leaf's weights (a dense [nodes, targets] table) to the row's
    accumulator (float64); MIN/MAX aggregates take min/max instead.
-The step is branch-free: its select is a cmov (loop-IR selects are unpredictable selects).
+The step is branch-free (its select is a cmov: loop-IR selects are unpredictable), and the
+kernel may use gathers (`Kernel.gather`): a block's lane loop vectorizes, 16 lanes a step with
+three gathers (record word, threshold, x), 2-3x faster than scalar steps on 10,000 rows.
 Kernel `finish` (rows in parallel) adds base values, applies the post transform and, for
 classifiers, the label (see `tree_ops` for the conventions).
 Specialisation: the mode test is emitted only for modes the forest has, and the NaN test only
@@ -193,7 +195,7 @@ def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int) -> None:
                 _walk_group(b, w, lanes, b.iadd(r0, b.imul(blk, ROWS)), ROWS, lane0, grp)
             with b.loop(b.imul(blocks, ROWS), cnt, hint="row") as row:
                 _walk_group(b, w, lanes, b.iadd(r0, row), 1, lane0, grp)
-    ctx.kernel("trees", b.body)
+    ctx.kernel("trees", b.body, gather=True)
 
 
 def _chunk_rows(nf: int) -> int:
@@ -214,8 +216,8 @@ def _walk_group(b: Builder, w: _Walk, lanes, r0: Operand, r_blk: int, lane0: Ope
             b.store(lanes, b.iadd(lr, j), b.load(w.roots, b.iadd(t0, j)))
     # 2) `cut` steps of every lane, then the lanes still inside their trees alone
     cut = b.load(w.cut_c if w.two_phase else w.depth_c, grp, hint="cut")
-    # rolled: unrolled, the SLP vectorizer packed the lanes' loads into vectors one element
-    # at a time (insert after insert), no faster and more code to compile
+    # rolled: the loop vectorizer makes it 16 lanes a step with gathers (unrolled, the SLP
+    # vectorizer packed the lanes' loads into vectors one element at a time)
     with b.loop(0, cut, hint="d"), b.keep_rolled():
         with b.loop(0, r_blk, hint="r") as r:
             lr = b.iadd(lane0, b.imul(r, g))
