@@ -55,6 +55,8 @@ from onnxjit.codegen.scalar import (
     storage_type,
     to_storage,
 )
+from onnxjit.codegen.target import gather_features
+from onnxjit.codegen.vector_variants import raw_attr
 from onnxjit.errors import CompileError, UnsupportedError
 from onnxjit.ir.loop_canon import kernel_args
 from onnxjit.ir.loop_ranges import magnitude, value_ranges
@@ -112,6 +114,8 @@ class KernelTranslator:
         self.fn.linkage = "internal"
         for attr in ("nounwind", "noinline"):
             self.fn.attributes.add(attr)
+        if kernel.gather:  # the function's own features replace the target machine's
+            raw_attr(self.fn.attributes, f'"target-features"="{gather_features()}"')
         self.n_products = 0  # products emitted as functions of their own (`emit_outlined`)
         self.math_heavy = any(isinstance(t, Op) and t.op in _CHAINED for t in walk(kernel.body))
         self.ptrs: list[ir.Value] = []

@@ -205,7 +205,8 @@ def emit_parallel(kt, loop: Loop, captured: list[Var], index: int) -> None:
     serial = Loop(loop.var, lo, hi, loop.step, loop.body, parallel=False)
     name = f"{kt.fn.name}.par{index}"
     # the body keeps the kernel's size hints: its run-time products choose their form by them
-    body = Kernel(kt.kernel.name, [serial], kt.kernel.contract, kt.kernel.size_hints)
+    body = Kernel(kt.kernel.name, [serial], kt.kernel.contract, kt.kernel.size_hints,
+                  kt.kernel.gather)
     body_kt = type(kt)(kt.fn.module, kt.scalar, body, name, kt.check_index,
                        params=[lo, hi, *captured])
     body_fn = body_kt.translate()

@@ -183,7 +183,13 @@ class ScalarEmitter:
             cond = args[0]
             if dtypes[0] != DType.BOOL:
                 cond = self.cast(b, cond, dtypes[0], DType.BOOL)
-            return b.select(cond, args[1], self.cast(b, args[2], dtypes[2], dtypes[1]))
+            sel = b.select(cond, args[1], self.cast(b, args[2], dtypes[2], dtypes[1]))
+            if isinstance(cond.type, ir.IntType):
+                # a loop-IR select is data flow: marked unpredictable, LLVM keeps it a cmov.
+                # Unmarked, a select on a compare of loaded values became a branch (a tree
+                # walk's next node: mispredicted half the time, 2-3x slower steps)
+                sel.set_metadata("unpredictable", b.block.module.add_metadata([]))
+            return sel
         dt = dtypes[0]
         k = _kind(dt)
         if len(args) == 2 and dtypes[1] != dt:  # scalar_eval converts the second operand

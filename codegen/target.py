@@ -57,6 +57,16 @@ def host() -> tuple[str, str, str]:
 TUNING = "+prefer-no-gather,+prefer-no-scatter,-prefer-256-bit"
 
 
+def gather_features() -> str:
+    """The features of a function that may use gathers (`Kernel.gather`: independent table
+    lookups, where a gather loads what a scalar loop would, with a sixth of the
+    instructions): the host's and `TUNING`, but gathers allowed. Measured on a tree walk
+    (500 LightGBM trees, 10,000 rows, one thread): 1.9-2.5x faster than the same loop
+    vectorized with one insert per element."""
+    return ",".join(f for f in (host()[2], TUNING.replace("+prefer-no-gather", "-prefer-no-gather"))
+                    if f)
+
+
 def create_target_machine(opt_level: int = 3) -> llvm.TargetMachine:
     """A fresh target machine for the host (an execution engine takes ownership of one), with
     the host's features and `TUNING`."""

@@ -93,8 +93,9 @@ class _Parser:
         while cur.accept("kernel"):
             _, kname = cur.ref("@", "a kernel name (@name)")
             contract = cur.accept("contract")
+            gather = cur.accept("gather")
             self.vars = {}
-            kernels.append(Kernel(kname, self.block(), contract))
+            kernels.append(Kernel(kname, self.block(), contract, gather=gather))
         cur.expect("}")
         cur.finish()
         return Program(buffers, kernels, name, dims, temps, assumptions)  # type: ignore[arg-type]

@@ -27,7 +27,8 @@ bare when i64 ints or bools, else `value:dtype` with the value written exactly (
 `0.5:f32`, `-0.0:f64`, `nan:f32`, `3:i32`. A buffer's data prints inline when small, else as a
 blob in the trailing resources section. A Matmul's B window ends in `^P` when B is stored in
 packed panels (`Matmul.b_packed`; ld is then the panel width). A kernel whose float products
-fuse with the sums right after them (`Kernel.contract`) prints as `kernel @name contract {`.
+fuse with the sums right after them (`Kernel.contract`) prints as `kernel @name contract {`;
+one whose loops may use gather loads (`Kernel.gather`) as `kernel @name gather {`.
 
 Symbolic programs: sizes print as dims do in types (`text_types.dim_text`: `S`, `(S*384)`), in
 buffer shapes, Matmul sizes and leading dims; a `SymVal` operand prints as `size(S*384)`. Their
@@ -125,7 +126,7 @@ class _Printer:
     def kernel(self, k: Kernel) -> list[str]:
         self.vars = self.buffers.fork()
         self.seen = set()
-        flags = " contract" if k.contract else ""
+        flags = (" contract" if k.contract else "") + (" gather" if k.gather else "")
         lines = [f"  kernel @{name_text(k.name)}{flags} {{"]
         self.body(k.body, "    ", lines)
         lines.append("  }")

@@ -309,6 +309,10 @@ class Kernel:
     #: Symbolic programs: a size hint (`ir.symbolic.hint`) for each variable `materialize-dims`
     #: loaded a symbolic size into, for code generation's cost estimates (not printed).
     size_hints: dict[Var, int] = field(default_factory=dict)
+    #: the vectorizers may use gather loads here (`codegen.target.TUNING` forbids them
+    #: elsewhere): a loop of independent table lookups (a tree walk's lanes). Prints as
+    #: `kernel @name gather {`.
+    gather: bool = False
 
     def buffers(self) -> list[Buffer]:
         """Buffers this kernel touches, in order of first use."""

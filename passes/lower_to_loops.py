@@ -80,9 +80,10 @@ class Lowering:
             self.of[value] = b
         return b
 
-    def kernel(self, name: str, body: list[Stmt], contract: bool = False) -> None:
+    def kernel(self, name: str, body: list[Stmt], contract: bool = False,
+               gather: bool = False) -> None:
         base = self._current.op.lower() if self._current is not None and name == "" else name
-        self.kernels.append(Kernel(self._unique(f"{base}"), body, contract))
+        self.kernels.append(Kernel(self._unique(f"{base}"), body, contract, gather=gather))
 
     def view(self, out: Value, src: Buffer) -> None:
         dtype, shape = _static(out, self._current)

@@ -408,7 +408,7 @@ def all_stmts_program() -> Program:
         b.op("add", Const(3, DType.INT32), Const(-7, DType.INT32))
         b.op("copy", Const(float("inf"), DType.DOUBLE))
         b.store(odd, i64(0), i64(-1))
-    kernels = [Kernel("mm", b.body[:2]), Kernel("ew", b.body[2:3], contract=True),
+    kernels = [Kernel("mm", b.body[:2]), Kernel("ew", b.body[2:3], contract=True, gather=True),
                Kernel("odd name", b.body[3:])]
     return Program([x, w, s, t, v, y, odd], kernels, "prog")
 
@@ -420,7 +420,7 @@ def test_loop_all_statements_round_trip():
     assert "-0.0:f32" in text and "nan:f32" in text and "inf:f64" in text
     assert "%x#1: i32 = cast %acc" in text
     assert 'kernel @"odd name"' in text and "buffer %\"a/b\": i64[3] temp" in text
-    assert "kernel @ew contract {" in text and "kernel @mm {" in text
+    assert "kernel @ew contract gather {" in text and "kernel @mm {" in text
     assert "for %i: i64 = 1 to 4 step 2 rolled {" in text and text.count("rolled") == 1
 
 

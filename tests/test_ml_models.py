@@ -11,6 +11,7 @@ match exactly.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -302,3 +303,26 @@ def test_leafwise_trees_two_phase_walk():
     for rows in (1, 45):
         np.testing.assert_allclose(fn(x[:rows])[0], sess.run(None, {"X": x[:rows]})[0],
                                    rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("compact_bits", [28, 0])
+def test_chunks_of_rows_and_both_record_forms(monkeypatch, compact_bits):
+    """Row counts past one chunk (a last chunk of whole blocks and one single row), for one
+    symbolic program, with the compact 8-byte records and (no bits left for them) the wide
+    ones; a NaN column takes the missing-value tracks."""
+    from onnxjit.bench.trees import _feeds, _model
+    from onnxjit.ir.ops.ml import tree_layout, tree_lower
+
+    monkeypatch.setattr(tree_layout, "COMPACT_BITS", compact_bits)
+    m = _model(40, 24, 20, True, "SUM", 5)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(m, cache_dir=False, specialize="dynamic")
+    c = tree_lower._chunk_rows(20)
+    x = _feeds(2 * c + 4 * 7 + 1, 20)["X"]
+    for rows in (len(x), c, 3):
+        np.testing.assert_allclose(fn(x[:rows])[0], sess.run(None, {"X": x[:rows]})[0],
+                                   rtol=1e-5, atol=1e-5)
+    attrs = {a.name: a for a in m.graph.node[0].attribute}
+    nodes = len(attrs["nodes_treeids"].ints) + 1  # and the padding trees' leaf
+    words = 2 if compact_bits else 4
+    assert re.search(rf"buffer %tree_nodes: i32\[{words * nodes}\]", fn.ir("loops"))
