@@ -19,7 +19,9 @@ hidden H and G gates (semantics and shapes: `recurrent.cells`):
    units running the block's recurrent product and cell (`recurrent.steps`);
 5) `<op>_final`: Y_h (and Y_c) from the state (h's half S % 2; 0 for an entry of sequence
    length 0).
-Omitted outputs (empty names) are not written.
+Omitted outputs (empty names) are not written. QuantizedLSTM (`recurrent.quantized`) skips 1)
+(its input 0 holds the projections, direction after direction), and its steps quantize h
+and run 8-bit products over R packed in quads (`QuantR`) instead of 2).
 
 Symbolic programs (`ir.symbolic`): S and N may be run-time sizes. Then the projection's m
 (S*N) and each step's product m (N) are run-time sizes (the tiled kernel's run-time rows), the
@@ -49,7 +51,9 @@ from onnxjit.ir.loops import (
 )
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.conv.packed_panels import packed_width
+from onnxjit.ir.ops.fused.region import FUSED_DOMAIN
 from onnxjit.ir.ops.recurrent.cells import RnnAttrs, attrs_of, rnn_infer
+from onnxjit.ir.ops.recurrent.quantized import QuantR, quantized_lstm_infer
 from onnxjit.ir.ops.recurrent.reference import rnn_evaluate
 from onnxjit.ir.ops.recurrent.steps import StepEmitter
 from onnxjit.ir.symbolic import hint
@@ -116,12 +120,20 @@ class _Plan:
 
     def __init__(self, ctx: LowerContext, node: Node, a: RnnAttrs):
         self.a = a
+        #: QuantizedLSTM (`recurrent.quantized`): input 0 holds the projections, W is none
+        self.quantized = node.op == "QuantizedLSTM"
+        self.quant: QuantR | None = None  # its R, set by `_lower`
         self.x = ctx.buf(node.inputs[0])
         # constant W and R are repacked at compile time: their own buffers are never read
-        self.w_value, self.r_value = node.inputs[1], node.inputs[2]
-        self.w, self.r = (None if v.const is not None else ctx.buf(v)
-                          for v in (self.w_value, self.r_value))
-        opt = [node.input(i) for i in range(8)]
+        if self.quantized:
+            self.w_value, self.r_value = None, node.inputs[1]
+            self.w = self.r = None
+            opt = [None, None, None] + [node.input(i) for i in range(4, 9)]
+        else:
+            self.w_value, self.r_value = node.inputs[1], node.inputs[2]
+            self.w, self.r = (None if v.const is not None else ctx.buf(v)
+                              for v in (self.w_value, self.r_value))
+            opt = [node.input(i) for i in range(8)]
         self.bias, self.lens, self.h0 = (None if v is None else ctx.buf(v) for v in opt[3:6])
         # a constant B's halves Wb + Rb summed at compile time (f32/f64, whose cells compute in
         # their own type): the cell then adds one bias, not two, to each gate taking both
@@ -139,12 +151,15 @@ class _Plan:
         self.y, self.yh, self.yc = (None if v is None else ctx.buf(v) for v in outs)
         self.dt = self.x.dtype
         xs = self.x.shape
+        if self.quantized:  # XW [D, S, N, 4H]
+            xs = xs[1:]
         self.S, self.N = (xs[1], xs[0]) if a.layout else (xs[0], xs[1])
         # sizes the weights fix are taken from them (inference assumed X's and the states'
         # equal), so only S and N stay symbolic when the weights are constants
-        w_in = self.w_value.type.shape[2]
+        w_in = self.w_value.type.shape[2] if self.w_value is not None else 0
         self.I = w_in if isinstance(w_in, int) else xs[2]
-        hid = a.hidden if a.hidden is not None else self.r_value.type.shape[2]
+        hid = a.hidden if a.hidden is not None else \
+            self.r_value.type.shape[1 if self.quantized else 2]
         if not isinstance(hid, int):
             raise TypeError("a symbolic hidden size (no hidden_size attribute, R of symbolic "
                             "shape)")
@@ -166,8 +181,11 @@ class _Plan:
             self.nr = nr if nr is not None and widest > nr else None
         self.rp: Buffer | None = None  # R packed for the steps (`_lower`)
 
-    def xw_row(self, b: Builder, t: Operand, n: Operand) -> Operand:
-        """Row of xw (X's row order) holding step t of batch entry n."""
+    def xw_row(self, b: Builder, t: Operand, n: Operand, d: int = 0) -> Operand:
+        """Row of xw (X's row order) holding step t of batch entry n (direction d's rows
+        of a QuantizedLSTM's projections)."""
+        if self.quantized:
+            return b.iadd(b.iadd(b.imul(t, self.N), n), size_operand(d * self.S * self.N))
         if self.a.layout:
             return b.iadd(b.imul(n, self.S), t)
         return b.iadd(b.imul(t, self.N), n)
@@ -194,15 +212,18 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     kind = a.kind.lower()
     if p.N * p.H == 0:
         return
-    sc = {"xw": ctx.scratch(f"{kind}_xw", p.dt, (p.S * p.N, p.GH)),
+    sc = {"xw": p.x if p.quantized else ctx.scratch(f"{kind}_xw", p.dt, (p.S * p.N, p.GH)),
           "h": ctx.scratch(f"{kind}_h", p.dt, (2, p.N, p.H)),
-          "rec": ctx.scratch(f"{kind}_rec", p.dt, (p.N, p.GH))}
+          "rec": ctx.scratch(f"{kind}_rec", DType.INT32 if p.quantized else p.dt,
+                             (p.N, p.GH))}
     if a.kind == "LSTM":
         sc["c"] = ctx.scratch(f"{kind}_c", p.dt, (p.N, p.H))
     if a.kind == "GRU" and not a.linear_before_reset:
         sc["rh"] = ctx.scratch("gru_rh", p.dt, (p.N, p.H))
         sc["z"] = ctx.scratch("gru_z", p.dt, (p.N, p.H))
-    if _may_run(p.S):
+    if _may_run(p.S) and p.quantized:
+        p.quant = QuantR(ctx, node, p.H, p.jb)
+    elif _may_run(p.S):
         if p.r is None:
             data = np.asarray(p.r_value.const, dtype=p.dt.numpy).reshape(a.dirs, p.GH, p.H)
             p.rp = ctx.constant(f"{kind}_r_packed", pack_r(data, p.groups, p.jb, p.nr))
@@ -210,19 +231,23 @@ def _lower(ctx: LowerContext, node: Node) -> None:
             p.rp = ctx.scratch(f"{kind}_r_packed", p.dt, (a.dirs * p.GH * p.H,))
             ctx.kernel(f"{kind}_pack", _pack_kernel(p))
     wt = None
-    if p.w is None:  # W[d]^T, so the projection's B is read by rows (packing it is a copy)
+    # W[d]^T, so the projection's B is read by rows (packing it is a copy)
+    if p.w is None and p.w_value is not None:
         data = np.asarray(p.w_value.const, dtype=p.dt.numpy).reshape(a.dirs, p.GH, p.I)
         wt = ctx.constant(f"{kind}_wt", np.ascontiguousarray(data.transpose(0, 2, 1)))
     for d in range(a.dirs):
         b = Builder()
-        if wt is not None:
+        if p.quantized:
+            pass  # the projections are the node's input
+        elif wt is not None:
             b.emit(Matmul(sc["xw"], i64(0), p.GH, p.x, i64(0), p.I, wt,
                           size_operand(d * p.GH * p.I), p.GH, p.S * p.N, p.GH, p.I))
         else:
             b.emit(Matmul(sc["xw"], i64(0), p.GH, p.x, i64(0), p.I, p.w,
                           size_operand(d * p.GH * p.I), p.I, p.S * p.N, p.GH, p.I,
                           b_trans=True))
-        ctx.kernel(f"{kind}_proj", b.body)
+        if b.body:
+            ctx.kernel(f"{kind}_proj", b.body)
         ctx.kernel(f"{kind}_init", _init(p, d, sc["h"], sc.get("c")))
         if _may_run(p.S):
             ctx.kernel(f"{kind}_steps", StepEmitter(p, d, sc).emit())
@@ -318,3 +343,5 @@ for _name, _versions in (("RNN", (1, 7, 14, 22)), ("GRU", (1, 3, 7, 14, 22)),
                          ("LSTM", (1, 7, 14, 22))):
     op(_name, _versions, infer=rnn_infer, evaluate=rnn_evaluate, lower=_lower, doc=_DOC[_name],
        symbolic=True)
+op("QuantizedLSTM", (1,), domain=FUSED_DOMAIN, infer=quantized_lstm_infer, lower=_lower,
+   doc="LSTM on projections computed in int8, h quantized at each step (DynamicQuantizeLSTM)")

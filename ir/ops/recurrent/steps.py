@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from onnxjit.codegen.kernel_shapes import INT8_PANEL
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Buffer, Matmul, Operand, Stmt, i64, size_operand
 from onnxjit.ir.ops.recurrent.cells import Act, cell_lstm, cell_rnn, gru_gates, gru_out
@@ -87,7 +88,10 @@ class StepEmitter:
             par = b.op("rem", s, i64(2))
             self.hp = b.imul(par, nh)  # this step's input state: half s % 2
             self.hn = b.imul(b.op("sub", i64(1), par), nh)
-            if p.a.kind == "LSTM":
+            if p.quant is not None:  # `recurrent.quantized`: h quantized, then the blocks
+                p.quant.quantize(b, self.sc["h"], self.hp, p.N, p.H)
+                self.blocks(0, p.quant.hq, i64(0), self.lstm)
+            elif p.a.kind == "LSTM":
                 self.blocks(0, self.sc["h"], self.hp, self.lstm)
             elif p.a.kind == "RNN":
                 self.blocks(0, self.sc["h"], self.hp, self.rnn)
@@ -117,13 +121,19 @@ class StepEmitter:
         col0 = b.iadd(i64(goff), b.imul(j0, ng))
         b_off = b.iadd(i64(d * GH * H + goff * H), b.imul(j0, ng * H))
         panels = p.nr is not None and ng * w > p.nr  # else row-major (`recurrent.lowering.pack_r`)
-        b.emit(Matmul(rec, col0, GH, a_buf, a_off, H, p.rp, b_off, p.nr if panels else ng * w,
-                      p.N, ng * w, H, b_packed=panels))
+        if p.quant is not None:  # u8 h x i8 R -> i32, in quads (`recurrent.quantized`)
+            q = p.quant
+            b.emit(Matmul(rec, col0, GH, a_buf, a_off, H, q.packed, q.block_offset(b, d, j0),
+                          INT8_PANEL, p.N, ng * w, H, b_packed=True,
+                          rank1=q.rank1(b, d, col0, GH)))
+        else:
+            b.emit(Matmul(rec, col0, GH, a_buf, a_off, H, p.rp, b_off,
+                          p.nr if panels else ng * w, p.N, ng * w, H, b_packed=panels))
         with b.loop(0, p.N, hint="n") as n:
             valid = None
             if p.lens is not None:
                 valid = b.op("lt", self.t, b.cast(b.load(p.lens, n), DType.INT64))
-            row = b.imul(p.xw_row(b, self.t, n), GH)
+            row = b.imul(p.xw_row(b, self.t, n, d), GH)
             rrow = b.iadd(b.imul(n, GH), col0)
             with b.loop(0, w, hint="jj") as jj:
                 j = b.iadd(j0, jj)
@@ -147,6 +157,26 @@ class StepEmitter:
                 v = b.op("add", v, b.load(p.bias, b.iadd(j, i64(base))))
             if rb:
                 v = b.op("add", v, b.load(p.bias, b.iadd(j, i64(base + GH))))
+        return v
+
+    def pre_quantized(self, n: Operand, row: Operand, j: Operand, g: int, acc: Operand
+                      ) -> Operand:
+        """A QuantizedLSTM gate before its activation: (xw + float(acc) * (h_scale *
+        R_scale)) + (Wb + Rb), onnxruntime's order (`recurrent.quantized`)."""
+        p, b, d = self.p, self.b, self.d
+        H, GH = p.H, p.GH
+        col = b.iadd(j, i64(d * GH + g * H))
+        assert p.quant is not None
+        mult = b.op("mul", b.load(p.quant.h_scale, n), b.load(p.quant.scale, col))
+        v = b.op("add", b.load(self.sc["xw"], b.iadd(row, b.iadd(j, i64(g * H)))),
+                 b.op("mul", b.cast(acc, p.dt), mult))
+        if p.bias_sum is not None:
+            return b.op("add", v, b.load(p.bias_sum, col))
+        if p.bias is not None:
+            base = d * 2 * GH + g * H
+            both = b.op("add", b.load(p.bias, b.iadd(j, i64(base))),
+                        b.load(p.bias, b.iadd(j, i64(base + GH))))
+            return b.op("add", v, both)
         return v
 
     def h_prev(self, n: Operand, j: Operand) -> Operand:
@@ -179,7 +209,10 @@ class StepEmitter:
     def lstm(self, n: Operand, j: Operand, row: Operand, valid: Any,
              rec: Callable[[int], Operand]) -> None:
         p, b, d = self.p, self.b, self.d
-        gates = [b.op("add", self.pre(row, j, g), rec(g)) for g in range(4)]
+        if p.quant is not None:
+            gates = [self.pre_quantized(n, row, j, g, rec(g)) for g in range(4)]
+        else:
+            gates = [b.op("add", self.pre(row, j, g), rec(g)) for g in range(4)]
         peep = None
         if p.peep is not None:
             peep = tuple(b.load(p.peep, b.iadd(j, i64(d * 3 * p.H + k * p.H)))
