@@ -25,12 +25,16 @@ not 0) for the product's rank-1 zero-point corrections (`loops.Rank1`); each blo
 product is the VNNI Matmul (u8 x i8 -> i32, `codegen.int8_gemm`) over the block's columns of
 R, packed in quads at compile time (`QuantR`); the cell reads the int32 sums back scaled.
 
+With sequence_lens, as onnxruntime: an entry past its length quantizes as zeros (onnxruntime
+zeroes its state row), and the reverse direction runs each entry from its own last step.
 Differences from onnxruntime: with sequence_lens, onnxruntime quantizes X over the first
 max(sequence_lens) steps only (the range here is all of X); the chunks of a batch follow
 onnxjit's thread count (onnxruntime's own may differ).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -123,10 +127,17 @@ class QuantR:
             terms.append(Rank1(self.rows, i64(0), 1, self.zb, col))
         return tuple(terms)
 
-    def quantize(self, b: Builder, h: Buffer, off: Operand, n: Size, hid: int) -> None:
+    def quantize(self, b: Builder, h: Buffer, off: Operand, n: Size, hid: int,
+                 live: Callable[[Operand], Operand | None]) -> None:
         """Quantize h[off : off + n*hid] into `hq` (DynamicQuantizeLinear's rules), chunk by
         chunk of rows (`chunk_rows`), storing each row's scale in `h_scale` and the rank-1
-        row terms."""
+        row terms; a row r whose `live(r)` is false counts as zeros."""
+
+        def value(r: Operand, i: Operand) -> Operand:
+            v = b.load(h, i)
+            ok = live(r)
+            return v if ok is None else b.op("select", ok, v, const(0, F))
+
         w = RANGE_LANES
         nchunks = b.op("div", b.iadd(size_operand(n), i64(self.chunk - 1)), i64(self.chunk))
         with b.loop(0, nchunks, hint="chunk") as c:
@@ -140,12 +151,12 @@ class QuantR:
                 with b.loop(0, hid // w, hint="iq") as t:
                     i0 = b.iadd(base, b.imul(t, w))
                     for k in range(w):
-                        v = b.load(h, b.iadd(i0, i64(k)))
+                        v = value(r, b.iadd(i0, i64(k)))
                         for at, kind in ((k, "max"), (w + k, "min")):
                             b.store(self.part, i64(at),
                                     b.op(kind, b.load(self.part, i64(at)), v))
                 for i in range(hid - hid % w, hid):
-                    v = b.load(h, b.iadd(base, i64(i)))
+                    v = value(r, b.iadd(base, i64(i)))
                     b.assign(mx, "max", mx, v)
                     b.assign(mn, "min", mn, v)
             with b.loop(0, w, hint="k") as k:
@@ -162,7 +173,7 @@ class QuantR:
                 base = b.imul(r, hid)
                 s = b.var(const(0, I32), hint="rowsum")
                 with b.loop(0, hid, hint="i") as i:
-                    v = b.op("add", rint(b, b.op("div", b.load(h, b.iadd(off, b.iadd(base, i))),
+                    v = b.op("add", rint(b, b.op("div", value(r, b.iadd(off, b.iadd(base, i))),
                                                  scale)), zp)
                     qv = saturate(b, v, U8)
                     b.store(self.hq, b.iadd(base, i), qv)

@@ -84,12 +84,13 @@ class StepEmitter:
         nh = p.N * p.H
         with b.loop(0, p.S, hint="s") as s:
             last = size_operand(p.S - 1)
+            self.s = s
             self.t: Operand = b.op("sub", last, s) if p.a.reverse(self.d) else s
             par = b.op("rem", s, i64(2))
             self.hp = b.imul(par, nh)  # this step's input state: half s % 2
             self.hn = b.imul(b.op("sub", i64(1), par), nh)
             if p.quant is not None:  # `recurrent.quantized`: h quantized, then the blocks
-                p.quant.quantize(b, self.sc["h"], self.hp, p.N, p.H)
+                p.quant.quantize(b, self.sc["h"], self.hp, p.N, p.H, self.live)
                 self.blocks(0, p.quant.hq, i64(0), self.lstm)
             elif p.a.kind == "LSTM":
                 self.blocks(0, self.sc["h"], self.hp, self.lstm)
@@ -131,9 +132,12 @@ class StepEmitter:
                           p.nr if panels else ng * w, p.N, ng * w, H, b_packed=panels))
         with b.loop(0, p.N, hint="n") as n:
             valid = None
-            if p.lens is not None:
+            self.tn = self.t
+            if p.lens is not None and p.quant is not None and p.a.reverse(d):
+                valid = self.aligned(n)
+            elif p.lens is not None:
                 valid = b.op("lt", self.t, b.cast(b.load(p.lens, n), DType.INT64))
-            row = b.imul(p.xw_row(b, self.t, n, d), GH)
+            row = b.imul(p.xw_row(b, self.tn, n, d), GH)
             rrow = b.iadd(b.imul(n, GH), col0)
             with b.loop(0, w, hint="jj") as jj:
                 j = b.iadd(j0, jj)
@@ -142,6 +146,29 @@ class StepEmitter:
                     return b.load(rec, b.iadd(rrow, b.iadd(jj, i64(gi * w))))
 
                 cell(n, j, row, valid, rec_at)
+
+    def aligned(self, n: Operand) -> Operand:
+        """A QuantizedLSTM's reverse direction with sequence_lens runs entry n from its own
+        last step, as onnxruntime does (it reverses each entry's first L_n steps), so the
+        rows h is quantized with match: at step s, time L_n - 1 - s, then (s >= L_n, the
+        entry done) times S - 1 down to L_n, where Y gets its zeros. Sets `tn`; returns
+        whether the entry is live."""
+        b, p = self.b, self.p
+        ln = b.cast(b.load(p.lens, n), DType.INT64)
+        live = b.op("lt", self.s, ln)
+        own = b.op("sub", b.op("sub", ln, i64(1)), self.s)
+        done = b.op("add", b.op("sub", size_operand(p.S - 1), self.s), ln)
+        self.tn = b.op("select", live, own, done)
+        return live
+
+    def live(self, r: Operand) -> Operand | None:
+        """Whether row r of h enters this step's quantization: onnxruntime zeroes the state
+        of an entry past its length (its output row, read back as h): rows with s > L_r
+        quantize as zeros."""
+        p, b = self.p, self.b
+        if p.lens is None:
+            return None
+        return b.op("le", self.s, b.cast(b.load(p.lens, r), DType.INT64))
 
     # cell pieces -------------------------------------------------------------------------------
     def pre(self, row: Operand, j: Operand, g: int, wb: bool = True, rb: bool = True) -> Operand:
@@ -195,7 +222,7 @@ class StepEmitter:
                 cn = b.op("select", valid, cn, b.load(c, at))
             yv = b.op("select", valid, yv, const(0, p.dt))
         if p.y is not None:
-            b.store(p.y, p.y_index(b, self.d, self.t, n, j), yv)
+            b.store(p.y, p.y_index(b, self.d, self.tn, n, j), yv)
         b.store(self.sc["h"], b.iadd(self.hn, at), hn)
         if cn is not None and c is not None:
             b.store(c, at, cn)
