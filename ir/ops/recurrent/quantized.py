@@ -64,6 +64,9 @@ def quantized_lstm_infer(node: Node) -> list:
                          where=node)
     if r.dtype not in (DType.INT8, U8):
         raise UnsupportedError(f"QuantizedLSTM with R of type {r.dtype.short}", where=node)
+    if any(node.input(i) is None or node.inputs[i].const is None for i in (1, 2, 3)):
+        raise UnsupportedError("QuantizedLSTM needs a constant R, R_scale and R_zero_point "
+                               "(inputs 1-3)", where=node)
     d, s, n, _ = xw.shape
     hid = r.shape[1]
     if a.hidden is not None and isinstance(hid, int) and hid != a.hidden:
