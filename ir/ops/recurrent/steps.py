@@ -73,8 +73,9 @@ class StepEmitter:
     """Emits the step loop of one direction `d`; `p` is the lowering's plan
     (`recurrent.lowering`)."""
 
-    def __init__(self, p: Any, d: int, scratch: dict[str, Buffer]):
+    def __init__(self, p: Any, d: int, scratch: dict[str, Buffer], parallel: bool = True):
         self.p, self.d, self.sc = p, d, scratch
+        self.parallel = parallel  # the blocks as a parallel loop (else: the thread's own)
         self.b = Builder()
         self.o = LoopArith(self.b, p.dt, p.a.clip)
         self.acts = p.a.acts[d]
@@ -108,7 +109,7 @@ class StepEmitter:
         """Gate group `group`'s product and `cell` over every block of hidden units."""
         p, b = self.p, self.b
         if p.nfull:
-            with b.loop(0, p.nfull, parallel=True, hint="blk") as blk:
+            with b.loop(0, p.nfull, parallel=self.parallel, hint="blk") as blk:
                 self.block(group, a_buf, a_off, cell, b.imul(blk, p.jb), p.jb)
         if p.tail:
             self.block(group, a_buf, a_off, cell, i64(p.nfull * p.jb), p.tail)
