@@ -43,7 +43,7 @@ from onnxjit.codegen.cost import CHUNK_OPS, body_cost, trip_count
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.irutil import Callee, i64c
 from onnxjit.codegen.scalar import I32, compute_type
-from onnxjit.codegen.split_matmul import COLUMN_SPLIT, split_columns, split_matmul
+from onnxjit.codegen.split_matmul import COLUMN_SPLIT, split_columns, split_matmul, streams_b
 from onnxjit.ir.loops import (
     Check,
     Kernel,
@@ -164,8 +164,10 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
                     consider(inner, threshold)
         elif isinstance(s, Matmul):
             nxt = kernel.body[k + 1] if k + 1 < len(kernel.body) else None
-            if ABSORB_EPILOGUES and isinstance(nxt, Loop) and nxt.step == 1 and match_epilogue(
-                    s, Loop(nxt.var, nxt.start, nxt.stop, 1, nxt.body), vector=False) is not None:
+            wide = COLUMN_SPLIT and streams_b(s)  # by columns, the epilogue not absorbed
+            if not wide and ABSORB_EPILOGUES and isinstance(nxt, Loop) and nxt.step == 1 and \
+                    match_epilogue(s, Loop(nxt.var, nxt.start, nxt.stop, 1, nxt.body),
+                                   vector=False) is not None:
                 split = split_matmul(s, nxt, hints)
                 rest = [x for x in kernel.body if x is not nxt]
                 captured = None if split is None else _vars(rest, split[0])
@@ -173,7 +175,8 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
                     plan[id(s)] = _entry(s, split, captured)
                     plan[id(nxt)] = ABSORBED
                     continue
-            split = split_matmul(s, None, hints) or (split_columns(s) if COLUMN_SPLIT else None)
+            split = (split_columns(s) if wide else None) or split_matmul(s, None, hints) or (
+                split_columns(s) if COLUMN_SPLIT else None)
             if split is not None:
                 captured = _vars(kernel.body, split[0])
                 if captured is not None:

@@ -5,8 +5,9 @@ Matmul of its rows, plus the rows left over: `BALANCED_BLOCKS` gives them one ea
 blocks), and with a run-time m (a symbolic program) as a parallel loop over blocks of MB rows
 whose last one is shorter (`split_runtime_rows`); `split_columns` splits a product of few rows
 over a large prepacked B by blocks of its column panels (a GEMV: each thread streams its share
-of B). An epilogue nest that follows the product (`epilogue_fuse`) moves into the blocks, on
-each block's rows. `parallel.plan_kernel` decides which products to split.
+of B), as is a product of a few tens of rows over a B larger than a core's cache
+(`streams_b`). An epilogue nest that follows the product (`epilogue_fuse`) moves into the
+blocks, on each block's rows. `parallel.plan_kernel` decides which products to split.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ BALANCED_BLOCKS = True
 #: against one thread's GEMV: MatMul 1x512x512 2.03x (onnxruntime 1.0 -> 2.1x), MLP batch 1
 #: 1.69x (0.97 -> 1.59x), AlexNet 1.05x, ZFNet 1.02x, ResNet-50 1.01x (their classifiers)
 COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 512 << 10, 8
+#: A product of at most WIDE_B_ROWS rows over a prepacked B of at least WIDE_B_BYTES (more than
+#: a core's L2, so B comes from L3 or DRAM on every call) is split by columns too, not by
+#: rows: row blocks would each stream ALL of B, column blocks stream a share each, and a few
+#: rows' multiply-adds do not hide the stream. Measured, two threads, interleaved (load 7.5):
+#: a CRNN's classifier 20x1024x8210 (33 MB of B) 1.39-1.48x (CPU time 1.47x less), the CRNN
+#: (ddddocr common.onnx) 1.04x at width 160, 1.10x at 256
+WIDE_B_ROWS, WIDE_B_BYTES = 32, 4 << 20
+
+
 def _operand(x: object) -> Operand:
     return x if isinstance(x, Var) else i64(x)  # type: ignore[arg-type]
 
@@ -221,14 +231,24 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None, hints: dict | None = N
     return loop, tail
 
 
+def streams_b(s: Matmul) -> bool:
+    """Whether `s` is a product of few rows over a prepacked B too large for a core's cache
+    (WIDE_B_ROWS, WIDE_B_BYTES): split by columns (`split_columns`) before rows."""
+    return isinstance(s.m, int) and s.m <= WIDE_B_ROWS and s.b_packed and \
+        isinstance(s.n, int) and isinstance(s.k, int) and not is_int8_product(s) and \
+        s.n * s.k * s.c.dtype.itemsize >= WIDE_B_BYTES
+
+
 def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
     """A product of at most COLUMN_SPLIT_ROWS rows over a large prepacked B as a parallel
     loop over blocks of whole panels of columns (plus a serial product for the columns after
     the last block, the narrow edge panel among them); None when it does not qualify."""
     if not all(isinstance(x, int) for x in (s.m, s.n, s.k, s.ldb)):
         return None
-    if not s.b_packed or is_int8_product(s) or s.m > COLUMN_SPLIT_ROWS or s.ldb <= 0 or \
+    if not s.b_packed or is_int8_product(s) or s.ldb <= 0 or \
             s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES:
+        return None
+    if s.m > COLUMN_SPLIT_ROWS and not streams_b(s):
         return None
     width = s.ldb  # a packed B's panel width
     panels = s.n // width

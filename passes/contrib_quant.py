@@ -15,11 +15,9 @@ standard ONNX ops, for the `expand-contrib` pass.
            (whole blocks, float32 A): onnxjit.NBitsMatMul(A, W, the 4-bit weights repacked)
            instead, whose few-row (decode) products read the 4-bit weights (`linalg.nbits`)
     DynamicQuantizeLSTM(X, W, R, B, seq_lens, h0, c0, P, W_scale, W_zp, R_scale, R_zp)
-        -> LSTM with W and R dequantized here ((q - zp) * scale per direction or per
-           column) and transposed to the standard [dirs, 4*hidden, in] layout
-
-onnxruntime's DynamicQuantizeLSTM also quantizes the activations at every step; the float
-LSTM here does not, so results differ from it by about one activation quantization step.
+        -> DynamicQuantizeLinear(X) -> per direction MatMulInteger(Xq, W[d]) -> Cast
+           -> * (x_scale * W_scale[d]) -> onnxjit.QuantizedLSTM(projections, R, ...), which
+           quantizes h at every step as onnxruntime does (`recurrent.quantized`)
 """
 
 from __future__ import annotations
@@ -149,29 +147,51 @@ def _nbits_packed(node: Node) -> tuple[np.ndarray, ...] | None:
     return pack_nbits(q, zp, scales)
 
 
-def _dequantized(node: Node, i: int, what: str) -> np.ndarray:
-    """W or R of DynamicQuantizeLSTM in float, transposed to [dirs, 4*hidden, in]."""
-    q = _const(node, i, what).astype(np.float32)
-    at = 8 + 2 * (i - 1)  # W_scale, W_zero_point, R_scale, R_zero_point are inputs 8..11
-    scale = _const(node, at, f"{what}_scale").astype(np.float32)
-    zp = _const(node, at + 1, f"{what}_zero_point").astype(np.float32) \
-        if node.input(at + 1) is not None else np.zeros_like(scale)
-    shape = (q.shape[0], 1, -1) if scale.ndim == 2 else (q.shape[0], 1, 1)
-    w = (q - zp.reshape(shape)) * scale.reshape(shape)
-    return np.ascontiguousarray(w.transpose(0, 2, 1))
+def _per_direction(node: Node, at: int, what: str, dirs: int) -> np.ndarray:
+    """A scale or zero point of DynamicQuantizeLSTM as [dirs, 1 or 4*hidden] (per direction
+    or per column); a zero point that is omitted is 0."""
+    v = node.input(at)
+    arr = np.zeros(dirs, np.int8) if v is None else _const(node, at, what)
+    return arr.reshape(dirs, -1)
 
 
 def _dynamic_quantize_lstm(e: Any) -> None:
+    """DynamicQuantizeLSTM as onnxruntime computes it (`recurrent.quantized`): X quantized
+    once (DynamicQuantizeLinear) for the input projection of every step, one MatMulInteger
+    per direction scaled by x_scale * W_scale (onnxruntime's order: the scales' product,
+    then times the int32 sum), then `QuantizedLSTM` on the projections."""
     n = e.node
-    w = e.const(_dequantized(n, 1, "W"), "W")
-    r = e.const(_dequantized(n, 2, "R"), "R")
+    wq, rq = _const(n, 1, "W"), _const(n, 2, "R")
+    if wq.ndim != 3 or rq.ndim != 3:
+        raise ModelError(f"W and R must be 3-D, got shapes {wq.shape} and {rq.shape}",
+                         where=n)
+    dirs = wq.shape[0]
+    w_scale = _per_direction(n, 8, "W_scale", dirs).astype(np.float32)
+    # onnxruntime reads one zero point per direction (the first of a per-column vector)
+    w_zp = _per_direction(n, 9, "W_zero_point", dirs)[:, :1].astype(wq.dtype)
+    xq, xs, xz = (e.value(h) for h in ("x_q", "x_scale", "x_zp"))
+    e.nodes.append(Node("DynamicQuantizeLinear", [_req(n, 0, "X")], [xq, xs, xz], {}, "", 11,
+                        e.name("quantize_x")))
+    parts = []
+    for d in range(dirs):
+        acc = e.emit("MatMulInteger", 10, [xq, e.const(wq[d], "w_q"), xz,
+                                           e.const(w_zp[d, 0], "w_zp")], "projection")
+        f = e.emit("Cast", 13, [acc], "projection_float", to=1)
+        scale = e.emit("Mul", 14, [xs, e.const(w_scale[d], "w_scale")], "projection_scale")
+        xw = e.emit("Mul", 14, [f, scale], "projection_scaled")
+        parts.append(e.emit("Unsqueeze", 13, [xw, e.const(np.zeros(1, np.int64), "axis")],
+                            "projection_dir"))
+    xw = parts[0] if dirs == 1 else e.emit("Concat", 13, parts, "projections", axis=0)
+    r_scale = e.const(_per_direction(n, 10, "R_scale", dirs).astype(np.float32), "r_scale")
+    r_zp = e.const(_per_direction(n, 11, "R_zero_point", dirs)[:, :1].astype(rq.dtype),
+                   "r_zp")
     keep = ("activation_alpha", "activation_beta", "activations", "clip", "direction",
             "hidden_size", "input_forget")
-    ins = [_req(n, 0, "X"), w, r] + [n.input(k) for k in range(3, 8)]
+    ins = [xw, e.const(rq, "r_q"), r_scale, r_zp] + [n.input(k) for k in range(3, 8)]
     while ins and ins[-1] is None:
         ins.pop()
-    e.nodes.append(Node("LSTM", ins, list(n.outputs), {k: n.attrs[k] for k in keep
-                                                       if k in n.attrs}, "", 14,
+    e.nodes.append(Node("QuantizedLSTM", ins, list(n.outputs),
+                        {k: n.attrs[k] for k in keep if k in n.attrs}, FUSED_DOMAIN, 1,
                         e.name("lstm")))
 
 
@@ -184,7 +204,8 @@ EXPANSIONS: dict[str, Callable[[Any], None]] = {
 
 #: What each op becomes, for docs/supported_ops.md.
 NOTES = {
-    "DynamicQuantizeLSTM": "LSTM with W, R dequantized at compile time (activations in float)",
+    "DynamicQuantizeLSTM": "int8 projection of X, then an LSTM quantizing h at every step "
+                           "(as onnxruntime)",
     "DynamicQuantizeMatMul": "DynamicQuantizeLinear + MatMulInteger, scaled [+ bias]",
     "MatMulIntegerToFloat": "MatMulInteger, scaled [+ bias]",
     "MatMulNBits": "MatMul by weights dequantized at compile time (2/4/8 bits; no g_idx); "

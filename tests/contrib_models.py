@@ -114,16 +114,19 @@ def mlp(k: int = 64, hidden: int = 128, n: int = 32) -> onnx.ModelProto:
                    helper.make_tensor_value_info("y", T.FLOAT, ["batch", n]))
 
 
-def lstm(hidden: int = 16, inp: int = 8, seq: int = 5, direction: str = "forward"
-         ) -> onnx.ModelProto:
+def lstm(hidden: int = 16, inp: int = 8, seq: int = 5, direction: str = "forward",
+         lens: bool = False) -> onnx.ModelProto:
+    """An LSTM; with `lens`, a sequence_lens input "lens" (int32 [batch])."""
     b = _Builder(3)
     dirs = 2 if direction == "bidirectional" else 1
-    node = helper.make_node("LSTM", ["x", b.w("W", dirs, 4 * hidden, inp, scale=0.3),
-                                     b.w("R", dirs, 4 * hidden, hidden, scale=0.3),
-                                     b.w("B", dirs, 8 * hidden)], ["Y", "Y_h", "Y_c"],
+    ins = ["x", b.w("W", dirs, 4 * hidden, inp, scale=0.3),
+           b.w("R", dirs, 4 * hidden, hidden, scale=0.3), b.w("B", dirs, 8 * hidden)]
+    node = helper.make_node("LSTM", ins + (["lens"] if lens else []), ["Y", "Y_h", "Y_c"],
                             hidden_size=hidden, direction=direction)
-    g = helper.make_graph([node], "lstm", [helper.make_tensor_value_info("x", T.FLOAT,
-                                                                         [seq, "batch", inp])],
+    inputs = [helper.make_tensor_value_info("x", T.FLOAT, [seq, "batch", inp])]
+    if lens:
+        inputs.append(helper.make_tensor_value_info("lens", T.INT32, ["batch"]))
+    g = helper.make_graph([node], "lstm", inputs,
                           [helper.make_tensor_value_info(n, T.FLOAT, None)
                            for n in ("Y", "Y_h", "Y_c")], b.inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])

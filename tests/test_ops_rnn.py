@@ -336,6 +336,28 @@ def test_blocked_steps_loop_ir_panels():
         close(run_via_loop_ir(m, inputs, opts), want)
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_directions_at_once_on_two_threads(kind):
+    # A small bidirectional node on two threads runs its directions as one parallel loop of
+    # two, each direction's state its own (`lowering._directions_together`); reverse steps,
+    # sequence_lens and every output as onnxruntime, natively and in the interpreter.
+    from loop_harness import import_model, lower_signature
+
+    from onnxjit.ir.loops import Loop
+    from onnxjit.options import CompileOptions
+
+    model, feeds = make(kind, S=6, N=3, I=5, H=40, dirs=2, lens=[6, 0, 3], scale=0.3)
+    want = run_ort(model, feeds)
+    opts = CompileOptions(verify=False, num_threads=2)
+    inputs = [feeds[v.name] for v in model.graph.input]
+    sig = tuple((DType.from_numpy(v.dtype), v.shape) for v in inputs)
+    _, prog = lower_signature(import_model(model.SerializeToString(), opts), sig, opts)
+    steps = [k for k in prog.kernels if k.name.endswith("steps")]
+    assert len(steps) == 1 and isinstance(steps[0].body[0], Loop) and steps[0].body[0].parallel
+    close(run_via_loop_ir(model, inputs, opts), want)
+    close(list(onnxjit.compile(model, cache_dir=False, num_threads=2)(**feeds)), want)
+
+
 def test_block_width():
     from onnxjit.ir.ops.recurrent.lowering import block_width
 

@@ -309,6 +309,23 @@ def test_gemv_split_over_column_panels() -> None:
         np.testing.assert_allclose(y1, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
 
 
+def test_few_rows_over_a_large_b_split_by_columns() -> None:
+    # 20 rows over 8 MB of packed B: row blocks would each stream all of B, so the plan splits
+    # its column panels (`split_matmul.streams_b`); 20 rows over 1 MB keep the row split
+    from onnxjit.codegen.parallel import plan_kernel
+    from onnxjit.ir.loops import Kernel
+
+    def planned(k: int, n: int) -> str:
+        a, bb, c = (Buffer(x, F32, shape, "temp") for x, shape in
+                    (("a", (20, k)), ("b", (k * n,)), ("c", (20, n))))
+        s = Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, 20, n, k, b_packed=True)
+        (loop, *_), = plan_kernel(Kernel("gemm", [s])).values()
+        return loop.var.hint
+
+    assert planned(1024, 2048) == "cblk"
+    assert planned(512, 512) != "cblk"
+
+
 def _product_with_epilogue(m: int, n: int = 256, k: int = 128) -> Program:
     """c = erf(a @ w + bias): a Matmul, then its epilogue nest over c's rows (as the fused
     MatMul lowering writes it; erf has no vector form, so the nest stays a pass of its own)."""

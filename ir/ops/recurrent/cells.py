@@ -145,7 +145,7 @@ def _floats(node: Node, name: str) -> list[float]:
 
 def attrs_of(node: Node) -> RnnAttrs:
     """Parse and check the node's attributes (ModelError naming the node on bad ones)."""
-    kind = node.op
+    kind = "LSTM" if node.op == "QuantizedLSTM" else node.op  # `recurrent.quantized`
     direction = node.attr("direction", "forward")
     if isinstance(direction, bytes):
         direction = direction.decode()

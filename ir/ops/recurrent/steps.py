@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from onnxjit.codegen.kernel_shapes import INT8_PANEL
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Buffer, Matmul, Operand, Stmt, i64, size_operand
 from onnxjit.ir.ops.recurrent.cells import Act, cell_lstm, cell_rnn, gru_gates, gru_out
@@ -72,8 +73,9 @@ class StepEmitter:
     """Emits the step loop of one direction `d`; `p` is the lowering's plan
     (`recurrent.lowering`)."""
 
-    def __init__(self, p: Any, d: int, scratch: dict[str, Buffer]):
+    def __init__(self, p: Any, d: int, scratch: dict[str, Buffer], parallel: bool = True):
         self.p, self.d, self.sc = p, d, scratch
+        self.parallel = parallel  # the blocks as a parallel loop (else: the thread's own)
         self.b = Builder()
         self.o = LoopArith(self.b, p.dt, p.a.clip)
         self.acts = p.a.acts[d]
@@ -83,11 +85,15 @@ class StepEmitter:
         nh = p.N * p.H
         with b.loop(0, p.S, hint="s") as s:
             last = size_operand(p.S - 1)
+            self.s = s
             self.t: Operand = b.op("sub", last, s) if p.a.reverse(self.d) else s
             par = b.op("rem", s, i64(2))
             self.hp = b.imul(par, nh)  # this step's input state: half s % 2
             self.hn = b.imul(b.op("sub", i64(1), par), nh)
-            if p.a.kind == "LSTM":
+            if p.quant is not None:  # `recurrent.quantized`: h quantized, then the blocks
+                p.quant.quantize(b, self.sc["h"], self.hp, p.N, p.H, self.live)
+                self.blocks(0, p.quant.hq, i64(0), self.lstm)
+            elif p.a.kind == "LSTM":
                 self.blocks(0, self.sc["h"], self.hp, self.lstm)
             elif p.a.kind == "RNN":
                 self.blocks(0, self.sc["h"], self.hp, self.rnn)
@@ -103,7 +109,7 @@ class StepEmitter:
         """Gate group `group`'s product and `cell` over every block of hidden units."""
         p, b = self.p, self.b
         if p.nfull:
-            with b.loop(0, p.nfull, parallel=True, hint="blk") as blk:
+            with b.loop(0, p.nfull, parallel=self.parallel, hint="blk") as blk:
                 self.block(group, a_buf, a_off, cell, b.imul(blk, p.jb), p.jb)
         if p.tail:
             self.block(group, a_buf, a_off, cell, i64(p.nfull * p.jb), p.tail)
@@ -117,13 +123,22 @@ class StepEmitter:
         col0 = b.iadd(i64(goff), b.imul(j0, ng))
         b_off = b.iadd(i64(d * GH * H + goff * H), b.imul(j0, ng * H))
         panels = p.nr is not None and ng * w > p.nr  # else row-major (`recurrent.lowering.pack_r`)
-        b.emit(Matmul(rec, col0, GH, a_buf, a_off, H, p.rp, b_off, p.nr if panels else ng * w,
-                      p.N, ng * w, H, b_packed=panels))
+        if p.quant is not None:  # u8 h x i8 R -> i32, in quads (`recurrent.quantized`)
+            q = p.quant
+            b.emit(Matmul(rec, col0, GH, a_buf, a_off, H, q.packed, q.block_offset(b, d, j0),
+                          INT8_PANEL, p.N, ng * w, H, b_packed=True,
+                          rank1=q.rank1(b, d, col0, GH)))
+        else:
+            b.emit(Matmul(rec, col0, GH, a_buf, a_off, H, p.rp, b_off,
+                          p.nr if panels else ng * w, p.N, ng * w, H, b_packed=panels))
         with b.loop(0, p.N, hint="n") as n:
             valid = None
-            if p.lens is not None:
+            self.tn = self.t
+            if p.lens is not None and p.quant is not None and p.a.reverse(d):
+                valid = self.aligned(n)
+            elif p.lens is not None:
                 valid = b.op("lt", self.t, b.cast(b.load(p.lens, n), DType.INT64))
-            row = b.imul(p.xw_row(b, self.t, n), GH)
+            row = b.imul(p.xw_row(b, self.tn, n, d), GH)
             rrow = b.iadd(b.imul(n, GH), col0)
             with b.loop(0, w, hint="jj") as jj:
                 j = b.iadd(j0, jj)
@@ -132,6 +147,29 @@ class StepEmitter:
                     return b.load(rec, b.iadd(rrow, b.iadd(jj, i64(gi * w))))
 
                 cell(n, j, row, valid, rec_at)
+
+    def aligned(self, n: Operand) -> Operand:
+        """A QuantizedLSTM's reverse direction with sequence_lens runs entry n from its own
+        last step, as onnxruntime does (it reverses each entry's first L_n steps), so the
+        rows h is quantized with match: at step s, time L_n - 1 - s, then (s >= L_n, the
+        entry done) times S - 1 down to L_n, where Y gets its zeros. Sets `tn`; returns
+        whether the entry is live."""
+        b, p = self.b, self.p
+        ln = b.cast(b.load(p.lens, n), DType.INT64)
+        live = b.op("lt", self.s, ln)
+        own = b.op("sub", b.op("sub", ln, i64(1)), self.s)
+        done = b.op("add", b.op("sub", size_operand(p.S - 1), self.s), ln)
+        self.tn = b.op("select", live, own, done)
+        return live
+
+    def live(self, r: Operand) -> Operand | None:
+        """Whether row r of h enters this step's quantization: onnxruntime zeroes the state
+        of an entry past its length (its output row, read back as h): rows with s > L_r
+        quantize as zeros."""
+        p, b = self.p, self.b
+        if p.lens is None:
+            return None
+        return b.op("le", self.s, b.cast(b.load(p.lens, r), DType.INT64))
 
     # cell pieces -------------------------------------------------------------------------------
     def pre(self, row: Operand, j: Operand, g: int, wb: bool = True, rb: bool = True) -> Operand:
@@ -147,6 +185,26 @@ class StepEmitter:
                 v = b.op("add", v, b.load(p.bias, b.iadd(j, i64(base))))
             if rb:
                 v = b.op("add", v, b.load(p.bias, b.iadd(j, i64(base + GH))))
+        return v
+
+    def pre_quantized(self, n: Operand, row: Operand, j: Operand, g: int, acc: Operand
+                      ) -> Operand:
+        """A QuantizedLSTM gate before its activation: (xw + float(acc) * (h_scale *
+        R_scale)) + (Wb + Rb), onnxruntime's order (`recurrent.quantized`)."""
+        p, b, d = self.p, self.b, self.d
+        H, GH = p.H, p.GH
+        col = b.iadd(j, i64(d * GH + g * H))
+        assert p.quant is not None
+        mult = b.op("mul", b.load(p.quant.h_scale, n), b.load(p.quant.scale, col))
+        v = b.op("add", b.load(self.sc["xw"], b.iadd(row, b.iadd(j, i64(g * H)))),
+                 b.op("mul", b.cast(acc, p.dt), mult))
+        if p.bias_sum is not None:
+            return b.op("add", v, b.load(p.bias_sum, col))
+        if p.bias is not None:
+            base = d * 2 * GH + g * H
+            both = b.op("add", b.load(p.bias, b.iadd(j, i64(base))),
+                        b.load(p.bias, b.iadd(j, i64(base + GH))))
+            return b.op("add", v, both)
         return v
 
     def h_prev(self, n: Operand, j: Operand) -> Operand:
@@ -165,7 +223,7 @@ class StepEmitter:
                 cn = b.op("select", valid, cn, b.load(c, at))
             yv = b.op("select", valid, yv, const(0, p.dt))
         if p.y is not None:
-            b.store(p.y, p.y_index(b, self.d, self.t, n, j), yv)
+            b.store(p.y, p.y_index(b, self.d, self.tn, n, j), yv)
         b.store(self.sc["h"], b.iadd(self.hn, at), hn)
         if cn is not None and c is not None:
             b.store(c, at, cn)
@@ -179,7 +237,10 @@ class StepEmitter:
     def lstm(self, n: Operand, j: Operand, row: Operand, valid: Any,
              rec: Callable[[int], Operand]) -> None:
         p, b, d = self.p, self.b, self.d
-        gates = [b.op("add", self.pre(row, j, g), rec(g)) for g in range(4)]
+        if p.quant is not None:
+            gates = [self.pre_quantized(n, row, j, g, rec(g)) for g in range(4)]
+        else:
+            gates = [b.op("add", self.pre(row, j, g), rec(g)) for g in range(4)]
         peep = None
         if p.peep is not None:
             peep = tuple(b.load(p.peep, b.iadd(j, i64(d * 3 * p.H + k * p.H)))
