@@ -27,7 +27,7 @@ import functools
 import math
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -102,19 +102,30 @@ def sized_for_call(what: str, values: bool = False, shapes: bool = False) -> Ite
     the call's)."""
     try:
         yield
-    except SizeLimitError as e:
-        raise InputError(f"{e}; the shapes or values of this call's inputs ({what}) make it "
-                         "this large") from None
-    except MemoryError as e:
-        raise InputError(f"not enough memory for this call's inputs ({what}): "
-                         f"{e or 'MemoryError'}") from None
-    except ModelError as e:
-        if not (values or shapes):
+    except (SizeLimitError, MemoryError, ModelError) as e:
+        err = call_fault(e, what, values, shapes)
+        if err is e:
             raise
+        raise err from None
+
+
+def call_fault(e: BaseException, what: str | Callable[[], str], values: bool = False,
+               shapes: bool = False) -> BaseException:
+    """The error `sized_for_call` raises for `e` (`e` itself when it is the model's fault);
+    `what` may be a function giving the text, called only here."""
+    what = what if isinstance(what, str) else what()
+    if isinstance(e, SizeLimitError):
+        return InputError(f"{e}; the shapes or values of this call's inputs ({what}) make it "
+                          "this large")
+    if isinstance(e, MemoryError):
+        return InputError(f"not enough memory for this call's inputs ({what}): "
+                          f"{e or 'MemoryError'}")
+    if isinstance(e, ModelError) and (values or shapes):
         kind = "values" if values else "shapes"
         err = InputError(f"{e}; with the {kind} of this call's inputs ({what})")
         err.where = e.where
-        raise err from None
+        return err
+    return e
 
 
 def _entry_functions(library: Any, n_io: int, py_entry: bool) -> tuple[Any, Any]:

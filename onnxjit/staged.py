@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.errors import InputError, ModelError, UnsupportedError
+from onnxjit.errors import InputError, ModelError, SizeLimitError, UnsupportedError
 from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Graph, Model, Node, Value, clone_model
 from onnxjit.ir.ops.control.if_loop_scan import join
@@ -408,15 +408,21 @@ class Staged:
         self.compile_seconds = 0.0
 
     def run(self, args: tuple | list) -> tuple:
-        from onnxjit.artifact import sized_for_call
-
         # A later stage's shapes come from this call's values: too large is the call's fault,
         # and so is a shape the values make invalid (a negative dim, a Reshape that does not
-        # fit): everything the model alone determines was checked when it compiled.
-        with sized_for_call(self._what, values=True):
+        # fit): everything the model alone determines was checked when it compiled
+        # (`artifact.sized_for_call`, inlined: this is every call's path).
+        try:
             # np.ascontiguousarray would turn a 0-d array into shape (1,).
             return tuple(self.root.run([np.asarray(a, order="C") if isinstance(a, np.ndarray)
                                         else a for a in args]))
+        except (SizeLimitError, MemoryError, ModelError) as e:
+            from onnxjit.artifact import call_fault
+
+            err = call_fault(e, lambda: self._what, values=True)
+            if err is e:
+                raise
+            raise err from None
 
     @functools.cached_property
     def _what(self) -> str:
