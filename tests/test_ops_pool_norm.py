@@ -227,6 +227,29 @@ def test_float16_mean_variance_normalization_in_float32() -> None:
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=5e-3, atol=5e-3)
 
 
+@pytest.mark.parametrize("size", [1, 3])
+def test_float16_lrn_squares_in_float32(size: int) -> None:
+    # x**2 of float16 values near 1e4 overflows float16: the divisor was inf and the output 0
+    # where onnxruntime gives x / (1 + alpha/size * sum x**2)**beta (found by the
+    # differential fuzzer, issue 26)
+    a = (1e4 * RNG.standard_normal((1, 4, 3, 5))).astype(np.float16)
+    w = a.astype(np.float64)
+    sq = np.pad(w ** 2, ((0, 0), ((size - 1) // 2, size // 2), (0, 0), (0, 0)))
+    sums = sum(sq[:, k:k + 4] for k in range(size))
+    want = (w / (1 + 1e-4 / size * sums) ** 0.75).astype(np.float16)
+    m = model("LRN", [a], 13, size=size)
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("out0", TensorProto.FLOAT16,
+                                                             list(a.shape)))
+    got, = onnxjit.compile(m, cache_dir=False)(a)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=5e-3, atol=1e-2)
+    folded = model("LRN", [a], 13, consts={0: a}, size=size)  # fold-constants' evaluation
+    folded.graph.output[0].CopyFrom(helper.make_tensor_value_info("out0", TensorProto.FLOAT16,
+                                                                  list(a.shape)))
+    got, = onnxjit.compile(folded, cache_dir=False)()
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=5e-3, atol=1e-2)
+
+
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
 def test_global_pools(op: str) -> None:
     if op != "GlobalLpPool":

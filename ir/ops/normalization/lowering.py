@@ -269,10 +269,19 @@ def lrn_lower(ctx: LowerContext, node: Node) -> None:
     n, c = x.shape[0], x.shape[1]
     inner = math.prod(x.shape[2:])
     dt = x.dtype
+    # float16/bfloat16: the squares and their sum in f32 (300**2 overflows float16), the
+    # result rounded once
+    ct = DType.FLOAT if dt in NARROW_FLOATS else dt
+    acc = ctx.scratch("lrn_acc", ct, x.shape) if ct != dt else y
     size = lrn_size(node)
     alpha = float_attr(node, "alpha", 1e-4) / size
     beta, bias = float_attr(node, "beta", 0.75), float_attr(node, "bias", 1.0)
     before, after = (size - 1) // 2, math.ceil((size - 1) / 2)
+
+    def load(b: Builder, at: Operand) -> Operand:
+        v = b.load(x, at)
+        return b.cast(v, ct) if ct != dt else v
+
     b = Builder()
     with b.loop(0, n * c, parallel=True, hint="nc") as nc:
         ch = b.op("rem", nc, i64(c))
@@ -281,20 +290,21 @@ def lrn_lower(ctx: LowerContext, node: Node) -> None:
         lo = b.op("max", i64(0), b.op("sub", ch, i64(before)))
         hi = b.op("min", i64(c), b.iadd(ch, i64(after + 1)))
         with b.loop(0, inner, hint="i") as i:
-            b.store(y, b.iadd(row, i), const(0, dt))
+            b.store(acc, b.iadd(row, i), const(0, ct))
         with b.loop(lo, hi, hint="k") as k:
             src = b.imul(b.iadd(plane, k), inner)
             with b.loop(0, inner, hint="i") as i:
-                v = b.load(x, b.iadd(src, i))
+                v = load(b, b.iadd(src, i))
                 at = b.iadd(row, i)
-                b.store(y, at, b.op("add", b.load(y, at), b.op("mul", v, v)))
+                b.store(acc, at, b.op("add", b.load(acc, at), b.op("mul", v, v)))
         with b.loop(0, inner, hint="i") as i:
             at = b.iadd(row, i)
-            d = b.op("add", const(bias, dt), b.op("mul", const(alpha, dt), b.load(y, at)))
+            d = b.op("add", const(bias, ct), b.op("mul", const(alpha, ct), b.load(acc, at)))
             # d^beta as exp(beta * log d): both are vectorizable polynomials, pow is a libm
             # call per element; d = 0 still gives 0 (exp(-inf)).
-            pw = b.op("exp", b.op("mul", const(beta, dt), b.op("log", d)))
-            b.store(y, at, b.op("div", b.load(x, at), pw))
+            pw = b.op("exp", b.op("mul", const(beta, ct), b.op("log", d)))
+            r = b.op("div", load(b, at), pw)
+            b.store(y, at, b.cast(r, dt) if ct != dt else r)
     ctx.kernel("lrn", b.body)
 
 

@@ -311,9 +311,11 @@ def mvn_axes(node: Node, rank: int) -> list[int]:
 
 def unary_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     x = inputs[0]
+    dtype = x.dtype
     with np.errstate(all="ignore"):
         if node.op == "LRN":
             size = lrn_size(node)
+            x = x.astype(np.float32) if x.dtype.itemsize < 4 else x  # as the lowering
             sq = np.zeros_like(x)
             c = x.shape[1]
             for k in range(c):
@@ -334,4 +336,4 @@ def unary_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
             mean = w.mean(axis=axes, keepdims=True)
             std = np.sqrt(((w - mean) ** 2).mean(axis=axes, keepdims=True))
             y = (w - mean) / (std + 1e-9)
-    return [np.asarray(y, dtype=x.dtype)]
+    return [np.asarray(y, dtype=dtype)]
