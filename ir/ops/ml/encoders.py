@@ -20,6 +20,7 @@ run on the host through numpy `evaluate` (a dict lookup per element), as every s
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -160,8 +161,14 @@ def _zipmap_infer(node: Node) -> list[ValueType | None]:
     return [SequenceType(MapType(key, TensorType(DType.FLOAT, ())))]
 
 
+#: node -> its labels: ZipMap ends a classifier and runs on every call (one row: microseconds)
+_LABELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _zipmap_eval(node: Node, ins: list) -> list:
-    labels = _zipmap_labels(node)
+    labels = _LABELS.get(node)
+    if labels is None:
+        labels = _LABELS[node] = _zipmap_labels(node)
     x = np.asarray(ins[0], dtype=np.float32)
     x = x.reshape(1, -1) if x.ndim == 1 else x
     if x.shape[1] != len(labels):
