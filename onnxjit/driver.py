@@ -30,8 +30,8 @@ GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "expand-
                   "fold-constants", "simplify", "onehot-gather", "fold-batchnorm", "dce"]
 SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "onehot-gather",
                       "fold-batchnorm",
-                      "fold-transpose", "dce", "fuse-epilogue", "fuse", "lower-to-loops",
-                      "prepack-weights", "plan-memory"]
+                      "fold-transpose", "dce", "sink-reshape", "fuse-epilogue", "fuse",
+                      "lower-to-loops", "prepack-weights", "plan-memory"]
 
 
 def print_ir(ir: Any) -> tuple[str, str]:
