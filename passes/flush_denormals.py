@@ -7,10 +7,14 @@ folded into them): such a product runs tens of times slower than the same produc
 zeros, in onnxruntime too. A subnormal weight w (|w| < 1.2e-38 in f32) adds w * x to a sum
 S of products; that term is below S's rounding (|S| * 2^-24) whenever |S| > 2e-31 * |x|, so
 zeroing it changes no result short of outputs that are themselves almost zero, and removes
-the cliff. Activations are left alone (no FTZ/DAZ mode is set).
+the cliff. A subnormal bias b is flushed too (|b| < 1.2e-38 added to the same sums): where the
+weights of a channel are all zero or subnormal (pruned channels), its outputs would be the
+subnormal bias, and every elementwise op of the epilogue after it (a GELU's erf) and the next
+product reading it would run on subnormals. Activations are left alone otherwise (no FTZ/DAZ
+mode is set).
 
 Algorithm, one sweep, after fold-batchnorm (which scales weights and can make subnormals):
-for every weight input of a product (Conv/ConvTranspose W, MatMul A and B, Gemm A and B)
+for every weight input of a product (Conv/ConvTranspose W and B, MatMul A and B, Gemm A, B, C)
 that is an f32/f64 constant holding a nonzero entry below the type's smallest normal, a copy
 with those entries zeroed becomes a new initializer, read by the products in place of the
 original (one copy per original value); other readers keep the original.
@@ -27,8 +31,8 @@ from onnxjit.passes import PassContext, PassResult
 name = "flush-denormals"
 level = "graph"
 
-#: The product inputs (by position) that are read as multiplicands.
-_WEIGHTS = {"Conv": (1,), "ConvTranspose": (1,), "MatMul": (0, 1), "Gemm": (0, 1)}
+#: The product inputs (by position) that are multiplicands or added to the sums (biases).
+_WEIGHTS = {"Conv": (1, 2), "ConvTranspose": (1, 2), "MatMul": (0, 1), "Gemm": (0, 1, 2)}
 
 
 def flushed(arr: np.ndarray) -> np.ndarray | None:

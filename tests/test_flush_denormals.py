@@ -63,3 +63,20 @@ def test_results_match_onnxruntime():
     y, z = onnxjit.compile(m, cache_dir=False).run(None, feeds)
     np.testing.assert_allclose(y, want[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(z, want[1])  # the Add keeps W's subnormals
+
+
+def test_conv_bias_is_flushed():
+    # a pruned channel: zero weights and a subnormal bias would make its outputs subnormal
+    w = RNG.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    w[1] = 0
+    b = np.array([0.5, 3e-39, -1.0, 0.0], np.float32)
+    g = h.make_graph([h.make_node("Conv", ["x", "w", "b"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", TP.FLOAT, [1, 3, 5, 5])],
+                     [h.make_tensor_value_info("y", TP.FLOAT, [1, 4, 5, 5])],
+                     [nh.from_array(w, "w"), nh.from_array(b, "b")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    gm = import_model(m.SerializeToString(), CompileOptions(cache_dir=False))
+    assert run(gm, PassContext()).changed
+    conv = gm.graph.nodes[0]
+    np.testing.assert_array_equal(conv.inputs[2].const, np.array([0.5, 0, -1, 0], np.float32))
+    np.testing.assert_array_equal(conv.inputs[1].const, w)
