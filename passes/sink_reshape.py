@@ -156,7 +156,7 @@ def _sink(graph: Graph, r: Node, members: list[Node], kept: list[int]) -> list[N
     return nodes
 
 
-def _candidate(graph: Graph, i: int, r: Node, readers: dict[Value, list[Node]],
+def _candidate(graph: Graph, r: Node, readers: dict[Value, list[Node]],
                producers: dict[Value, Node]) -> list[int] | None:
     """The kept axes when `r` is a unit-dropping reshape of a lone producer's output."""
     if r.domain not in ("", "ai.onnx") or r.op not in ("Squeeze", "Reshape") or \
@@ -193,7 +193,7 @@ def run(model: Model, ctx: PassContext) -> PassResult:
     for i, r in enumerate(graph.nodes):
         if r in taken:
             continue
-        kept = _candidate(graph, i, r, readers, producers)
+        kept = _candidate(graph, r, readers, producers)
         members = _members(graph, i, r.outputs[0], readers) if kept is not None else []
         if not members or any(n in taken for n in members):
             continue
