@@ -21,14 +21,14 @@ TINY = np.finfo(np.float32).tiny
 
 def _model() -> tuple:
     """y = x @ W (W a third subnormal), z = W + r: W is a product weight and an Add input."""
-    w = RNG.standard_normal((16, 8)).astype(np.float32)
+    w = RNG.standard_normal((16, 512)).astype(np.float32)  # MIN_ELEMENTS entries
     w[RNG.random(w.shape) < 0.35] *= np.float32(1e-39)
     g = h.make_graph(
         [h.make_node("MatMul", ["x", "w"], ["y"]), h.make_node("Add", ["w", "r"], ["z"])],
         "g", [h.make_tensor_value_info("x", TP.FLOAT, [4, 16]),
-              h.make_tensor_value_info("r", TP.FLOAT, [16, 8])],
-        [h.make_tensor_value_info("y", TP.FLOAT, [4, 8]),
-         h.make_tensor_value_info("z", TP.FLOAT, [16, 8])],
+              h.make_tensor_value_info("r", TP.FLOAT, [16, 512])],
+        [h.make_tensor_value_info("y", TP.FLOAT, [4, 512]),
+         h.make_tensor_value_info("z", TP.FLOAT, [16, 512])],
         [nh.from_array(w, "w")])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 10
@@ -43,6 +43,26 @@ def test_flushed_zeroes_only_subnormals():
     a = np.array([1e-39, -1e-40, 0.0, TINY, -2.5, 1e-30], np.float32)
     np.testing.assert_array_equal(flushed(a), np.array([0, 0, 0, TINY, -2.5, 1e-30], np.float32))
     assert flushed(np.ones(3, np.float64)) is None
+
+
+def test_a_few_subnormal_weights_stay_exact():
+    # a small or mostly normal weight keeps its subnormals: times an input near 1e38 they are
+    # terms of 1e-1 that onnxruntime keeps (a fuzzer's extreme values)
+    assert flushed(np.array([1e-40, 1.0], np.float32), addend=False) is None
+    big = np.ones(8192, np.float32)
+    big[:40] = 1e-40  # 0.5%
+    assert flushed(big, addend=False) is None
+    big[:200] = 1e-40
+    assert flushed(big, addend=False) is not None
+    x = np.full((1, 2), 1e38, np.float32)
+    m = h.make_model(h.make_graph(
+        [h.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [h.make_tensor_value_info("x", TP.FLOAT, [1, 2])],
+        [h.make_tensor_value_info("y", TP.FLOAT, [1, 1])],
+        [nh.from_array(np.array([[1e-39], [0.0]], np.float32), "w")]),
+        opset_imports=[h.make_opsetid("", 17)], ir_version=10)
+    y = onnxjit.compile(m, cache_dir=False)(x)[0]
+    np.testing.assert_allclose(y, [[1e-1]], rtol=1e-5)
 
 
 def test_product_reads_a_flushed_copy_other_readers_keep_the_original():
