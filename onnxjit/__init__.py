@@ -96,9 +96,10 @@ def compile(  # noqa: A001 - the public name DESIGN §1 asks for
     verify: when the IR verifiers run (a failure is a `CompileError` naming the pass): True
         after every pass; None (`$ONNXJIT_VERIFY`: 1 True, 0 False) on the imported model
         and each pipeline's result, about a tenth less compile time; False never.
-    fast_algorithms: products by constant weights may use Strassen (MatMul/Gemm) and
-        Winograd F(2x2,3x3) (3x3 convs), whose rounding is bounded by the operands'
-        magnitudes rather than element by element; False: direct sums only.
+    fast_algorithms: 3x3 convs may use Winograd F(2x2,3x3) (and products by constant
+        weights Strassen, when `strassen.STRASSEN` is on: off by default, measured slower),
+        whose rounding is bounded by the operands' magnitudes rather than element by
+        element; False: direct sums only.
     progress: reporting of compiles: None (`$ONNXJIT_PROGRESS`: 0 off, 1 on; default "auto":
         a one-line display on stderr for compiles over a second when stderr is a terminal),
         True, False, or a callable `fn(stage, done, total)` called as each stage begins.

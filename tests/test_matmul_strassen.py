@@ -84,6 +84,19 @@ def _check(y, want, scale, tol):
     assert err < tol, err
 
 
+@pytest.fixture(autouse=True)
+def strassen_on(monkeypatch):
+    """Strassen is off by default (slower than today's direct product: `strassen.STRASSEN`);
+    these tests switch it on, so the lowering stays right for hosts where it pays."""
+    monkeypatch.setattr(strassen, "STRASSEN", True)
+
+
+def test_off_by_default(monkeypatch):
+    monkeypatch.undo()
+    m = _model((32, 512), 512, 512, "relu")
+    assert not _uses_strassen(m, _feeds(m, (32, 512), 512))
+
+
 @pytest.fixture
 def small(monkeypatch):
     """Strassen for small products too (thresholds are about speed, not correctness)."""
