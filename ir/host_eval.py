@@ -100,6 +100,13 @@ def implicit_inputs(node: Node) -> list[Value]:
     return list(out)
 
 
+def host_function(node: Node) -> Callable | None:
+    """The host table's function for `node` (`fn(node, inputs, lookup)`), or None: a caller
+    running the same node on every call looks it up once."""
+    _tables()
+    return HOST.get((node.domain if node.domain != "ai.onnx" else "", node.op))
+
+
 def evaluate_node(node: Node, lookup: Lookup) -> list[Any]:
     """Run one node on the host; `lookup(value)` gives the value of any input in scope."""
     ins = [None if v is None else lookup(v) for v in node.inputs]

@@ -141,6 +141,10 @@ class Stage:
         self.tail: list[Node] = []
         if self.rest and all(_host_tail(n) for n in self.rest):
             self.tail, self.rest = self.rest, []
+        from onnxjit.ir.host_eval import host_function
+
+        #: the tail's host-table functions, looked up once (None: `_evaluate`'s general path)
+        self._tail_fns = [host_function(n) for n in self.tail]
         done = self.prefix or ([self.host] if self.host else [])
         later = {v for n in self.rest + self.tail for v in _reads(n)} | set(g.outputs)
         self.boundary = [v for n in done for v in n.outputs if v in later]
@@ -173,8 +177,8 @@ class Stage:
             env.update(zip(self.boundary, outs))
         elif self.host is not None:
             env.update(zip(self.host.outputs, _evaluate(self.host, env)))
-        for node in self.tail:
-            env.update(zip(node.outputs, _evaluate(node, env)))
+        for node, fn in zip(self.tail, self._tail_fns):
+            env.update(zip(node.outputs, _evaluate(node, env, fn)))
         rest = self.rest
         choice = None if self.splice is None else _choice(self.splice, env)
         if self.splice is not None and choice is None:  # too long, or no iteration at all
@@ -398,13 +402,20 @@ def _value(v: Value, env: dict[Value, Any]) -> Any:
     raise UnsupportedError(f"{v.describe()} was not computed by any stage")
 
 
-def _evaluate(node: Node, env: dict[Value, Any]) -> list[Any]:
+def _evaluate(node: Node, env: dict[Value, Any], fn: Callable | None = None) -> list[Any]:
     """Run a node on the host (`ir.host_eval.evaluate_node`: numpy rules, the host-only ops of
-    sequences and optionals, and the interpreter of control-flow regions)."""
+    sequences and optionals, and the interpreter of control-flow regions); `fn`: the node's
+    host-table function, looked up by the caller once for every call."""
     from onnxjit.ir.host_eval import evaluate_node
 
+    def lookup(v: Value) -> Any:
+        return _value(v, env)
+
     try:
-        return evaluate_node(node, lambda v: _value(v, env))
+        if fn is not None:
+            return list(fn(node, [None if v is None else lookup(v) for v in node.inputs],
+                           lookup))
+        return evaluate_node(node, lookup)
     except MemoryError as e:  # the sizes come from the call's inputs
         raise InputError(f"not enough memory to evaluate it for this call's inputs: "
                          f"{e or 'MemoryError'}", where=node) from None
