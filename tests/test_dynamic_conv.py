@@ -242,3 +242,44 @@ def test_db_detector():
     """Strided convs, nearest and linear x2 Resize, Concat skips, ConvTranspose head."""
     _, served = _check(db_detector(), [(1, 64, 64), (1, 24, 40), (2, 8, 16), (1, 96, 160)], 3)
     assert served == 4
+
+
+def _batch_only(model, h, w):
+    """`model` with its input's H and W fixed: only the batch stays symbolic."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for d, v in zip(dims[2:], (h, w)):
+        d.Clear()
+        d.dim_value = v
+    return model
+
+
+@pytest.mark.parametrize("first", [1, 4], ids=["split_channels", "parts"])
+def test_batch_symbolic_winograd_is_the_specialised_code(first, monkeypatch):
+    """Static H, W and a run-time batch (torch's dynamic_axes={0: "batch"}): the 3x3 convs
+    take `conv.winograd_batch` (the first call's batch is the hint: 1 gives too few blocks,
+    so the split-channel kernels; 4 the parts), one program serves every batch, equal to the
+    specialised program's bit for bit and to onnxruntime within rounding; a wrong H or
+    channel count is still an InputError."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the reference")
+    from onnxjit.ir.ops.conv import runtime_sizes
+
+    calls: list = []
+    real = runtime_sizes.lower_winograd_batch
+    monkeypatch.setattr(runtime_sizes, "lower_winograd_batch",
+                        lambda *a: calls.append(1) or real(*a))
+    model = _batch_only(basic_block_case(64), 16, 15)
+    dyn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
+    spec = onnxjit.compile(model, cache_dir=False, specialize="shape")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    xs = [RNG.standard_normal((n, 64, 16, 15)).astype(np.float32) for n in (first, 3, 0)]
+    before = dyn.cache_info()["misses"]  # (the counter is shared with `spec`: its calls after)
+    got = [dyn(x)[0] for x in xs]
+    assert dyn.cache_info()["misses"] - before == 1
+    for x, g in zip(xs, got):
+        if len(x):
+            np.testing.assert_array_equal(g, spec(x)[0], err_msg=str(x.shape))
+        np.testing.assert_allclose(g, sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert len(calls) == 2  # both convs of the block
+    for bad in ((2, 64, 17, 15), (2, 63, 16, 15)):
+        with pytest.raises(onnxjit.InputError):
+            dyn(np.ones(bad, np.float32))
