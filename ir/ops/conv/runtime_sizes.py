@@ -24,6 +24,8 @@ only the position counts are run-time. Algorithm:
    (a deep layer of a small image), every panel is built first (in parallel over blocks and
    chunks of input channels, `blocking.c_split`), then the products run in parallel over
    chunks of output channels (`blocking.m_split`), as the specialised lowering does.
+   When only the batch is run-time and K is small (a stem), the specialised lowering's blocks
+   of output rows per image instead (`conv.im2col_batch`).
 2) pointwise convs (1x1, stride 1, no padding): X's channels already are the panel; per block
    of positions one `Matmul` reads X in place (ldb = P), then the epilogue.
 3) depthwise (C/G == 1): the stride-phased flat loop per plane (`conv.depthwise_phased`, at
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext
-from onnxjit.ir.ops.conv import winograd
+from onnxjit.ir.ops.conv import im2col_batch, winograd
 from onnxjit.ir.ops.conv.blocking import (
     BLOCK_BYTES,
     MIN_BLOCK_COLS,
@@ -259,5 +261,9 @@ def lower_conv_node(ctx: LowerContext, node: object, x: Buffer, w: Buffer, y: Bu
     if ctx.fast_algorithms and batch_only(x, y) and winograd.applies(gm, w, y.dtype):
         lower_winograd_batch(ctx, gm, x, w, y, load, None if epi is None else epi.emit,
                              PARTS_PER_THREAD)
+        return
+    if batch_only(x, y) and im2col_batch.applies(gm, y.dtype.itemsize):
+        im2col_batch.lower_im2col_batch(ctx, gm, x, w, y, load,
+                                        None if epi is None else epi.emit, PARTS_PER_THREAD)
         return
     lower_runtime_conv(ctx, gm, x, w, y, load, epi)
