@@ -4,7 +4,7 @@ symbolic program whose conv has static channels and spatial sizes and only N sym
 The blocks u = (image, group, block of output rows) (`blocking.block_rows`), their packed
 panels (`packed_panels.emit_packed_panel`, tap ranges compile-time pairs) and products are the
 specialised lowering's (`conv._Blocks`); only the block count N * G * nblk is run-time. The
-blocks are dealt to `parts` parallel iterations (PARTS_PER_THREAD per thread), each building
+blocks are dealt to `parts` parallel iterations (`winograd_batch.slot_count`), each building
 its share in order in a panel slot of its own, so the scratch does not grow with N. The
 general symbolic lowering (`conv.runtime_sizes`: blocks of flat positions, tap ranges from
 the dims table) measured 0.50x of specialised code on a 3->32 3x3 stride-2 stem at 224x224,
@@ -22,6 +22,7 @@ from onnxjit.ir.ops.conv.blocking import MIN_TASKS, block_rows
 from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, operand, smin
 from onnxjit.ir.ops.conv.input_phases import input_source
 from onnxjit.ir.ops.conv.packed_panels import packed_width
+from onnxjit.ir.ops.conv.winograd_batch import slot_count
 from onnxjit.ir.symbolic import hint
 
 #: Largest K = C/G * prod(kernel) this lowering takes (the general one is as fast or faster
@@ -54,11 +55,11 @@ def lower_im2col_batch(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y:
     rows, nblk, cols = _shape(gm, dt.itemsize)
     nr = packed_width(dt, gm.mg, cols, gm.kk) if PACKED_PANELS else None
     panel = gm.kk * cols
-    slots = parts_per_thread * ctx.num_threads
+    tasks = gm.n * gm.g * nblk
+    slots = slot_count(ctx, hint(tasks), panel * dt.itemsize, parts_per_thread)
     col = ctx.scratch("col", dt, (slots, panel))
     src = input_source(ctx, gm, x, load, dt)
     blocks = _Blocks(gm, 0, nblk, rows, cols, panel, nr)
-    tasks = gm.n * gm.g * nblk
     parts = smin(tasks, slots)
     b = Builder()
     with b.loop(0, parts, parallel=True, hint="t") as p:

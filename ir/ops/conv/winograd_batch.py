@@ -8,11 +8,12 @@ results equal the specialised program's bit for bit); only the count of blocks u
 block of tile rows), N * nblk, is run-time. The general symbolic lowering
 (`conv.winograd_runtime`, blocks of T tiles in run-time segments of tile rows) measured 0.67x
 of specialised code at 64->64 3x3 56x56 and 0.81x at 128->128 28x28; this one matches it.
-Scratch stays independent of N: the blocks are dealt to `parts` parallel iterations
-(`runtime_sizes.PARTS_PER_THREAD` per thread), each running its share in order on its own V
-and M slot. With fewer blocks than `blocking.MIN_TASKS` by the batch hint, the input transforms
-run as a kernel of their own over (block, chunk of input channels) and the products, output
-transforms and epilogues over (block, chunk of output channels), as `conv.winograd` does; V
+Scratch stays independent of N: the blocks are dealt to `parts` parallel iterations (one per
+block at the hinted batch, within PANEL_BYTES, at least `runtime_sizes.PARTS_PER_THREAD` per
+thread: `slot_count`), each running its share in order on its own V and M slot. With fewer
+blocks than `blocking.MIN_TASKS` by the batch hint, the input transforms run as a kernel of
+their own over (block, chunk of input channels) and the products, output transforms and
+epilogues over (block, chunk of output channels), as `conv.winograd` does; V
 and M then have a slot per block (N * nblk of them, few by the hint).
 """
 
@@ -22,7 +23,14 @@ from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Operand, i64
 from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.ops.conv.blocking import MIN_TASKS, c_split, for_chunk, m_split
-from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, operand, smin
+from onnxjit.ir.ops.conv.geometry import (
+    PANEL_BYTES,
+    EpilogueHook,
+    Geometry,
+    Load,
+    operand,
+    smin,
+)
 from onnxjit.ir.ops.conv.winograd import (
     _panel_width,
     _Plan,
@@ -36,6 +44,16 @@ from onnxjit.ir.symbolic import hint
 def batch_only(x: Buffer, y: Buffer) -> bool:
     """True when only dim 0 (the batch) of X and Y is run-time."""
     return all(isinstance(d, int) for d in (*x.shape[1:], *y.shape[1:]))
+
+
+def slot_count(ctx: LowerContext, tasks_hint: int, slot_bytes: int,
+               parts_per_thread: int) -> int:
+    """Scratch slots (= most parallel parts): one per block at the hinted batch, as the
+    specialised lowering has (4 parts for 14 blocks left one thread 8 blocks, the other 6:
+    0.93x of specialised code), at least `parts_per_thread` per thread, at most what fits
+    PANEL_BYTES."""
+    least = parts_per_thread * ctx.num_threads
+    return max(least, min(tasks_hint, PANEL_BYTES // max(1, slot_bytes)))
 
 
 def lower_winograd_batch(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
@@ -56,7 +74,7 @@ def lower_winograd_batch(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, 
     vsize, msize = 16 * gm.c * t, 16 * gm.m * t
     u_buf = ctx.constant("wino_u", weight_transform(w.data))
     if ms == 1 or tasks_hint >= MIN_TASKS:
-        slots = parts_per_thread * ctx.num_threads
+        slots = slot_count(ctx, tasks_hint, (vsize + msize) * dt.itemsize, parts_per_thread)
         v_buf = ctx.scratch("wino_v", dt, (slots, vsize))
         m_buf = ctx.scratch("wino_m", dt, (slots, msize))
         plan = _Plan(gm, x, y, load, 0, nblk, rows, tw, nr, False, epilogue, u_buf, v_buf,
