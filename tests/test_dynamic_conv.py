@@ -242,3 +242,64 @@ def test_db_detector():
     """Strided convs, nearest and linear x2 Resize, Concat skips, ConvTranspose head."""
     _, served = _check(db_detector(), [(1, 64, 64), (1, 24, 40), (2, 8, 16), (1, 96, 160)], 3)
     assert served == 4
+
+
+
+def stem_block_case(c):
+    """A 3->c 3x3 stride-2 stem conv + Relu, then a ResNet basic block of c channels."""
+    inits = {"w0": _w(c, 3, 3, 3), "b0": _w(c), "w1": _w(c, c, 3, 3), "b1": _w(c),
+             "w2": _w(c, c, 3, 3), "b2": _w(c)}
+    nodes = [_conv("c0", "x", "w0", "b0", out="t0", pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["t0"], ["x1"]),
+             _conv("c1", "x1", "w1", "b1", out="t1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["t1"], ["r1"]),
+             _conv("c2", "r1", "w2", "b2", out="t2", pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["t2", "x1"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    return _model(nodes, inits, 3)
+
+
+def _batch_only(model, h, w):
+    """`model` with its input's H and W fixed: only the batch stays symbolic."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for d, v in zip(dims[2:], (h, w)):
+        d.Clear()
+        d.dim_value = v
+    return model
+
+
+def _counting(monkeypatch, module, name):
+    calls: list = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+@pytest.mark.parametrize("first", [1, 4], ids=["split_channels", "parts"])
+def test_batch_symbolic_convs_are_the_specialised_code(first, monkeypatch):
+    """Static H, W and a run-time batch (torch's dynamic_axes={0: "batch"}): the 3x3 convs
+    take `conv.winograd_batch` (the first call's batch is the hint: 1 gives too few blocks,
+    so the split-channel kernels; 4 the parts), the stem `conv.im2col_batch` when the hint
+    gives it blocks enough; one program serves every batch, equal to the specialised
+    program's bit for bit and to onnxruntime within rounding; a wrong H or channel count is
+    still an InputError."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the reference")
+    from onnxjit.ir.ops.conv import im2col_batch, runtime_sizes
+
+    wino = _counting(monkeypatch, runtime_sizes, "lower_winograd_batch")
+    im2col = _counting(monkeypatch, im2col_batch, "lower_im2col_batch")
+    model = _batch_only(stem_block_case(64), 32, 30)
+    dyn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
+    spec = onnxjit.compile(model, cache_dir=False, specialize="shape")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    xs = [RNG.standard_normal((n, 3, 32, 30)).astype(np.float32) for n in (first, 3, 0)]
+    before = dyn.cache_info()["misses"]  # (the counter is shared with `spec`: its calls after)
+    got = [dyn(x)[0] for x in xs]
+    assert dyn.cache_info()["misses"] - before == 1
+    for x, g in zip(xs, got):
+        if len(x):
+            np.testing.assert_array_equal(g, spec(x)[0], err_msg=str(x.shape))
+        np.testing.assert_allclose(g, sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert (len(wino), len(im2col)) == (2, int(first > 1))
+    for bad in ((2, 3, 33, 30), (2, 4, 32, 30)):
+        with pytest.raises(onnxjit.InputError):
+            dyn(np.ones(bad, np.float32))

@@ -241,10 +241,10 @@ class _Blocks:
         return img, g, blk
 
     def build(self, b: Builder, u: Operand, col: Buffer, x: Buffer, src: Source,
-              chans: tuple[Operand, Operand] | None) -> None:
-        """Panel u (the rows of channels `chans` of it, or all)."""
+              chans: tuple[Operand, Operand] | None, slot: Operand | None = None) -> None:
+        """Panel u (the rows of channels `chans` of it, or all) in panel slot `slot` (u)."""
         img, g, blk = self.split(b, u)
-        colbase = b.imul(u, self.panel)
+        colbase = b.imul(u if slot is None else slot, self.panel)
         if self.nr is None:
             emit_panel(b, col, colbase, x, self.gm, img, g, b.imul(blk, self.rows), self.rows,
                        self.cols, src, chans)
@@ -254,17 +254,18 @@ class _Blocks:
 
     def multiply(self, b: Builder, u: Operand, y: Buffer, w: Buffer, col: Buffer,
                  accumulate: bool, epilogue: EpilogueHook | None, m0: Operand | int,
-                 mrows: int) -> None:
-        """Output channels [m0, m0 + mrows) of the group of block u = W rows x panel u, then
-        the epilogue on them."""
+                 mrows: int, slot: Operand | None = None) -> None:
+        """Output channels [m0, m0 + mrows) of the group of block u = W rows x panel `slot`
+        (u), then the epilogue on them."""
         gm, cols, nr = self.gm, self.cols, self.nr
         img, g, blk = self.split(b, u)
         m0 = operand(m0)
         row0 = b.iadd(b.imul(g, gm.mg), m0)
         c_off = b.iadd(b.iadd(b.imul(img, gm.m * gm.p), b.imul(row0, gm.p)), b.imul(blk, cols))
-        b.emit(Matmul(y, c_off, gm.p, w, b.imul(row0, gm.kk), gm.kk, col,
-                      b.imul(u, self.panel), cols if nr is None else nr, mrows, cols, gm.kk,
-                      accumulate=accumulate, b_packed=nr is not None))
+        b_off = b.imul(u if slot is None else slot, self.panel)
+        b.emit(Matmul(y, c_off, gm.p, w, b.imul(row0, gm.kk), gm.kk, col, b_off,
+                      cols if nr is None else nr, mrows, cols, gm.kk, accumulate=accumulate,
+                      b_packed=nr is not None))
         if epilogue is not None:
             epilogue(b, c_off, gm.p, mrows, cols, row0)
 

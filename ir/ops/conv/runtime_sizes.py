@@ -6,7 +6,8 @@ are not available. Channels, kernel and weights stay static (the weights are pac
 only the position counts are run-time. Algorithm:
 
 0) 3x3 stride-1 convs with enough channels and (by the hints) tiles: Winograd F(2x2, 3x3)
-   over blocks of tiles of run-time count (`conv.winograd_runtime`);
+   over blocks of tiles of run-time count (`conv.winograd_runtime`); when only the batch is
+   run-time, the specialised Winograd's code per image instead (`conv.winograd_batch`);
 1) general convs (C/G > 1, not pointwise): the flat output positions P = prod(out) of each
    (image, group) are cut into blocks of `cols` positions, a compile-time multiple of the
    GEMM's packed panel width NR chosen from the size hints (`_block_cols`: a panel of about
@@ -23,6 +24,8 @@ only the position counts are run-time. Algorithm:
    (a deep layer of a small image), every panel is built first (in parallel over blocks and
    chunks of input channels, `blocking.c_split`), then the products run in parallel over
    chunks of output channels (`blocking.m_split`), as the specialised lowering does.
+   When only the batch is run-time and K is small (a stem), the specialised lowering's blocks
+   of output rows per image instead (`conv.im2col_batch`).
 2) pointwise convs (1x1, stride 1, no padding): X's channels already are the panel; per block
    of positions one `Matmul` reads X in place (ldb = P), then the epilogue.
 3) depthwise (C/G == 1): the stride-phased flat loop per plane (`conv.depthwise_phased`, at
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops.conv import im2col_batch, winograd
 from onnxjit.ir.ops.conv.blocking import (
     BLOCK_BYTES,
     MIN_BLOCK_COLS,
@@ -51,6 +55,7 @@ from onnxjit.ir.ops.conv.blocking import (
 from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, operand, smin
 from onnxjit.ir.ops.conv.input_phases import Source, input_source
 from onnxjit.ir.ops.conv.packed_panels import emit_panel_at
+from onnxjit.ir.ops.conv.winograd_batch import batch_only, lower_winograd_batch
 from onnxjit.ir.ops.conv.winograd_runtime import applies as winograd_applies
 from onnxjit.ir.ops.conv.winograd_runtime import lower_winograd_runtime
 from onnxjit.ir.symbolic import hint
@@ -250,4 +255,15 @@ def lower_conv_node(ctx: LowerContext, node: object, x: Buffer, w: Buffer, y: Bu
     epi = None
     if has_body or bias is not None:
         epi = Epilogue(ctx, node, extras, y, chan_axis=1, bias=bias)  # type: ignore[arg-type]
-    lower_runtime_conv(ctx, gm, x, w, y, lambda bb, i: bb.load(x, i), epi)
+    def load(bb: Builder, i: Operand) -> Operand:
+        return bb.load(x, i)
+
+    if ctx.fast_algorithms and batch_only(x, y) and winograd.applies(gm, w, y.dtype):
+        lower_winograd_batch(ctx, gm, x, w, y, load, None if epi is None else epi.emit,
+                             PARTS_PER_THREAD)
+        return
+    if batch_only(x, y) and im2col_batch.applies(gm, y.dtype.itemsize):
+        im2col_batch.lower_im2col_batch(ctx, gm, x, w, y, load,
+                                        None if epi is None else epi.emit, PARTS_PER_THREAD)
+        return
+    lower_runtime_conv(ctx, gm, x, w, y, load, epi)

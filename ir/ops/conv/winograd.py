@@ -189,22 +189,23 @@ class _Plan:
         self.accumulate, self.epilogue = accumulate, epilogue
         self.u_buf, self.v_buf, self.m_buf = u_buf, v_buf, m_buf
 
-    def block(self, b: Builder, u: Operand) -> _Block:
-        return _Block(b, self, u)
+    def block(self, b: Builder, u: Operand, slot: Operand | None = None) -> _Block:
+        """Block u, its V and M in scratch slot `slot` (default u)."""
+        return _Block(b, self, u, u if slot is None else slot)
 
 
 class _Block:
     """The code of block u = (image, R tile rows) (see `lower_winograd`)."""
 
-    def __init__(self, b: Builder, plan: _Plan, u: Operand):
+    def __init__(self, b: Builder, plan: _Plan, u: Operand, slot: Operand):
         gm, nblk = plan.gm, plan.nblk
         self.b, self.p, self.gm = b, plan, gm
         img, self.blk = (b.op("div", u, i64(nblk)), b.op("rem", u, i64(nblk))) \
             if nblk > 1 else (u, i64(0))
         self.img = b.iadd(img, i64(plan.n0))
         self.tr0 = b.imul(self.blk, plan.rows)
-        self.vbase = b.imul(u, 16 * gm.c * plan.t)
-        self.mbase = b.imul(u, 16 * gm.m * plan.t)
+        self.vbase = b.imul(slot, 16 * gm.c * plan.t)
+        self.mbase = b.imul(slot, 16 * gm.m * plan.t)
 
     def product(self, m0: Operand | int, mrows: int) -> None:
         """Output channels [m0, m0 + mrows): the 16 products, the output transform, the
