@@ -39,7 +39,7 @@ def _packed_matmuls(m, x: np.ndarray) -> list:
 @pytest.mark.parametrize("block_bytes", [None, 32 << 10])
 @pytest.mark.parametrize("xs,ws,attrs,dt", PACKED_CASES)
 def test_conv_packed_panels(xs, ws, attrs, dt, block_bytes, monkeypatch):
-    from onnxjit.ir.ops.conv import blocking, conv
+    from onnxjit.ir.ops.conv import blocking, im2col_blocks
 
     if block_bytes is not None:  # many blocks of output rows, most spanning two panels
         monkeypatch.setattr(blocking, "BLOCK_BYTES", block_bytes)
@@ -54,7 +54,7 @@ def test_conv_packed_panels(xs, ws, attrs, dt, block_bytes, monkeypatch):
     (y,) = onnxjit.compile(m, cache_dir=False)(x)
     np.testing.assert_allclose(y, want if dt == np.float64 else ort_run(m, x), rtol=tol, atol=tol)
     # the switch restores row-major panels, with the same results
-    monkeypatch.setattr(conv, "PACKED_PANELS", False)
+    monkeypatch.setattr(im2col_blocks, "PACKED_PANELS", False)
     assert not _packed_matmuls(m, x)
     (y2,) = onnxjit.compile(m, cache_dir=False)(x)
     np.testing.assert_allclose(y2, y, rtol=tol, atol=tol)

@@ -23,7 +23,8 @@ P = prod(out):
    in the padding turns the range empty (a `select` on the loop bounds); the zero padding is
    written by two plain loops around the copy loop. Every block has its own panel (the
    blocks run in parallel); batches whose panels exceed `PANEL_BYTES` run in chunks of images.
-   Float panels are written in the GEMM's packed-B layout (`conv.packed_panels`, `PACKED_PANELS`).
+   Float panels are written in the GEMM's packed-B layout (`conv.packed_panels`,
+   `im2col_blocks.PACKED_PANELS`); the panels and their blocks live in `conv.im2col_blocks`.
    Strided convs read X split into phase rows (`conv.input_phases`), not with strided loads.
 3) 1-D convs of one group with long kernels (at least `strided_windows.MIN_TAPS` taps) and
    few input channels: products over windows of X read in place (`conv.strided_windows`).
@@ -44,10 +45,10 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.ir.graph import Node
-from onnxjit.ir.loop_builder import Builder, const, row_major_strides
+from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext, op
-from onnxjit.ir.ops.conv import strided_windows
+from onnxjit.ir.ops.conv import im2col_blocks, strided_windows
 from onnxjit.ir.ops.conv.attrs import ConvAttrs, conv_numpy, infer_conv_shape
 from onnxjit.ir.ops.conv.blocking import (
     block_rows,
@@ -64,19 +65,12 @@ from onnxjit.ir.ops.conv.geometry import (
     EpilogueHook,
     Geometry,
     Load,
-    Nest,
     fill_channels,
     for_each_block,
-    operand,
-    outer_positions,
-    tap_bounds,
-    tap_edges,
-    tap_row,
-    tap_shift,
-    taps,
 )
-from onnxjit.ir.ops.conv.input_phases import Source, input_source
-from onnxjit.ir.ops.conv.packed_panels import emit_packed_panel, packed_width
+from onnxjit.ir.ops.conv.im2col_blocks import ImageBlocks
+from onnxjit.ir.ops.conv.input_phases import input_source
+from onnxjit.ir.ops.conv.packed_panels import packed_width
 from onnxjit.ir.ops.conv.runtime_sizes import lower_conv_node
 from onnxjit.ir.ops.conv.strided_pointwise import strided_pointwise
 from onnxjit.ir.ops.conv.winograd import applies as winograd_applies
@@ -89,43 +83,6 @@ from onnxjit.ir.types import DType
 _TYPES: Types = ((1, FLOATS), (22, FLOATS | BF16))
 
 # --------------------------------------------------------------------------- im2col + Matmul
-
-def emit_panel(b: Builder, col: Buffer, colbase: Operand, x: Buffer, gm: Geometry,
-               img: Operand, g: Operand, o0: Operand, rows: int, cols: int, src: Source,
-               chans: tuple[Operand, Operand] | None = None) -> None:
-    """The im2col panel (C/G * prod(k), cols) of image `img`, group `g` and output rows
-    [o0, o0 + rows) of the first spatial dim (all of them for 1-D): panel row
-    (c*prod(k) + tap) holds x at the tap's input position per output position, 0 in the
-    padding, reading X through `src` (`conv.input_phases`). `chans` = [c0, c1) builds only
-    the rows of those channels of the group."""
-    a, zero = gm.a, const(0, col.dtype)
-    ow, kw, sw, dw = gm.out[-1], gm.k[-1], a.strides[-1], a.dilations[-1]
-    pw, iw = gm.begin[-1], gm.ins[-1]
-    sub = ([rows] + gm.out[1:-1]) if len(gm.out) > 1 else []
-    c0, c1 = chans or (i64(0), i64(gm.cg))
-    with b.loop(c0, c1, hint="c") as c:
-        ch = b.iadd(b.imul(img, gm.c), b.iadd(b.imul(g, gm.cg), c))
-        xbase = b.imul(ch, gm.in_plane)
-        with Nest(b, gm.k[:-1], "t") as t, Nest(b, sub, "o") as ol:
-            o = [b.iadd(ol[0], o0)] + ol[1:] if ol else []
-            valid, off = outer_positions(b, o, t, a, gm.begin, gm.ins, gm.out, gm.k)
-            xrow = b.iadd(xbase, off)
-            tap = b.iadd(b.imul(c, gm.kprod), b.imul(b.linear(t, row_major_strides(gm.k[:-1])),
-                                                     kw))
-            orow = b.imul(b.linear(ol, row_major_strides(sub)), ow)
-            for tw in taps(b, kw):
-                shift = tap_shift(b, tw, dw, pw)
-                row = b.iadd(colbase, b.iadd(b.imul(b.iadd(tap, operand(tw)), cols), orow))
-                lo, hi = tap_bounds(b, valid, shift, sw, iw, ow)
-                x_at, step = src.at(b, xrow, shift)
-                tap_row(b, col, row, src.load, x_at, step, zero, (0, ow),
-                        (lo, hi), tap_edges(lo, hi, ow))
-
-
-#: Float panels are built in the tiled GEMM's packed-B layout (`conv.packed_panels`); False
-#: restores row-major panels that the GEMM packs again on every call.
-PACKED_PANELS = True
-
 
 def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
                     accumulate: bool, col_dtype: DType, load: Load,
@@ -167,7 +124,7 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
     rows = block_rows(gm, col_dtype.itemsize)
     nblk = gm.out[0] // rows if len(gm.out) > 1 else 1
     cols = gm.p // nblk
-    nr = packed_width(col_dtype, gm.mg, cols, gm.kk) if PACKED_PANELS else None
+    nr = packed_width(col_dtype, gm.mg, cols, gm.kk) if im2col_blocks.PACKED_PANELS else None
     panel = gm.kk * cols
     per_image = gm.g * nblk * panel * col_dtype.itemsize
     chunk = max(1, min(gm.n, PANEL_BYTES // max(1, per_image)))
@@ -177,7 +134,7 @@ def lower_gemm_conv(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Bu
         nimg = min(chunk, gm.n - n0)
         tasks = nimg * gm.g * nblk
         ms, mc = m_split(gm, tasks, work, col_dtype.itemsize)
-        blocks = _Blocks(gm, n0, nblk, rows, cols, panel, nr)
+        blocks = ImageBlocks(gm, n0, nblk, rows, cols, panel, nr)
         if ms == 1:
             b = Builder()
             with b.loop(0, tasks, parallel=True, hint="u") as u:
@@ -210,7 +167,7 @@ def _plain_panels(ctx: LowerContext, gm: Geometry, x: Buffer, load: Load,
     col = ctx.scratch("col", col_dtype, (gm.n, gm.kk * gm.p))
     src = input_source(ctx, gm, x, load, col_dtype)
     rows = gm.out[0] if len(gm.out) > 1 else 1
-    blocks = _Blocks(gm, 0, 1, rows, gm.p, gm.kk * gm.p, None)
+    blocks = ImageBlocks(gm, 0, 1, rows, gm.p, gm.kk * gm.p, None)
     cs = c_split(gm, gm.n)
     cc = gm.cg // cs
     b = Builder()
@@ -220,55 +177,6 @@ def _plain_panels(ctx: LowerContext, gm: Geometry, x: Buffer, load: Load,
         blocks.build(b, u, col, x, src, (c0, b.iadd(c0, i64(cc))))
     ctx.kernel("conv_im2col", b.body)
     return col
-
-
-class _Blocks:
-    """Index arithmetic of the blocks of one chunk of images: block u is (image, group,
-    block of output rows), its panel at u * panel in the scratch."""
-
-    def __init__(self, gm: Geometry, n0: int, nblk: int, rows: int, cols: int, panel: int,
-                 nr: int | None):
-        self.gm, self.n0, self.nblk, self.rows, self.cols = gm, n0, nblk, rows, cols
-        self.panel, self.nr = panel, nr
-
-    def split(self, b: Builder, u: Operand) -> tuple[Operand, Operand, Operand]:
-        """(image, group, block) of block u."""
-        gm, nblk = self.gm, self.nblk
-        blk = b.op("rem", u, i64(nblk)) if nblk > 1 else i64(0)
-        rest = b.op("div", u, i64(nblk)) if nblk > 1 else u
-        g = b.op("rem", rest, i64(gm.g)) if gm.g > 1 else i64(0)
-        img = b.iadd(b.op("div", rest, i64(gm.g)) if gm.g > 1 else rest, i64(self.n0))
-        return img, g, blk
-
-    def build(self, b: Builder, u: Operand, col: Buffer, x: Buffer, src: Source,
-              chans: tuple[Operand, Operand] | None, slot: Operand | None = None) -> None:
-        """Panel u (the rows of channels `chans` of it, or all) in panel slot `slot` (u)."""
-        img, g, blk = self.split(b, u)
-        colbase = b.imul(u if slot is None else slot, self.panel)
-        if self.nr is None:
-            emit_panel(b, col, colbase, x, self.gm, img, g, b.imul(blk, self.rows), self.rows,
-                       self.cols, src, chans)
-        else:
-            emit_packed_panel(b, col, colbase, x, self.gm, img, g, b.imul(blk, self.cols),
-                              self.cols, self.nr, src, chans)
-
-    def multiply(self, b: Builder, u: Operand, y: Buffer, w: Buffer, col: Buffer,
-                 accumulate: bool, epilogue: EpilogueHook | None, m0: Operand | int,
-                 mrows: int, slot: Operand | None = None) -> None:
-        """Output channels [m0, m0 + mrows) of the group of block u = W rows x panel `slot`
-        (u), then the epilogue on them."""
-        gm, cols, nr = self.gm, self.cols, self.nr
-        img, g, blk = self.split(b, u)
-        m0 = operand(m0)
-        row0 = b.iadd(b.imul(g, gm.mg), m0)
-        c_off = b.iadd(b.iadd(b.imul(img, gm.m * gm.p), b.imul(row0, gm.p)), b.imul(blk, cols))
-        b_off = b.imul(u if slot is None else slot, self.panel)
-        b.emit(Matmul(y, c_off, gm.p, w, b.imul(row0, gm.kk), gm.kk, col, b_off,
-                      cols if nr is None else nr, mrows, cols, gm.kk, accumulate=accumulate,
-                      b_packed=nr is not None))
-        if epilogue is not None:
-            epilogue(b, c_off, gm.p, mrows, cols, row0)
-
 
 
 def _pointwise_with_epilogue(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,

@@ -3,8 +3,9 @@ symbolic program whose conv has static channels and spatial sizes and only N sym
 
 The blocks u = (image, group, block of output rows) (`blocking.block_rows`), their packed
 panels (`packed_panels.emit_packed_panel`, tap ranges compile-time pairs) and products are the
-specialised lowering's (`conv._Blocks`); only the block count N * G * nblk is run-time. The
-blocks are dealt to `parts` parallel iterations (`winograd_batch.slot_count`), each building
+specialised lowering's (`im2col_blocks.ImageBlocks`); only the block count N * G * nblk is
+run-time. The blocks are dealt to `parts` parallel iterations (`winograd_batch.slot_count`),
+each building
 its share in order in a panel slot of its own, so the scratch does not grow with N. The
 general symbolic lowering (`conv.runtime_sizes`: blocks of flat positions, tap ranges from
 the dims table) measured 0.50x of specialised code on a 3->32 3x3 stride-2 stem at 224x224,
@@ -18,8 +19,10 @@ from __future__ import annotations
 from onnxjit.ir.loop_builder import Builder
 from onnxjit.ir.loops import Buffer, i64
 from onnxjit.ir.opdef import LowerContext
+from onnxjit.ir.ops.conv import im2col_blocks
 from onnxjit.ir.ops.conv.blocking import MIN_TASKS, block_rows
 from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, operand, smin
+from onnxjit.ir.ops.conv.im2col_blocks import ImageBlocks
 from onnxjit.ir.ops.conv.input_phases import input_source
 from onnxjit.ir.ops.conv.packed_panels import packed_width
 from onnxjit.ir.ops.conv.winograd_batch import slot_count
@@ -49,17 +52,15 @@ def lower_im2col_batch(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y:
                        parts_per_thread: int) -> None:
     """The kernel of the module docstring (`applies` must hold); Y is overwritten (bias
     through the epilogue)."""
-    from onnxjit.ir.ops.conv.conv import PACKED_PANELS, _Blocks  # conv.conv imports us
-
     dt = y.dtype
     rows, nblk, cols = _shape(gm, dt.itemsize)
-    nr = packed_width(dt, gm.mg, cols, gm.kk) if PACKED_PANELS else None
+    nr = packed_width(dt, gm.mg, cols, gm.kk) if im2col_blocks.PACKED_PANELS else None
     panel = gm.kk * cols
     tasks = gm.n * gm.g * nblk
     slots = slot_count(ctx, hint(tasks), panel * dt.itemsize, parts_per_thread)
     col = ctx.scratch("col", dt, (slots, panel))
     src = input_source(ctx, gm, x, load, dt)
-    blocks = _Blocks(gm, 0, nblk, rows, cols, panel, nr)
+    blocks = ImageBlocks(gm, 0, nblk, rows, cols, panel, nr)
     parts = smin(tasks, slots)
     b = Builder()
     with b.loop(0, parts, parallel=True, hint="t") as p:
