@@ -143,13 +143,25 @@ class Graph:
             for g in n.regions():
                 yield from g.walk()
 
-    def users(self) -> dict[Value, list[Node]]:
-        """Map from each value to the nodes (of this graph only) that read it."""
+    def users(self, captures: bool = False) -> dict[Value, list[Node]]:
+        """Map from each value to the nodes (of this graph only) that read it; with
+        `captures`, a value read inside a node's subgraph regions (or returned by one) also
+        gets a placeholder reader, a "Capture" node outside the graph, so a rewrite that
+        needs a value's only reader sees that it has others."""
         out: dict[Value, list[Node]] = {}
         for n in self.nodes:
             for v in n.inputs:
                 if v is not None:
                     out.setdefault(v, []).append(n)
+        if captures:
+            captured: set[Value] = set()
+            for n in self.nodes:
+                for g in n.regions():
+                    for m in g.walk():
+                        captured.update(v for v in m.inputs if v is not None)
+                    captured.update(g.outputs)
+            for v in captured:
+                out.setdefault(v, []).append(Node("Capture", [], []))
         return out
 
 

@@ -182,22 +182,9 @@ def _bias_only(node: Node, kind: str) -> bool:
         node.inputs[1].shape[1] > 1
 
 
-def _captured(graph: Graph) -> set[Value]:
-    """Values read from inside subgraph regions (readers `Graph.users` does not see)."""
-    out: set[Value] = set()
-    for n in graph.nodes:
-        for g in n.regions():
-            for m in g.walk():
-                out.update(v for v in m.inputs if v is not None)
-            out.update(g.outputs)
-    return out
-
-
 def run(model: Model, ctx: PassContext) -> PassResult:
     graph = model.graph
-    readers = graph.users()
-    for v in _captured(graph):  # a read from a subgraph counts as a reader outside any region
-        readers.setdefault(v, []).append(Node("Capture", [], []))
+    readers = graph.users(captures=True)  # a read from a subgraph: a reader outside
     taken: set[Node] = set()
     plans: list[tuple[Node, str, list[Node]]] = []
     for i, node in enumerate(graph.nodes):

@@ -171,22 +171,9 @@ def _candidate(graph: Graph, r: Node, readers: dict[Value, list[Node]],
     return unit_drop(big, small)
 
 
-def _captured(graph: Graph) -> set[Value]:
-    """Values read from inside subgraph regions (readers `Graph.users` does not see)."""
-    out: set[Value] = set()
-    for n in graph.nodes:
-        for g in n.regions():
-            for m in g.walk():
-                out.update(v for v in m.inputs if v is not None)
-            out.update(g.outputs)
-    return out
-
-
 def run(model: Model, ctx: PassContext) -> PassResult:
     graph = model.graph
-    readers = graph.users()
-    for v in _captured(graph):  # a read from a subgraph counts as a reader outside any region
-        readers.setdefault(v, []).append(Node("Capture", [], []))
+    readers = graph.users(captures=True)  # a read from a subgraph: a reader outside
     producers = {o: n for n in graph.nodes for o in n.outputs if o is not None}
     taken: set[Node] = set()
     replaced: dict[Node, list[Node]] = {}

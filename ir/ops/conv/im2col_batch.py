@@ -17,15 +17,15 @@ batch hint (the split-channel kernels stay with `conv.runtime_sizes`).
 from __future__ import annotations
 
 from onnxjit.ir.loop_builder import Builder
-from onnxjit.ir.loops import Buffer, i64
+from onnxjit.ir.loops import Buffer
 from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.ops.conv import im2col_blocks
 from onnxjit.ir.ops.conv.blocking import MIN_TASKS, block_rows
-from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, operand, smin
+from onnxjit.ir.ops.conv.geometry import EpilogueHook, Geometry, Load, smin
 from onnxjit.ir.ops.conv.im2col_blocks import ImageBlocks
 from onnxjit.ir.ops.conv.input_phases import input_source
 from onnxjit.ir.ops.conv.packed_panels import packed_width
-from onnxjit.ir.ops.conv.winograd_batch import slot_count
+from onnxjit.ir.ops.conv.winograd_batch import in_parts, slot_count
 from onnxjit.ir.symbolic import hint
 
 #: Largest K = C/G * prod(kernel) this lowering takes (the general one is as fast or faster
@@ -63,10 +63,7 @@ def lower_im2col_batch(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y:
     blocks = ImageBlocks(gm, 0, nblk, rows, cols, panel, nr)
     parts = smin(tasks, slots)
     b = Builder()
-    with b.loop(0, parts, parallel=True, hint="t") as p:
-        u0 = b.op("div", b.op("mul", p, operand(tasks)), operand(parts))
-        u1 = b.op("div", b.op("mul", b.iadd(p, i64(1)), operand(tasks)), operand(parts))
-        with b.loop(u0, u1, hint="u") as u:
-            blocks.build(b, u, col, x, src, None, slot=p)
-            blocks.multiply(b, u, y, w, col, False, epilogue, 0, gm.mg, slot=p)
+    with in_parts(b, tasks, parts) as (p, u):
+        blocks.build(b, u, col, x, src, None, slot=p)
+        blocks.multiply(b, u, y, w, col, False, epilogue, 0, gm.mg, slot=p)
     ctx.kernel("conv_im2col_gemm", b.body)

@@ -19,8 +19,11 @@ and M then have a slot per block (N * nblk of them, few by the hint).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from onnxjit.ir.loop_builder import Builder
-from onnxjit.ir.loops import Buffer, Operand, i64
+from onnxjit.ir.loops import Buffer, Operand, Size, i64
 from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.ops.conv.blocking import MIN_TASKS, c_split, for_chunk, m_split
 from onnxjit.ir.ops.conv.geometry import (
@@ -56,6 +59,17 @@ def slot_count(ctx: LowerContext, tasks_hint: int, slot_bytes: int,
     return max(least, min(tasks_hint, PANEL_BYTES // max(1, slot_bytes)))
 
 
+@contextmanager
+def in_parts(b: Builder, tasks: Size, parts: Size) -> Iterator[tuple[Operand, Operand]]:
+    """A parallel loop over `parts` iterations, each running an even, contiguous share of
+    the `tasks` in order: yields (part p, task u); p names the part's scratch slot."""
+    with b.loop(0, parts, parallel=True, hint="t") as p:
+        u0 = b.op("div", b.op("mul", p, operand(tasks)), operand(parts))
+        u1 = b.op("div", b.op("mul", b.iadd(p, i64(1)), operand(tasks)), operand(parts))
+        with b.loop(u0, u1, hint="u") as u:
+            yield p, u
+
+
 def lower_winograd_batch(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
                          load: Load, epilogue: EpilogueHook | None,
                          parts_per_thread: int) -> None:
@@ -81,13 +95,10 @@ def lower_winograd_batch(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, 
                      m_buf)
         parts = smin(tasks, slots)
         b = Builder()
-        with b.loop(0, parts, parallel=True, hint="t") as p:
-            u0 = b.op("div", b.op("mul", p, operand(tasks)), operand(parts))
-            u1 = b.op("div", b.op("mul", b.iadd(p, i64(1)), operand(tasks)), operand(parts))
-            with b.loop(u0, u1, hint="u") as u:
-                block = plan.block(b, u, p)
-                block.input(0, gm.c)
-                block.product(0, gm.m)
+        with in_parts(b, tasks, parts) as (p, u):
+            block = plan.block(b, u, p)
+            block.input(0, gm.c)
+            block.product(0, gm.m)
         ctx.kernel("conv_winograd", b.body)
         return
     v_buf = ctx.scratch("wino_v", dt, (tasks, vsize))  # type: ignore[arg-type]
