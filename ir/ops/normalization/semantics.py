@@ -45,11 +45,16 @@ _FB: Types = ((1, FLOATS | BF16),)
 
 
 def stash_dtype(node: Node, x: DType) -> DType:
-    """The element type statistics are computed in (see module docstring)."""
+    """The element type statistics are computed in (see module docstring). GroupNormalization
+    from opset 21 keeps to `stash_type` even for double inputs (its function body casts X to
+    it: float32 by default, as onnxruntime and onnx.reference compute); LayerNormalization
+    computes double inputs in double (as both references do)."""
     st = int_attr(node, "stash_type", 1)
     if st not in (1, 11, 16):
         raise ModelError(f"attribute 'stash_type' must be 1 (float), 11 (double) or 16 "
                          f"(bfloat16), got {st}", where=node)
+    if node.op == "GroupNormalization" and node.version >= 21:
+        return D.DOUBLE if st == 11 else D.FLOAT
     return D.DOUBLE if x == D.DOUBLE or st == 11 else D.FLOAT
 
 
@@ -190,6 +195,8 @@ def instance_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     bshape = (1, c) + (1,) * (x.ndim - 2)
     g = groups(node) if node.op == "GroupNormalization" else c
     cdt = np.float64 if x.dtype == np.float64 else np.float32
+    if node.op == "GroupNormalization":
+        cdt = stash_dtype(node, D.from_numpy(x.dtype)).numpy
     r = x.astype(cdt).reshape(n, g, (c // g) * math.prod(x.shape[2:]))  # n may be 0
     mean = r.mean(axis=2, keepdims=True)
     inv = 1 / np.sqrt(((r - mean) ** 2).mean(axis=2, keepdims=True) + eps)
