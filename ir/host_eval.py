@@ -31,11 +31,32 @@ Lookup = Callable[[Value], Any]
 NATIVE_WHEN: dict[tuple[str, str], Callable[[Node], bool]] = {}
 
 
+#: (domain, op) -> `prepare(node) -> step(inputs) -> outputs`: a HOST op that runs on every call
+#: (a classifier's ZipMap) does its per-node work (attributes) once, in `prepare`.
+PREPARE: dict[tuple[str, str], Callable[[Node], Callable[[list[Any]], list[Any]]]] = {}
+
+
 def host_op(name: str, domain: str = "") -> Callable:
     def deco(fn: Callable) -> Callable:
         HOST[(domain, name)] = fn
         return fn
     return deco
+
+
+def host_prepare(name: str, domain: str = "") -> Callable:
+    """Register `prepare(node) -> step(inputs)` for a HOST op (see `PREPARE`)."""
+    def deco(fn: Callable) -> Callable:
+        PREPARE[(domain, name)] = fn
+        return fn
+    return deco
+
+
+def host_step(node: Node) -> Callable[[list[Any]], list[Any]] | None:
+    """`step(inputs) -> outputs` for `node` with its attributes read once, or None: the op has
+    no `prepare` (then `host_function`)."""
+    _tables()
+    prepare = PREPARE.get((node.domain if node.domain != "ai.onnx" else "", node.op))
+    return None if prepare is None else prepare(node)
 
 
 def _tables() -> None:

@@ -429,6 +429,25 @@ class Staged:
         self.root = root
         self.source = "staged"
         self.compile_seconds = 0.0
+        self._fast: Any = False  # built when the runtime asks (`fast`), from the 2nd call
+
+    @property
+    def fast(self) -> Any:
+        """A fast call for the runtime when the root is a native prefix and a host tail
+        (`onnxjit.staged_fast`; its failed checks are the prefix's `messages`), else None."""
+        if self._fast is False:
+            from onnxjit.staged_fast import tail_fastcall
+
+            built = tail_fastcall(self.root, _reads)
+            if built is None and self.root.artifact is None:
+                return None  # not run yet: ask again later
+            self._fast = built
+        return self._fast
+
+    @property
+    def messages(self) -> list[str]:
+        art = self.root.artifact
+        return [] if art is None else art.messages
 
     def run(self, args: tuple | list) -> tuple:
         # A later stage's shapes come from this call's values: too large is the call's fault,

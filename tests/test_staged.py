@@ -132,3 +132,62 @@ def test_host_ops_ending_the_graph_run_in_the_native_stage():
         np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
         np.testing.assert_allclose([list(m.values()) for m in got[1]],
                                    [list(m.values()) for m in want[1]], rtol=1e-6)
+
+
+def _zipmap_classifier():
+    w = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    return oh.make_model(oh.make_graph(
+        [oh.make_node("MatMul", ["x", "w"], ["s"]), oh.make_node("Softmax", ["s"], ["p"]),
+         oh.make_node("ZipMap", ["p"], ["maps"], domain="ai.onnx.ml",
+                      classlabels_strings=["a", "b", "c"])],
+        "g", [oh.make_tensor_value_info("x", TP.FLOAT, [1, 4])],
+        [oh.make_value_info("maps", oh.make_sequence_type_proto(oh.make_map_type_proto(
+            TP.STRING, oh.make_tensor_type_proto(TP.FLOAT, [])))),
+         oh.make_tensor_value_info("p", TP.FLOAT, [1, 3])],
+        [onnx.numpy_helper.from_array(w, "w")]),
+        opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("ai.onnx.ml", 3)], ir_version=9)
+
+
+def test_native_prefix_and_host_tail_take_the_fast_call(monkeypatch):
+    # From the second call, a one-row classifier's prefix builtin and its ZipMap are one fast
+    # call (`staged_fast`): no stage walk, fresh results, the prefix's checks and messages.
+    from onnxjit.staged import Stage
+
+    fn = onnxjit.compile(_zipmap_classifier(), cache_dir=False)
+    x = np.random.default_rng(2).standard_normal((1, 4)).astype(np.float32)
+    first = fn(x)
+    fn(x)
+    assert fn._fastcall[2].source == "staged"
+
+    def no_stage_walk(self, arrays):
+        raise AssertionError("the fast call walked the stages")
+    monkeypatch.setattr(Stage, "run", no_stage_walk)
+    for _ in range(3):
+        maps, p = fn(x)
+        assert maps == first[0] and p.tolist() == first[1].tolist()
+        assert list(maps[0]) == ["a", "b", "c"]
+        maps[0]["a"] = -1.0  # the caller owns what it got
+        p[...] = 0
+    monkeypatch.undo()
+    with pytest.raises(onnxjit.InputError, match="'x'"):
+        fn(np.zeros((1, 5), np.float32))
+    assert fn(x)[0] == first[0]
+
+
+def test_host_tail_failing_in_the_fast_call_takes_the_checked_path(monkeypatch):
+    # An error in the tail's fast step is not reported from there: the checked path runs the
+    # call again (here with the host table's function, which works) and answers.
+    from onnxjit.ir import host_eval
+
+    fn = onnxjit.compile(_zipmap_classifier(), cache_dir=False)
+    x = np.random.default_rng(3).standard_normal((1, 4)).astype(np.float32)
+    want = fn(x)[0]
+
+    def failing(node):
+        def step(ins):
+            raise RuntimeError("step failed")
+        return step
+    monkeypatch.setitem(host_eval.PREPARE, ("ai.onnx.ml", "ZipMap"), failing)
+    for _ in range(3):
+        assert fn(x)[0] == want
+    assert fn._fastcall[2].source == "staged"

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
 from onnxjit.errors import InputError, ModelError
 from onnxjit.ir.graph import Node
-from onnxjit.ir.host_eval import host_op
+from onnxjit.ir.host_eval import host_op, host_prepare
 from onnxjit.ir.opdef import op
 from onnxjit.ir.ops.shape_utils import tensor_input
 from onnxjit.ir.types import DType, MapType, SequenceType, TensorType, ValueType
@@ -161,20 +162,33 @@ def _zipmap_infer(node: Node) -> list[ValueType | None]:
     return [SequenceType(MapType(key, TensorType(DType.FLOAT, ())))]
 
 
-#: node -> its labels: ZipMap ends a classifier and runs on every call (one row: microseconds)
-_LABELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: node -> its prepared step: ZipMap ends a classifier and runs on every call (one row: a
+#: microsecond matters)
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _zipmap_prepare(node: Node) -> Callable[[list], list]:
+    labels = _zipmap_labels(node)
+    n = len(labels)
+
+    def step(ins: list) -> list:
+        x = ins[0]
+        if x.__class__ is not np.ndarray or x.dtype != np.float32:
+            x = np.asarray(x, dtype=np.float32)
+        if x.ndim == 1:
+            x = x.reshape(1, -1)
+        if x.ndim != 2 or x.shape[1] != n:
+            raise InputError(f"node '{node.name}' (ZipMap): X of shape {list(x.shape)} for "
+                             f"{n} labels")
+        return [[dict(zip(labels, row)) for row in x.tolist()]]  # Python floats, as onnxruntime
+    return step
 
 
 def _zipmap_eval(node: Node, ins: list) -> list:
-    labels = _LABELS.get(node)
-    if labels is None:
-        labels = _LABELS[node] = _zipmap_labels(node)
-    x = np.asarray(ins[0], dtype=np.float32)
-    x = x.reshape(1, -1) if x.ndim == 1 else x
-    if x.shape[1] != len(labels):
-        raise InputError(f"node '{node.name}' (ZipMap): X has {x.shape[1]} columns for "
-                         f"{len(labels)} labels")
-    return [[dict(zip(labels, row)) for row in x.tolist()]]  # Python floats, as onnxruntime
+    step = _STEPS.get(node)
+    if step is None:
+        step = _STEPS[node] = _zipmap_prepare(node)
+    return step(ins)
 
 
 def _dv_infer(node: Node) -> list[ValueType | None]:
@@ -211,5 +225,6 @@ op("ZipMap", (1,), domain=ML, infer=_zipmap_infer, evaluate=_zipmap_eval,
 # Run straight from the values (no inferred copy of the node per call): a classifier's last
 # node, on every call of a one-row model.
 host_op("ZipMap", domain=ML)(lambda node, ins, lookup: _zipmap_eval(node, ins))
+host_prepare("ZipMap", domain=ML)(_zipmap_prepare)
 op("DictVectorizer", (1,), domain=ML, infer=_dv_infer, evaluate=_dv_eval,
    doc="a map -> a dense row over the vocabulary; host")
