@@ -22,6 +22,8 @@ per block after the Matmul (no separate pass filling Y with the bias first).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from onnxjit.ir.graph import Graph, Model, Node, Value, replace_uses
@@ -76,8 +78,19 @@ def producer_kind(node: Node) -> str | None:
 
 def _members(graph: Graph, start: int, p: Value, chan_axis: int,
              readers: dict[Value, list[Node]]) -> list[Node]:
-    shape, dtype = _static(p), p.dtype
-    region: set[Value] = {p}
+    shape = _static(p)
+    return elementwise_chain(graph, start, p, _static, lambda v: extra_kind(
+        _static(v), shape, chan_axis) is not None, readers)
+
+
+def elementwise_chain(graph: Graph, start: int, head: Value, shape_of: Any,
+                      extra_ok: Any, readers: dict[Value, list[Node]]) -> list[Node]:
+    """The elementwise nodes after `graph.nodes[start]` that extend `head` (same shape by
+    `shape_of`, same dtype; other operands accepted by `extra_ok`), cut to the longest closed
+    prefix: no value before its last node read outside it or a graph output (the module
+    docstring, step 2). `sink_reshape` collects its chains the same way."""
+    shape, dtype = shape_of(head), head.dtype
+    region: set[Value] = {head}
     cands: list[Node] = []
     for node in graph.nodes[start + 1:]:
         if len(cands) >= MAX_MEMBERS:
@@ -86,20 +99,18 @@ def _members(graph: Graph, start: int, p: Value, chan_axis: int,
             continue
         d = lookup(node.domain, node.op)
         out = node.outputs[0] if len(node.outputs) == 1 else None
-        if d is None or d.scalar is None or out is None or _static(out) != shape or \
+        if d is None or d.scalar is None or out is None or shape_of(out) != shape or \
                 out.dtype != dtype:
             continue
         extras = [v for v in node.inputs if v is not None and v not in region]
-        if any(_static(v) is None or extra_kind(_static(v), shape, chan_axis) is None
-               for v in extras):
+        if any(shape_of(v) is None or not extra_ok(v) for v in extras):
             continue
         cands.append(node)
         region.add(out)
-    # The longest closed prefix (see the module docstring, step 2).
     for k in range(len(cands), 0, -1):
         members = cands[:k]
         inside = set(members)
-        values = [p] + [n.outputs[0] for n in members[:-1]]
+        values = [head] + [n.outputs[0] for n in members[:-1]]
         if all(v not in graph.outputs and all(r in inside for r in readers.get(v, []))
                for v in values) and members[-1].outputs[0] not in values:
             return members

@@ -27,16 +27,13 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.ir.graph import Graph, Model, Node, Value
-from onnxjit.ir.opdef import lookup
 from onnxjit.ir.symbolic import known_shape
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.passes import PassContext, PassResult
-from onnxjit.passes.fuse_epilogue import producer_kind
+from onnxjit.passes.fuse_epilogue import elementwise_chain, producer_kind
 
 name = "sink-reshape"
 level = "graph"
-
-MAX_MEMBERS = 32
 
 
 def unit_drop(big: tuple, small: tuple) -> list[int] | None:
@@ -70,32 +67,8 @@ def _lifted(shape: tuple, small: tuple, big: tuple, kept: list[int]) -> tuple | 
 
 def _members(graph: Graph, start: int, q: Value, readers: dict[Value, list[Node]]
              ) -> list[Node]:
-    shape, dtype = known_shape(q.tensor_type), q.dtype
-    region: set[Value] = {q}
-    cands: list[Node] = []
-    for node in graph.nodes[start + 1:]:
-        if len(cands) >= MAX_MEMBERS:
-            break
-        if not any(v in region for v in node.inputs):
-            continue
-        d = lookup(node.domain, node.op)
-        out = node.outputs[0] if len(node.outputs) == 1 else None
-        if d is None or d.scalar is None or out is None or out.dtype != dtype or \
-                known_shape(out.tensor_type) != shape:
-            continue
-        extras = [v for v in node.inputs if v is not None and v not in region]
-        if any(known_shape(v.tensor_type) is None for v in extras):
-            continue
-        cands.append(node)
-        region.add(out)
-    for k in range(len(cands), 0, -1):
-        members = cands[:k]
-        inside = set(members)
-        values = [q] + [n.outputs[0] for n in members[:-1]]
-        if all(v not in graph.outputs and all(r in inside for r in readers.get(v, []))
-               for v in values):
-            return members
-    return []
+    return elementwise_chain(graph, start, q, lambda v: known_shape(v.tensor_type),
+                             lambda v: True, readers)
 
 
 def _shape_const(graph: Graph, shape: tuple) -> Value:
