@@ -173,15 +173,25 @@ def _out_dtypes(model):
 
 
 def run_onnxjit(model, feeds_list, specialize: str):
-    """Outputs per call, or the exception onnxjit raised."""
+    """Per call, its outputs or the exception onnxjit raised for it (a call whose shapes the
+    model rejects fails alone); the exception itself when the model does not load."""
     try:
         fn = onnxjit.compile(model, cache_dir=False, specialize=specialize)
-        return [list(fn.run(None, f)) for f in feeds_list]
     except Exception as e:  # judged by the caller
         e.trace = traceback.format_exc()[-1500:]
         return e
+    out = []
+    for f in feeds_list:
+        try:
+            out.append(list(fn.run(None, f)))
+        except Exception as e:
+            e.trace = traceback.format_exc()[-1500:]
+            out.append(e)
+    return out
 
 
+#: what onnxjit raises for a call or model it rejects (a crash is anything else)
+REJECTS = (onnxjit.InputError, onnxjit.ModelError)
 UPCAST = ("float64", "ort32")  # votes from a converted model
 # In a float16 model onnxruntime runs op chains in f32 without rounding between them, like the
 # float64 run: there only onnx.reference, which rounds every op to float16, can join a majority.
@@ -276,8 +286,26 @@ def judge(model: onnx.ModelProto, feeds_list: list, symbolic: bool,
         if isinstance(got, Exception):
             if all(o is None for o in ort_out + ref_out):
                 return Verdict("noref", f"no reference ran; onnxjit: {got!r}")
+            if isinstance(got, REJECTS) and all(o is None or r is None
+                                                for o, r in zip(ort_out, ref_out)):
+                return Verdict("unconfirmed", f"{mode}: onnxjit rejects the model, and a "
+                               f"reference every call: {got!r}")
             return Verdict("error", f"{mode}: {type(got).__name__}: {got}\n{got.trace}")
         for k, g in enumerate(got):
+            if isinstance(g, onnxjit.UnsupportedError):
+                return Verdict("unsupported", f"{mode}, call {k}: {g}")
+            if isinstance(g, Exception):
+                failed = [n for n, o in (("ort", ort_out[k]), ("ref", ref_out[k])) if o is None]
+                status = {0: "error", 1: "unconfirmed", 2: "pass"}[
+                    len(failed) if isinstance(g, REJECTS) else 0]
+                if status == "pass":
+                    worst.notes.append(f"call {k}: every implementation rejects it")
+                why = f"{type(g).__name__}: {g}" + (f" ({failed[0]} rejects it too)"
+                                                     if status == "unconfirmed" else "")
+                if ORDER.index(status) > ORDER.index(worst.status):
+                    worst.status, worst.detail = status, f"{mode}, call {k}: {why}\n{g.trace}"
+                agree_all = False
+                continue
             votes = {"ort": ort_out[k], "ref": ref_out[k]}
             both = all(v is not None for v in votes.values())
             agree = both and all_close(votes["ort"], votes["ref"], floor)
