@@ -3,6 +3,7 @@ rebuilt; unusable folders degrade to memory with a warning; files are owner-only
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -49,6 +50,18 @@ def model_path(tmp_path_factory):
     return p
 
 
+@pytest.fixture(scope="module")
+def filled(model_path, tmp_path_factory):
+    """A cache folder one cold process filled, and that process's report."""
+    folder = tmp_path_factory.mktemp("filled")
+    return folder, _run(model_path, folder)
+
+
+def _copy_of(filled, tmp_path):
+    shutil.copytree(filled[0], tmp_path, dirs_exist_ok=True)
+    return filled[1]
+
+
 def test_second_process_hits_disk_cache_without_compiling(model_path, tmp_path):
     cold = _run(model_path, tmp_path)
     assert cold["info"]["misses"] == 1 and cold["info"]["disk_hits"] == 0
@@ -64,8 +77,8 @@ def _entries(folder):
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "foreign"])
-def test_damaged_entry_is_rebuilt(model_path, tmp_path, damage):
-    ref = _run(model_path, tmp_path)
+def test_damaged_entry_is_rebuilt(model_path, filled, tmp_path, damage):
+    ref = _copy_of(filled, tmp_path)
     (entry,) = _entries(tmp_path)
     data = bytearray(entry.read_bytes())
     if damage == "flip":
@@ -103,8 +116,8 @@ def test_unwritable_cache_dir_warns_and_works(tmp_path):
     assert y.shape == (1, 10)
 
 
-def test_entry_writable_by_others_is_not_loaded(model_path, tmp_path):
-    _run(model_path, tmp_path)
+def test_entry_writable_by_others_is_not_loaded(model_path, filled, tmp_path):
+    _copy_of(filled, tmp_path)
     for e in _entries(tmp_path):
         e.chmod(0o666)
     again = _run(model_path, tmp_path)
