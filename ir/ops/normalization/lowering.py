@@ -9,7 +9,8 @@ kernel per node: a parallel loop over rows, and per row of n contiguous elements
 3) a normalize-scale-shift pass y = (x - mean) * inv * scale + bias: a nest over the row's
    dims (merged where contiguous) so that scale/bias are read with their broadcast strides; in
    the common case (a full-row scale) it is one contiguous loop.
-Statistics run in the stash type (f32, or f64 for f64 data).
+Statistics run in the stash type (f32, or f64 for f64 data); the scale and bias of double
+data apply in double to the normalized value rounded to the stash type (the spec's bodies).
 
 BatchNormalization (inference): a parallel loop over (n, c) computing a = scale / sqrt(var +
 eps) and b = B - mean * a for the channel, then one contiguous loop y = x * a + b over the
@@ -115,12 +116,16 @@ def normalize_rows(b: Builder, x: Buffer, y: Buffer, rows: int, dims: Sequence[i
         params = [p for p in (scale, bias) if p is not None]
         cshape, cstr = coalesce(list(dims), [row_major_strides(dims)] + [p.strides for p in params])
         pbase = [p.base(b, r) for p in params]
+        # The spec's function bodies round the normalized value to the data type before the
+        # scale and bias: double data with a float32 stash scales in double, as onnxruntime;
+        # float16 data keeps float32 to the end, as onnxruntime's kernels do.
+        adt = y.dtype if y.dtype == DType.DOUBLE else cdt
         with b.nest(cshape) as idx:
             j = b.linear(idx, cstr[0])
             val = xv(j) if mean is None else b.op("sub", xv(j), mean)
-            val = b.op("mul", val, inv)
+            val = b.cast(b.op("mul", val, inv), adt)
             for k, p in enumerate(params):
-                pv = b.cast(b.load(p.buf, b.iadd(pbase[k], b.linear(idx, cstr[k + 1]))), cdt)
+                pv = b.cast(b.load(p.buf, b.iadd(pbase[k], b.linear(idx, cstr[k + 1]))), adt)
                 val = b.op("mul" if p is scale else "add", val, pv)
             b.store(y, b.iadd(base, j), b.cast(val, y.dtype))
 
