@@ -82,14 +82,20 @@ class Case:
     dims: dict = field(default_factory=dict)  # every value's dims, to check the generator
 
     def spec_shapes(self) -> list | None:
-        """The output shapes of each call, by the ONNX spec: as the generator computed them,
-        else (the corners generator) by onnx's shape inference with the call's input shapes
-        (None for a call it cannot infer)."""
+        """The output shapes of each call, by the ONNX spec, as the generator computed them
+        (None: not computed, the corners generator)."""
         outs = [o.name for o in self.model.graph.output]
         if not all(o in self.dims for o in outs):
-            return [_inferred_shapes(self.model, f) for f in self.feeds]
+            return None
         return [[tuple(d[k] for d in self.dims[o]) for o in outs]
                 for k in range(len(self.feeds))]
+
+    def inferred_shapes(self) -> list:
+        """The output shapes of each call by onnx's shape inference given the call's input
+        shapes (None for a call it cannot infer). Not the spec where the two part: for
+        ConvTranspose SAME with strides past the kernel (negative total padding) the spec's
+        text says input * stride and onnx infers less, as onnxruntime computes."""
+        return [_inferred_shapes(self.model, f) for f in self.feeds]
 
 
 def _inferred_shapes(model: onnx.ModelProto, feeds: dict) -> list | None:
