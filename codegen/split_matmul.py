@@ -51,8 +51,12 @@ COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 51
 #: rows: row blocks would each stream ALL of B, column blocks stream a share each, and a few
 #: rows' multiply-adds do not hide the stream. Measured, two threads, interleaved (load 7.5):
 #: a CRNN's classifier 20x1024x8210 (33 MB of B) 1.39-1.48x (CPU time 1.47x less), the CRNN
-#: (ddddocr common.onnx) 1.04x at width 160, 1.10x at 256
-WIDE_B_ROWS, WIDE_B_BYTES = 32, 4 << 20
+#: (ddddocr common.onnx) 1.04x at width 160, 1.10x at 256. From 512 KB (was 4 MB): a
+#: transformer's layers at a few tokens stream all their weights from DRAM on every call.
+#: Measured, two threads, same process (noisy machine, two runs each): MiniLM-style encoder
+#: (hidden 384, FFN 1536) 1x16 tokens 0.71-0.85x -> 0.97-1.00x onnxruntime, 1x32 0.68-0.99x ->
+#: 0.98-1.04x, 2x16 0.86-0.91x -> 0.95-1.24x; 16x384x1536 91 -> 111-118 GFLOP/s
+WIDE_B_ROWS, WIDE_B_BYTES = 32, 512 << 10
 
 
 def _operand(x: object) -> Operand:

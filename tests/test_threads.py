@@ -310,20 +310,23 @@ def test_gemv_split_over_column_panels() -> None:
 
 
 def test_few_rows_over_a_large_b_split_by_columns() -> None:
-    # 20 rows over 8 MB of packed B: row blocks would each stream all of B, so the plan splits
-    # its column panels (`split_matmul.streams_b`); 20 rows over 1 MB keep the row split
+    # 20 rows over 8 MB (or 1 MB) of packed B: row blocks would each stream all of B, so the
+    # plan splits its column panels (`split_matmul.streams_b`); 20 rows over 256 KB (a share
+    # of L2) and 64 rows over 8 MB keep the row split
     from onnxjit.codegen.parallel import plan_kernel
     from onnxjit.ir.loops import Kernel
 
-    def planned(k: int, n: int) -> str:
+    def planned(k: int, n: int, m: int = 20) -> str:
         a, bb, c = (Buffer(x, F32, shape, "temp") for x, shape in
-                    (("a", (20, k)), ("b", (k * n,)), ("c", (20, n))))
-        s = Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, 20, n, k, b_packed=True)
+                    (("a", (m, k)), ("b", (k * n,)), ("c", (m, n))))
+        s = Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, m, n, k, b_packed=True)
         (loop, *_), = plan_kernel(Kernel("gemm", [s])).values()
         return loop.var.hint
 
     assert planned(1024, 2048) == "cblk"
-    assert planned(512, 512) != "cblk"
+    assert planned(512, 512) == "cblk"
+    assert planned(256, 256) != "cblk"
+    assert planned(1024, 2048, m=64) != "cblk"
 
 
 def _product_with_epilogue(m: int, n: int = 256, k: int = 128) -> Program:
