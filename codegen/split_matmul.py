@@ -55,8 +55,11 @@ COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 51
 #: transformer's layers at a few tokens stream all their weights from DRAM on every call.
 #: Measured, two threads, same process (noisy machine, two runs each): MiniLM-style encoder
 #: (hidden 384, FFN 1536) 1x16 tokens 0.71-0.85x -> 0.97-1.00x onnxruntime, 1x32 0.68-0.99x ->
-#: 0.98-1.04x, 2x16 0.86-0.91x -> 0.95-1.24x; 16x384x1536 91 -> 111-118 GFLOP/s
-WIDE_B_ROWS, WIDE_B_BYTES = 32, 512 << 10
+#: 0.98-1.04x, 2x16 0.86-0.91x -> 0.95-1.24x; 16x384x1536 91 -> 111-118 GFLOP/s. Up to
+#: 64 rows (was 32), and in a symbolic program by the call's m at run time (`_or_columns`):
+#: MiniLM-style symbolic program, same process, columns over rows at 16 rows 1.41x, 48 rows
+#: 1.20x, 256 1.03x, 1024 0.95x
+WIDE_B_ROWS, WIDE_B_BYTES = 64, 512 << 10
 
 
 def _operand(x: object) -> Operand:
@@ -119,11 +122,11 @@ def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
 def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[Stmt],
                 head: list[Stmt]) -> tuple[Loop, list[Stmt], list[Stmt]] | None:
     """The run-time split of `s` by rows (`rows`: a block's statements, `nblk` blocks) or,
-    when this call's m is COLUMN_SPLIT_ROWS or fewer, by column panels as `split_columns`
-    splits a concrete few-row product: one parallel loop whose body runs one of the two (a
-    loop of 0 or 1 trips each), the columns after the last panel block and the epilogue of
-    the column case after it (`t`: the block index). None when B is not a large prepacked
-    constant."""
+    when this call's m is COLUMN_SPLIT_ROWS or fewer (WIDE_B_ROWS for a B of WIDE_B_BYTES),
+    by column panels as `split_columns` splits a concrete few-row product: one parallel loop
+    whose body runs one of the two (a loop of 0 or 1 trips each), the columns after the last
+    panel block and the epilogue of the column case after it (`t`: the block index). None
+    when B is not a large prepacked constant."""
     if not COLUMN_SPLIT or not s.b_packed or is_int8_product(s) or not all(
             isinstance(x, int) for x in (s.n, s.k, s.ldb)) or s.ldb <= 0 or \
             s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES or s.n // s.ldb < 2:
@@ -134,7 +137,8 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     nblkc = panels // per
     few, small, big, trip = (Var(DType.BOOL, "few"), Var(DType.INT64, "small"),
                              Var(DType.INT64, "big"), Var(DType.INT64, "trip"))
-    head += [Op(few, "le", (s.m, i64(COLUMN_SPLIT_ROWS))),  # type: ignore[arg-type]
+    wide = s.n * s.k * s.c.dtype.itemsize >= WIDE_B_BYTES  # `streams_b` at run time
+    head += [Op(few, "le", (s.m, i64(WIDE_B_ROWS if wide else COLUMN_SPLIT_ROWS))),
              Op(small, "cast", (few,)), Op(big, "sub", (i64(1), small)),
              Op(trip, "select", (few, i64(nblkc), nblk))]
 

@@ -159,9 +159,10 @@ def test_violated_relation_is_an_input_error_not_a_result():
 @pytest.mark.parametrize("k,n", [(784, 512), (512, 256)])
 def test_layer_over_a_large_weight_every_batch(k, n):
     """A layer y = Relu(x @ W + b) whose constant W is large enough that calls of few rows
-    split it by columns (a GEMV per thread) and calls of more rows by rows: both plans sit in
-    one symbolic program, and each must apply the bias and Relu (once they were skipped for
-    batches 1-4: the column plan lost the fused epilogue)."""
+    (up to 64: `split_matmul.WIDE_B_ROWS`) split it by columns (a GEMV per thread) and calls
+    of more rows by rows: both plans sit in one symbolic program, and each must apply the bias
+    and Relu (once they were skipped for batches 1-4: the column plan lost the fused
+    epilogue)."""
     from onnx import TensorProto, helper, numpy_helper
 
     w = RNG.standard_normal((k, n)).astype(np.float32)
@@ -174,7 +175,7 @@ def test_layer_over_a_large_weight_every_batch(k, n):
                           [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     fn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
-    for rows in (1, 2, 3, 4, 5, 9, 70):
+    for rows in (1, 2, 3, 4, 5, 9, 33, 64, 65, 70):
         x = RNG.standard_normal((rows, k)).astype(np.float32)
         want = np.maximum(x.astype(np.float64) @ w + b, 0)
         np.testing.assert_allclose(fn(x)[0], want, rtol=1e-4, atol=1e-3, err_msg=str(rows))

@@ -312,7 +312,7 @@ def test_gemv_split_over_column_panels() -> None:
 def test_few_rows_over_a_large_b_split_by_columns() -> None:
     # 20 rows over 8 MB (or 1 MB) of packed B: row blocks would each stream all of B, so the
     # plan splits its column panels (`split_matmul.streams_b`); 20 rows over 256 KB (a share
-    # of L2) and 64 rows over 8 MB keep the row split
+    # of L2) and 96 rows over 8 MB keep the row split
     from onnxjit.codegen.parallel import plan_kernel
     from onnxjit.ir.loops import Kernel
 
@@ -326,7 +326,7 @@ def test_few_rows_over_a_large_b_split_by_columns() -> None:
     assert planned(1024, 2048) == "cblk"
     assert planned(512, 512) == "cblk"
     assert planned(256, 256) != "cblk"
-    assert planned(1024, 2048, m=64) != "cblk"
+    assert planned(1024, 2048, m=96) != "cblk"
 
 
 def _product_with_epilogue(m: int, n: int = 256, k: int = 128) -> Program:
