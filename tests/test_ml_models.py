@@ -326,3 +326,16 @@ def test_chunks_of_rows_and_both_record_forms(monkeypatch, compact_bits):
     nodes = len(attrs["nodes_treeids"].ints) + 1  # and the padding trees' leaf
     words = 2 if compact_bits else 4
     assert re.search(rf"buffer %tree_nodes: i32\[{words * nodes}\]", fn.ir("loops"))
+
+
+@pytest.mark.parametrize("labels", [[0, 1, 2], [7], ["a", 'b"c', "d'e", "\\n"], [3, 3, 1],
+                                    list(range(70))])
+def test_zipmap_row_maps_are_dict_zip(labels):
+    # ZipMap's maps come from a dict display generated for the labels (bound as names, not
+    # written into the source): the same dicts as dict(zip(labels, row)), duplicates included
+    from onnxjit.ir.ops.ml.encoders import _row_maps
+
+    rows = np.random.default_rng(1).random((5, len(labels))).tolist()
+    got = _row_maps(labels)(rows)
+    assert got == [dict(zip(labels, row)) for row in rows]
+    assert [list(m) for m in got] == [list(dict(zip(labels, row))) for row in rows]

@@ -12,7 +12,8 @@ run on the host through numpy `evaluate` (a dict lookup per element), as every s
 - CategoryMapper: cats_strings[i] <-> cats_int64s[i], either direction by input type.
 - OneHotEncoder: a trailing dim of len(cats) with 1.0 at the category's position; an unknown
   category is an error unless zeros=1 (then an all-zero row).
-- ZipMap: [N, C] probabilities -> a sequence of N maps {class label: probability}.
+- ZipMap: [N, C] probabilities -> a sequence of N maps {class label: probability} (each
+  row's map by a dict display generated for the labels: twice as fast as dict(zip(...))).
 - DictVectorizer: a map {key: value} -> a [1, len(vocabulary)] tensor of the values at their
   key's position (0 for a missing key).
 """
@@ -167,9 +168,27 @@ def _zipmap_infer(node: Node) -> list[ValueType | None]:
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+#: ZipMaps of at most this many labels build each row's map from a dict display generated
+#: for their labels (`_row_maps`): 10000 rows of 3 labels 3.9 ms, dict(zip(...)) 7.6 ms
+DISPLAY_LABELS = 64
+
+
+def _row_maps(labels: list) -> Callable[[list], list]:
+    """`rows -> [{label: value} for each row]` (rows: lists of Python floats)."""
+    n = len(labels)
+    if n > DISPLAY_LABELS:
+        return lambda rows: [dict(zip(labels, row)) for row in rows]
+    # the labels are bound as names (k0, k1...), never written into the source
+    keys = {f"k{i}": label for i, label in enumerate(labels)}
+    values = ", ".join(f"v{i}" for i in range(n))
+    display = ", ".join(f"k{i}: v{i}" for i in range(n))
+    return eval(f"lambda rows: [{{{display}}} for ({values},) in rows]", keys)  # noqa: S307
+
+
 def _zipmap_prepare(node: Node) -> Callable[[list], list]:
     labels = _zipmap_labels(node)
     n = len(labels)
+    maps = _row_maps(labels)
 
     def step(ins: list) -> list:
         x = ins[0]
@@ -180,7 +199,7 @@ def _zipmap_prepare(node: Node) -> Callable[[list], list]:
         if x.ndim != 2 or x.shape[1] != n:
             raise InputError(f"node '{node.name}' (ZipMap): X of shape {list(x.shape)} for "
                              f"{n} labels")
-        return [[dict(zip(labels, row)) for row in x.tolist()]]  # Python floats, as onnxruntime
+        return [maps(x.tolist())]  # Python floats, as onnxruntime
     return step
 
 
