@@ -62,6 +62,11 @@ COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 51
 WIDE_B_ROWS, WIDE_B_BYTES = 64, 512 << 10
 
 
+def _b_bytes(s: Matmul) -> int:
+    """Bytes of B (n and k concrete), which the column-split thresholds compare."""
+    return s.n * s.k * s.c.dtype.itemsize  # type: ignore[operator]
+
+
 def _operand(x: object) -> Operand:
     return x if isinstance(x, Var) else i64(x)  # type: ignore[arg-type]
 
@@ -129,7 +134,7 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     when B is not a large prepacked constant."""
     if not COLUMN_SPLIT or not s.b_packed or is_int8_product(s) or not all(
             isinstance(x, int) for x in (s.n, s.k, s.ldb)) or s.ldb <= 0 or \
-            s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES or s.n // s.ldb < 2:
+            _b_bytes(s) < COLUMN_SPLIT_BYTES or s.n // s.ldb < 2:
         return None
     width = s.ldb
     panels = s.n // width
@@ -137,8 +142,8 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     nblkc = panels // per
     few, small, big, trip = (Var(DType.BOOL, "few"), Var(DType.INT64, "small"),
                              Var(DType.INT64, "big"), Var(DType.INT64, "trip"))
-    wide = s.n * s.k * s.c.dtype.itemsize >= WIDE_B_BYTES  # `streams_b` at run time
-    head += [Op(few, "le", (s.m, i64(WIDE_B_ROWS if wide else COLUMN_SPLIT_ROWS))),
+    at_most = WIDE_B_ROWS if _b_bytes(s) >= WIDE_B_BYTES else COLUMN_SPLIT_ROWS  # streams_b
+    head += [Op(few, "le", (s.m, i64(at_most))),
              Op(small, "cast", (few,)), Op(big, "sub", (i64(1), small)),
              Op(trip, "select", (few, i64(nblkc), nblk))]
 
@@ -244,7 +249,7 @@ def streams_b(s: Matmul) -> bool:
     (WIDE_B_ROWS, WIDE_B_BYTES): split by columns (`split_columns`) before rows."""
     return isinstance(s.m, int) and s.m <= WIDE_B_ROWS and s.b_packed and \
         isinstance(s.n, int) and isinstance(s.k, int) and not is_int8_product(s) and \
-        s.n * s.k * s.c.dtype.itemsize >= WIDE_B_BYTES
+        _b_bytes(s) >= WIDE_B_BYTES
 
 
 def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
@@ -254,7 +259,7 @@ def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
     if not all(isinstance(x, int) for x in (s.m, s.n, s.k, s.ldb)):
         return None
     if not s.b_packed or is_int8_product(s) or s.ldb <= 0 or \
-            s.n * s.k * s.c.dtype.itemsize < COLUMN_SPLIT_BYTES:
+            _b_bytes(s) < COLUMN_SPLIT_BYTES:
         return None
     if s.m > COLUMN_SPLIT_ROWS and not streams_b(s):
         return None
