@@ -113,7 +113,7 @@ def test_host_ops_ending_the_graph_run_in_the_native_stage():
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime (test extra) is the reference")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     fn = onnxjit.compile(model, cache_dir=False, specialize="shape")
-    for n in (1, 5, 1):
+    for n in (1, 5, 1, 300):
         x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
         want, got = sess.run(None, {"x": x}), fn.run(None, {"x": x})
         np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
