@@ -191,3 +191,36 @@ def test_host_tail_failing_in_the_fast_call_takes_the_checked_path(monkeypatch):
     for _ in range(3):
         assert fn(x)[0] == want
     assert fn._fastcall[2].source == "staged"
+
+
+def test_host_tail_reading_a_constant_takes_the_fast_call():
+    # A classifier with string labels ends in Gather(constant labels, class index) beside its
+    # ZipMap: the tail reads a constant and still composes into the fast call; the caller owns
+    # the labels it gets (the table is never handed out).
+    w = np.random.default_rng(4).standard_normal((4, 3)).astype(np.float32)
+    labels = np.array(["cat", "dog", "eel"], dtype=object)
+    model = oh.make_model(oh.make_graph(
+        [oh.make_node("MatMul", ["x", "w"], ["s"]), oh.make_node("Softmax", ["s"], ["p"]),
+         oh.make_node("ArgMax", ["p"], ["k"], axis=1, keepdims=0),
+         oh.make_node("Gather", ["names", "k"], ["label"]),
+         oh.make_node("ZipMap", ["p"], ["maps"], domain="ai.onnx.ml",
+                      classlabels_strings=list(labels))],
+        "g", [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 4])],
+        [oh.make_tensor_value_info("label", TP.STRING, ["n"]),
+         oh.make_value_info("maps", oh.make_sequence_type_proto(oh.make_map_type_proto(
+             TP.STRING, oh.make_tensor_type_proto(TP.FLOAT, []))))],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.helper.make_tensor(
+            "names", TP.STRING, [3], [s.encode() for s in labels])]),
+        opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("ai.onnx.ml", 3)], ir_version=9)
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (test extra) is the reference")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(model, cache_dir=False)
+    x = np.random.default_rng(5).standard_normal((6, 4)).astype(np.float32)
+    want = sess.run(None, {"x": x})
+    for _ in range(3):
+        label, maps = fn(x)
+        assert label.tolist() == want[0].tolist() and [list(m) for m in maps] == [
+            list(m) for m in want[1]]
+        label[...] = "overwritten"
+    assert fn._fastcall[2].source == "staged"
+    assert fn(x)[0].tolist() == want[0].tolist()

@@ -15,11 +15,14 @@ with a `Check` (InputError at run time naming the node and the bound) before the
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from onnxjit.errors import ModelError
 from onnxjit.ir import symbolic
 from onnxjit.ir.graph import Node
+from onnxjit.ir.host_eval import host_prepare
 from onnxjit.ir.loop_builder import Builder, elementwise
 from onnxjit.ir.opdef import LowerContext, op, since_version
 from onnxjit.ir.ops.elementwise.inference import check_dtype, dims_of, present, same_dtypes, tensor
@@ -310,6 +313,15 @@ def _gather_eval(node: Node, inputs: list) -> list[np.ndarray]:
     x = np.asarray(inputs[0])
     axis = normalize_axis(int(node.attr("axis", 0)), x.ndim, node)
     return [np.take(x, _check_const_indices(node, inputs[1], x.shape[axis]), axis=axis)]
+
+
+@host_prepare("Gather")
+def _gather_prepare(node: Node) -> Callable[[list], list]:
+    """A Gather ending a graph on the host (a classifier's string labels by class index): numpy
+    takes negative indices as ONNX does and raises IndexError out of range (the caller then
+    runs the checked path, which names the node)."""
+    axis = int(node.attr("axis", 0))
+    return lambda ins: [np.asarray(ins[0]).take(ins[1], axis=axis)]
 
 
 def _gather_lower(ctx: LowerContext, node: Node) -> None:
