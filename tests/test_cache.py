@@ -239,3 +239,20 @@ def test_model_file_digest_is_memoised_by_file_identity(tmp_path, monkeypatch):
     os.utime(q, (old, old))
     os.replace(q, p)
     assert model_source.model_hash(p, memo=memo) == fresh
+
+
+@pytest.mark.parametrize("cores", [1, 2, 8])
+def test_big_data_digest_is_the_same_on_any_number_of_cores(monkeypatch, cores):
+    # Big model bytes are hashed as a tree (SHA-256 of each chunk, on a thread per core, then
+    # of the chunk digests): the key must not depend on how many threads did the chunks.
+    import hashlib
+
+    from onnxjit import digest
+
+    data = np.random.default_rng(0).integers(0, 256, 3 * digest.CHUNK + 5, np.uint8).tobytes()
+    chunks = [data[i:i + digest.CHUNK] for i in range(0, len(data), digest.CHUNK)]
+    want = "t" + hashlib.sha256(b"".join(hashlib.sha256(c).digest() for c in chunks)
+                                ).hexdigest()[1:]
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    assert digest.hexdigest(data) == want
+    assert digest.hexdigest(data[:100]) != digest.hexdigest(data[:101])
