@@ -119,9 +119,23 @@ _libs: list[ctypes.CDLL] = []
 _fallback = ["libm.so.6", "libgcc_s.so.1", "m"]
 _libc: ctypes.CDLL | None = None
 _lock = threading.Lock()
+#: name -> address of every symbol found: the parts of one program, and every program of a
+#: process, import the same few (a lookup makes a ctypes function object, and a miss in a
+#: library raises): 250 lookups cost 8 ms of a warm start from the disk cache
+_found: dict[str, int] = {}
 
 
 def _dlsym(name: str) -> int:
+    addr = _found.get(name)
+    if addr:
+        return addr
+    addr = _lookup(name)
+    if addr:  # (a miss may be found later, in a fallback library opened for another name)
+        _found[name] = addr
+    return addr
+
+
+def _lookup(name: str) -> int:
     with _lock:
         if not _libs:
             _libs.append(ctypes.CDLL(None))
