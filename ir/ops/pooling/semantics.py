@@ -134,7 +134,7 @@ def geometry(node: Node, spatial: tuple[Dim, ...]) -> Geometry:
                 o = sym_min((span + (s - 1)) // s + 1, (d + (a + s - 1)) // s)
             else:
                 o = None  # the drop-the-last-window rule needs the concrete size
-        if isinstance(o, int) and o < 1:
+        if isinstance(o, int) and o < 0:  # 0 windows (an empty output) is a valid pooling
             raise ModelError(f"pooling window (extent {e}) does not fit spatial dim {i} of "
                              f"size {d} with pads ({pb[-1]}, {pe[-1]})", where=node)
         if isinstance(o, Sym) and symbolic.active():  # a call breaking it is specialised,
