@@ -204,6 +204,9 @@ def pool_numpy(node: Node, x: np.ndarray) -> list[np.ndarray]:
     g = geometry(node, x.shape[2:])
     k = x.ndim - 2
     spatial = x.shape[2:]
+    if 0 in g.out:  # no window (the window overhangs the input by less than a stride)
+        shape = x.shape[:2] + tuple(int(o) for o in g.out)
+        return [np.zeros(shape, x.dtype), np.zeros(shape, np.int64)][:len(node.outputs)]
     lengths = [(int(g.out[i]) - 1) * g.strides[i] + g.extent(i) for i in range(k)]
     widths = [(0, 0), (0, 0)] + [(g.pb[i], max(0, lengths[i] - g.pb[i] - spatial[i]))
                                   for i in range(k)]
