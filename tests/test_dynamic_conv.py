@@ -194,6 +194,9 @@ def _check(model, shapes, c):
         if isinstance(want, type):
             assert got is want is onnxjit.InputError, (shape, got, want)
             continue
+        if any(w.size == 0 for w in want):  # a pool with no window: an empty output, from a
+            assert [g.shape for g in got] == [w.shape for w in want], shape  # specialised
+            continue  # program (the symbolic one assumes a window)
         assert compiled == (0 if served else 1), (shape, "not served by the symbolic program")
         assert not isinstance(got, type), (shape, got)
         for g, w in zip(got, want):
