@@ -178,6 +178,13 @@ def load_results(path: str) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in rows}
 
 
+def baseline_cpu(path: str) -> str | None:
+    """The CPU a JSON report was measured on (None for a bare list of rows)."""
+    with open(path) as f:
+        doc = json.load(f)
+    return doc.get("machine", {}).get("cpu") if isinstance(doc, dict) else None
+
+
 def regressions(results: list[dict[str, Any]], baseline: dict[str, dict[str, Any]],
                 tolerance: float) -> list[str]:
     """One message per benchmark that regressed against `baseline` (see the module docstring)."""

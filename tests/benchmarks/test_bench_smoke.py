@@ -155,8 +155,11 @@ def test_json_markdown_and_baseline_exit_codes(tmp_path, capsys):
     assert _bench(tmp_path, "--baseline", str(high), "--tolerance", "0.2") == 1
     assert "REGRESSION mlp_b1" in capsys.readouterr().out
     low = tmp_path / "low.json"
-    low.write_text(json.dumps({"results": [dict(row, ratio=row["ratio"] / 1000)]}))
+    low.write_text(json.dumps({"results": [dict(row, ratio=row["ratio"] / 1000)],
+                               "machine": {"cpu": "Another CPU"}}))
     assert _bench(tmp_path, "--baseline", str(low), "--tolerance", "0.2") == 0
+    # a baseline from another CPU is compared, with a note that says so
+    assert "NOTE the baseline was measured on 'Another CPU'" in capsys.readouterr().out
     assert cli.main(["bench", "-k", "no_such_model"]) == 2
 
 
@@ -178,8 +181,10 @@ def test_regression_rule():
     assert "dynamic/specialised 0.70x" in bad[0]
 
 
-def test_committed_baseline_names_known_models():
-    doc = json.loads(BASELINE.read_text())
+@pytest.mark.parametrize("path", sorted(BASELINE.parent.glob("baseline*.json")),
+                         ids=lambda p: p.name)
+def test_committed_baseline_names_known_models(path):
+    doc = json.loads(path.read_text())
     assert doc["note"] and doc["fma_peak"]["gflops"] > 0
     assert doc["machine"]["versions"]["onnxruntime"] != "-"
     from onnxjit.bench import streams
