@@ -172,17 +172,17 @@ def write_json(doc: dict[str, Any], path: str) -> None:
 
 def load_results(path: str) -> dict[str, dict[str, Any]]:
     """Rows of a JSON report (or of a bare list of rows) by benchmark name."""
+    return load_baseline(path)[0]
+
+
+def load_baseline(path: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """(rows by benchmark name, the CPU it was measured on or None) of a JSON report (or of
+    a bare list of rows)."""
     with open(path) as f:
         doc = json.load(f)
     rows = doc["results"] if isinstance(doc, dict) else doc
-    return {r["name"]: r for r in rows}
-
-
-def baseline_cpu(path: str) -> str | None:
-    """The CPU a JSON report was measured on (None for a bare list of rows)."""
-    with open(path) as f:
-        doc = json.load(f)
-    return doc.get("machine", {}).get("cpu") if isinstance(doc, dict) else None
+    cpu = doc.get("machine", {}).get("cpu") if isinstance(doc, dict) else None
+    return {r["name"]: r for r in rows}, cpu
 
 
 def regressions(results: list[dict[str, Any]], baseline: dict[str, dict[str, Any]],

@@ -246,10 +246,10 @@ ORT_SPINNING = True
 INTERLEAVE = "blocks"
 
 
-def _baseline(path: str) -> dict[str, dict[str, Any]]:
-    """The rows of a baseline report; OnnxJitError when the file is missing or not one."""
+def _baseline(path: str) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """(rows, CPU) of a baseline report; OnnxJitError when the file is missing or not one."""
     try:
-        return report.load_results(path)
+        return report.load_baseline(path)
     except OSError as e:
         raise OnnxJitError(f"cannot read the baseline '{path}': {e.strerror or e}") from None
     except (ValueError, KeyError, TypeError) as e:
@@ -266,7 +266,8 @@ def main(args: Any) -> int:
     INTERLEAVE = getattr(args, "interleave", "blocks")
     from onnxjit.bench import streams
 
-    baseline = _baseline(args.baseline) if args.baseline else None  # before minutes of runs
+    # before minutes of runs
+    baseline, baseline_cpu = _baseline(args.baseline) if args.baseline else ({}, None)
 
     names = list(registry())
     if args.quick and not args.k:
@@ -314,12 +315,13 @@ def main(args: Any) -> int:
         print(f"FAILED: {', '.join(failed)}")
     bad: list[str] = []
     if args.baseline:
-        bad = report.regressions(doc["results"], baseline or {}, args.tolerance)
+        bad = report.regressions(doc["results"], baseline, args.tolerance)
         for msg in bad:
             print(f"REGRESSION {msg}")
-        was, cpu = report.baseline_cpu(args.baseline), doc["machine"]["cpu"]
-        if was and was != cpu:  # e.g. Zen 4 issues one 512-bit FMA a cycle, recent Xeons two
-            print(f"NOTE the baseline was measured on '{was}' and this machine is '{cpu}': "
+        cpu = doc["machine"]["cpu"]
+        if baseline_cpu and baseline_cpu != cpu:  # Zen 4: one 512-bit FMA a cycle, Xeons two
+            print(f"NOTE the baseline was measured on '{baseline_cpu}' and this machine is "
+                  f"'{cpu}': "
                   "ratios move between CPU families (tests/benchmarks/ has a baseline per "
                   "family)")
     return 1 if bad or failed else 0
