@@ -306,6 +306,26 @@ def test_leafwise_trees_two_phase_walk():
                                    rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE", "MIN", "MAX"])
+def test_tree_parts_combine_with_the_aggregate(monkeypatch, agg):
+    """Forests of many groups walk in two tree parts (parallel tasks, a single row too), each
+    with its own accumulators: `tree_finish` combines them with the aggregate (min/max for
+    MIN/MAX, where a part's neutral element must not leak into the result)."""
+    from onnxjit.bench.trees import _feeds, _model
+    from onnxjit.ir.ops.ml import tree_lower
+
+    monkeypatch.setattr(tree_lower, "PART_GROUPS", 2)
+    monkeypatch.setattr(tree_lower, "GROUP", 8)
+    m = _model(37, 12, 20, True, agg, 4)  # 5 groups of 8: parts of 2 and 3 groups
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    fn = onnxjit.compile(m, cache_dir=False, specialize="dynamic")
+    x = _feeds(300, 20)["X"]
+    for rows in (1, 3, 300):
+        np.testing.assert_allclose(fn(x[:rows])[0], sess.run(None, {"X": x[:rows]})[0],
+                                   rtol=1e-5, atol=1e-5)
+    assert re.search(r"buffer %tree_acc: f64\[2,", fn.ir("loops"))
+
+
 @pytest.mark.parametrize("compact_bits", [28, 0])
 def test_chunks_of_rows_and_both_record_forms(monkeypatch, compact_bits):
     """Row counts past one chunk (a last chunk of whole blocks and one single row), for one

@@ -8,7 +8,10 @@ Algorithm (kernel `trees`):
 1) rows are cut into chunks of C rows (C * features * 4 bytes of X stay in L1), chunks run
    in parallel (the worker pool). The row count may be symbolic (one program for every batch
    size): nothing but the chunk loop's bound and the last chunk's size depends on it, and a
-   single-row call is one chunk of one row that wakes no thread;
+   single-row call is one chunk of one row. With PART_GROUPS groups of trees or more (step
+   2), the groups are also cut into PARTS parts: a task is a (chunk, part) pair with its own
+   accumulators, so a single row walks its trees on two threads (as onnxruntime splits the
+   trees of one row), and `tree_finish` combines the parts;
 2) trees, sorted by depth and padded with one-leaf trees, are cut into groups of G; a chunk
    runs group after group, each over all its rows (blocks of R rows, then the rows left one
    at a time), so a group's records are read from L1 after its first rows; a block's lanes
@@ -70,6 +73,11 @@ ROWS = 4
 #: faster than one phase (the deepest tree's depth for every lane), 1 about the same, -1
 #: slower
 CUT_SLACK = 0
+#: tree parts: with at least PART_GROUPS groups, the groups are cut into PARTS halves, each a
+#: parallel task with its own accumulators (summed by `tree_finish`), so a single row uses
+#: both cores as onnxruntime does (measured on a 900-tree LightGBM at one row, 2 threads)
+PARTS = 2
+PART_GROUPS = 8
 #: rows per chunk (a parallel task): every group of trees walks the whole chunk, so its
 #: records are read from L1 after the first rows; the chunk's X rows should stay there too
 CHUNK_X_BYTES = 16384
@@ -85,9 +93,32 @@ def lower_trees(ctx, node: Node) -> None:
                          f"trees read feature {f.n_features_used - 1}")
     if isinstance(n, int) and n == 0:
         return
-    acc = ctx.scratch("tree_acc", F64, (n, f.n_targets))
-    _walk_kernel(ctx, f, xb, acc, n, nf)
-    _finish_kernel(ctx, node, f, acc, n)
+    parts = _parts(f)
+    acc = ctx.scratch("tree_acc", F64, (parts, n, f.n_targets))
+    _walk_kernel(ctx, f, xb, acc, n, nf, parts)
+    _finish_kernel(ctx, node, f, _PartSum(acc, n, f, parts), n)
+
+
+def _parts(f: F.Forest) -> int:
+    """Tree parts: PARTS when the forest has enough groups to be worth a second task."""
+    groups = -(-len(f.roots) // max(min(len(f.roots), GROUP), 1))
+    return PARTS if groups >= PART_GROUPS else 1
+
+
+class _PartSum:
+    """Loads of a row's accumulator summed over the tree parts (combined with the aggregate:
+    min/max for MIN/MAX)."""
+
+    def __init__(self, acc, n: Size, f: F.Forest, parts: int):
+        self.acc, self.n, self.nt, self.parts = acc, n, f.n_targets, parts
+        self.combine = {"MIN": "min", "MAX": "max"}.get(f.aggregate, "add")
+
+    def load(self, b: Builder, at: Operand) -> Operand:
+        v = b.load(self.acc, at)
+        for p in range(1, self.parts):
+            part = b.imul(size_operand(self.n), self.nt * p)
+            v = b.op(self.combine, v, b.load(self.acc, b.iadd(part, at)))
+        return v
 
 
 def _layout(f: F.Forest, g: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -165,14 +196,16 @@ def _group_cuts(f: F.Forest, roots: np.ndarray, g: int) -> np.ndarray:
     return np.ceil(mean).astype(np.int64) + CUT_SLACK
 
 
-def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int) -> None:
-    """Chunks of rows in parallel; in a chunk, each group of trees walks all its rows (blocks
-    of ROWS rows, then the rows left one at a time) while the group's records stay in L1."""
+def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int, parts: int) -> None:
+    """(chunk, tree part) pairs in parallel; in a chunk, each group of trees of the part walks
+    all its rows (blocks of ROWS rows, then the rows left one at a time) while the group's
+    records stay in L1; a part adds into its own accumulators."""
     g = max(min(len(f.roots), GROUP), 1)
     w = _Walk(ctx, f, xb, acc, nf, g)
     c = _chunk_rows(nf)
-    chunks = (n + (c - 1)) // c
-    per = ROWS * g  # lanes of one chunk
+    chunks = (n + (c - 1)) // c * parts
+    per = ROWS * g  # lanes of one (chunk, part)
+    ng = len(w.depths)
     if isinstance(n, int):  # the same lanes for a part of the rows every call (`workspace`)
         def lane_buf(hint: str, dt: DType):
             return ctx.workspace(hint, dt, max(chunks, 1) * per)
@@ -183,14 +216,22 @@ def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int) -> None:
     if w.two_phase:
         w.open, w.open_x = lane_buf("tree_open", DType.INT32), lane_buf("tree_open_x", DType.INT64)
     b = Builder()
-    with b.loop(0, chunks, parallel=True, hint="chunk") as ch:
+    with b.loop(0, chunks, parallel=True, hint="task") as task:
+        ch = b.op("div", task, i64(parts), hint="chunk") if parts > 1 else task
         r0 = b.imul(ch, c)
         cnt = b.op("min", i64(c), b.op("sub", size_operand(n), r0), hint="rows")
-        lane0 = b.imul(ch, per)
+        lane0 = b.imul(task, per)
+        if parts > 1:
+            part = b.op("rem", task, i64(parts), hint="part")
+            w.acc0 = b.imul(b.op("mul", part, size_operand(n)), w.nt)
+            g_lo = b.op("div", b.imul(part, ng), i64(parts), hint="g_lo")
+            g_hi = b.op("div", b.imul(b.iadd(part, i64(1)), ng), i64(parts), hint="g_hi")
+        else:
+            w.acc0, g_lo, g_hi = i64(0), 0, ng
         with b.loop(0, b.imul(cnt, w.nt), hint="a") as a:
-            b.store(w.acc, b.iadd(b.imul(r0, w.nt), a), const(w.neutral, F64))
+            b.store(w.acc, b.iadd(w.acc0, b.iadd(b.imul(r0, w.nt), a)), const(w.neutral, F64))
         blocks = b.op("div", cnt, i64(ROWS), hint="blocks")
-        with b.loop(0, len(w.depths), hint="grp") as grp:
+        with b.loop(g_lo, g_hi, hint="grp") as grp:
             with b.loop(0, blocks, hint="blk") as blk:
                 _walk_group(b, w, lanes, b.iadd(r0, b.imul(blk, ROWS)), ROWS, lane0, grp)
             with b.loop(b.imul(blocks, ROWS), cnt, hint="row") as row:
@@ -229,7 +270,7 @@ def _walk_group(b: Builder, w: _Walk, lanes, r0: Operand, r_blk: int, lane0: Ope
     # 3) leaves into the accumulators
     with b.loop(0, r_blk, hint="r") as r:
         lr = b.iadd(lane0, b.imul(r, g))
-        arow = b.imul(b.iadd(r0, r), nt)
+        arow = b.iadd(w.acc0, b.imul(b.iadd(r0, r), nt))
         with b.loop(0, g, hint="j") as j:
             leaf = b.cast(b.load(lanes, b.iadd(lr, j), hint="leaf"), DType.INT64)
             wrow = b.imul(leaf, nt)
@@ -307,7 +348,7 @@ def _test(b: Builder, x: Operand, t: Operand, modes: list[int], any_nan: bool,
     return go
 
 
-def _finish_kernel(ctx, node: Node, f: F.Forest, acc, n: Size) -> None:
+def _finish_kernel(ctx, node: Node, f: F.Forest, acc: _PartSum, n: Size) -> None:
     nt = f.n_targets
     b = Builder()
     minmax = f.aggregate in ("MIN", "MAX")
@@ -319,7 +360,7 @@ def _finish_kernel(ctx, node: Node, f: F.Forest, acc, n: Size) -> None:
             arow = b.imul(row, nt)
 
             def load(k: Operand) -> Operand:
-                v = b.load(acc, b.iadd(arow, k))
+                v = acc.load(b, b.iadd(arow, k))
                 if minmax:
                     v = b.op("select", b.op("eq", b.op("abs", v), const(math.inf, F64)),
                              const(0.0, F64), v)
@@ -340,7 +381,8 @@ def _base(base: np.ndarray, nt: int) -> np.ndarray:
     return out
 
 
-def _finish_classifier(ctx, b: Builder, node: Node, f: F.Forest, acc, n: Size) -> None:
+def _finish_classifier(ctx, b: Builder, node: Node, f: F.Forest, acc: _PartSum,
+                       n: Size) -> None:
     cls = classifier_info(node)
     lab_b, z_b = ctx.buf(node.outputs[0]), ctx.buf(node.outputs[1])
     nt = f.n_targets
@@ -349,7 +391,7 @@ def _finish_classifier(ctx, b: Builder, node: Node, f: F.Forest, acc, n: Size) -
         arow = b.imul(row, nt)
         zrow = b.imul(row, 2 if cls.binary and cls.column == 0 else nt)
         if cls.binary and cls.column == 0:
-            s = b.op("add", b.load(acc, arow), const(cls.base, F64), hint="s")
+            s = b.op("add", acc.load(b, arow), const(cls.base, F64), hint="s")
             cut = 0.5 if cls.all_positive else 0.0
             pos = b.op("gt", s, const(cut, F64))
             if cls.all_positive:
@@ -366,7 +408,7 @@ def _finish_classifier(ctx, b: Builder, node: Node, f: F.Forest, acc, n: Size) -
                 if f.base_values is not None else None
 
             def load(k: Operand) -> Operand:
-                v = b.load(acc, b.iadd(arow, k))
+                v = acc.load(b, b.iadd(arow, k))
                 return b.op("add", v, b.load(base, k)) if base is not None else v
 
             best = b.var(load(i64(0)), hint="best")
