@@ -60,7 +60,7 @@ class KernelPlan:
         # apart from every other.
         prints: dict[tuple, list[int]] = {}
         for n, k in enumerate(program.kernels):
-            prints.setdefault(fingerprint(k), []).append(n)
+            prints.setdefault(_twin_print(k), []).append(n)
         first: dict[str, int] = {}
         self.origin = list(range(len(program.kernels)))
         for same in prints.values():
@@ -82,6 +82,13 @@ def fingerprint(kernel: Kernel) -> tuple:
     and the dtype and shape of each buffer touched, in order of first use."""
     count = sum(1 for _ in walk(kernel.body))
     return (count, kernel.contract, tuple((b.dtype, tuple(b.shape)) for b in kernel.buffers()))
+
+
+def _twin_print(kernel: Kernel) -> tuple:
+    """`fingerprint` without the buffers' shapes, which code generation does not read (the
+    canonical text leaves them out too): statement count, `contract`, buffer dtypes."""
+    count = sum(1 for _ in walk(kernel.body))
+    return (count, kernel.contract, tuple(b.dtype for b in kernel.buffers()))
 
 
 def kernel_name(prefix: str, program: Program, n: int) -> str:

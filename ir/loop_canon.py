@@ -7,11 +7,13 @@ so a function does not depend on where in its root a slice lies), so two kernels
 only in WHICH buffers they touch (a ResNet's repeated blocks: the same convolution on other
 weights and activations; DenseNet's layers writing into other slices) can share one function,
 called with different pointers. `kernel_key` prints a kernel with the loop-IR printer's
-statement syntax, but with the buffers named by their argument's position (plus dtype and
-shape, a view's position among the views and its byte offset from the argument), the variables
-numbered in order of appearance (hints are ignored) and the kernel's name left out (its
-`contract` flag kept: it changes the code). Kernels
-with a `check` are never shared: their failure codes index the program's messages.
+statement syntax, but with the buffers named by their argument's position (plus dtype, a
+view's position among the views and its byte offset from the argument; not the shape, which
+code generation never reads: every access is a flat index), the variables numbered in order of
+appearance (hints are ignored) and the kernel's name left out (its `contract` flag kept: it
+changes the code). Kernels with a `check` are never shared: their failure codes index the
+program's messages. (`passes.parametrize_kernels` turns kernels that differ in some sizes
+into such twins.)
 """
 
 from __future__ import annotations
@@ -63,8 +65,7 @@ class _Canonical(_Printer):
             if b is not b.root():
                 name += f"v{views}@{b.root_offset() - args[k][1]}"
                 views += 1
-            shape = ",".join(str(d) for d in b.shape)
-            self.names[id(b)] = f"{name}:{b.dtype.short}[{shape}]"
+            self.names[id(b)] = f"{name}:{b.dtype.short}"
         self.var_ids: dict[Var, str] = {}
 
     def buf(self, b: Buffer) -> str:

@@ -31,7 +31,7 @@ GRAPH_PIPELINE = ["inline-functions", "expand-contrib", "infer-shapes", "expand-
 SIGNATURE_PIPELINE = ["infer-shapes", "fold-constants", "simplify", "onehot-gather",
                       "fold-batchnorm", "flush-denormals",
                       "fold-transpose", "dce", "sink-reshape", "fuse-epilogue", "fuse",
-                      "lower-to-loops", "prepack-weights", "plan-memory"]
+                      "lower-to-loops", "prepack-weights", "plan-memory", "parametrize-kernels"]
 
 
 def print_ir(ir: Any) -> tuple[str, str]:
@@ -216,8 +216,8 @@ def lower_symbolic(model: Model, signature: tuple, hints: dict[str, int],
         _check_symbols(bound, {s for _, shape in signature for d in shape
                                if isinstance(d, Sym) for s in d.symbols()})
         program = run_passes(bound, SIGNATURE_PIPELINE[SIGNATURE_PIPELINE.index(
-            "lower-to-loops"):] + ["materialize-dims"], PassContext(options),
-            PassHook(options, dumper))
+            "lower-to-loops"):-1] + ["materialize-dims", "parametrize-kernels"],
+            PassContext(options), PassHook(options, dumper))
         program.assumptions = list(assumed)
     return program
 

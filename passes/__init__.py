@@ -16,7 +16,7 @@ _MODULES = [
     "inline_functions", "infer_shapes", "fold_constants", "simplify", "dce", "fuse",
     "lower_to_loops", "plan_memory", "fold_batchnorm", "fold_transpose", "fuse_epilogue",
     "expand_contrib", "expand_ml", "prepack_weights", "materialize_dims", "onehot_gather",
-    "sink_reshape", "flush_denormals",
+    "sink_reshape", "flush_denormals", "parametrize_kernels",
 ]
 
 
