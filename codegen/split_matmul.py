@@ -178,12 +178,15 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None, hints: dict | None = N
     statements then come before the loop: see `plan_kernel`)."""
     if isinstance(s.m, Var):
         return split_runtime_rows(s, epilogue, hints)
-    if not all(isinstance(x, int) for x in (s.n, s.k, s.lda, s.ldc)):
+    if not isinstance(s.n, int):
         return None
-    work = s.m * s.n * s.k
+    # a run-time depth or leading dim (a kernel shared by layers of other depths:
+    # `passes.parametrize_kernels`) by its hint, the first such layer's
+    k = hinted(s.k, hints)
+    work = s.m * s.n * k
     if work < MATMUL_SPLIT_WORK:
         return None
-    mb = max(-(-(4 * CHUNK_OPS) // max(1, s.n * s.k)), -(-s.m // 32))
+    mb = max(-(-(4 * CHUNK_OPS) // max(1, s.n * k)), -(-s.m // 32))
     mb = max(-(-mb // 4) * 4, min(MATMUL_MIN_ROWS, s.m // 2) // 4 * 4)
     nblk = s.m // mb
     if nblk < 2 and s.m >= 8:  # too small for blocks of that much work: a block a thread
@@ -203,8 +206,8 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None, hints: dict | None = N
     def offsets(row: Operand, out: list[Stmt]) -> tuple[Operand, Operand]:
         c_row, c_off, a_row, a_off = (Var(DType.INT64, h) for h in ("crow", "coff", "arow",
                                                                      "aoff"))
-        out += [Op(c_row, "mul", (row, i64(s.ldc))), Op(c_off, "add", (c_row, s.c_off)),
-                Op(a_row, "mul", (row, i64(1 if s.a_trans else s.lda))),
+        out += [Op(c_row, "mul", (row, _operand(s.ldc))), Op(c_off, "add", (c_row, s.c_off)),
+                Op(a_row, "mul", (row, i64(1) if s.a_trans else _operand(s.lda))),
                 Op(a_off, "add", (a_row, s.a_off))]
         return c_off, a_off
 
