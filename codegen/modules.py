@@ -58,11 +58,16 @@ class KernelPlan:
         # Printing a kernel's canonical text costs more than translating some kernels: print
         # only kernels that a cheap fingerprint (implied by the text) does not already tell
         # apart from every other.
+        first: dict[str, int] = {}
+        self.origin = list(range(len(program.kernels)))
+        if all(k.share_key is not None for k in program.kernels):  # parametrize-kernels ran
+            for n, k in enumerate(program.kernels):
+                self.origin[n] = first.setdefault(k.share_key, n)  # type: ignore[arg-type]
+            self.unique = [n for n, o in enumerate(self.origin) if n == o]
+            return
         prints: dict[tuple, list[int]] = {}
         for n, k in enumerate(program.kernels):
             prints.setdefault(_twin_print(k), []).append(n)
-        first: dict[str, int] = {}
-        self.origin = list(range(len(program.kernels)))
         for same in prints.values():
             if len(same) < 2:
                 continue  # no other kernel can have its text

@@ -313,6 +313,10 @@ class Kernel:
     #: elsewhere): a loop of independent table lookups (a tree walk's lanes). Prints as
     #: `kernel @name gather {`.
     gather: bool = False
+    #: Set by `passes.parametrize_kernels` (the last loop pass): kernels of equal keys have
+    #: equal canonical texts (`ir.loop_canon.kernel_key`), so code generation need not print
+    #: them again; None: not known (then `codegen.modules.KernelPlan` prints). Not printed.
+    share_key: str | None = None
 
     def buffers(self) -> list[Buffer]:
         """Buffers this kernel touches, in order of first use."""
@@ -385,11 +389,18 @@ class Program:
 
 
 def walk(body: list[Stmt]) -> Iterator[Stmt]:
-    """Every statement of a body, loops before their bodies."""
-    for s in body:
-        yield s
-        if isinstance(s, Loop):
-            yield from walk(s.body)
+    """Every statement of a body, loops before their bodies. One generator with a stack of
+    iterators (nested generators passed each statement up through every enclosing loop's
+    frame: the compiler walks kernels a million times for a DenseNet)."""
+    stack = [iter(body)]
+    while stack:
+        for s in stack[-1]:
+            yield s
+            if isinstance(s, Loop):
+                stack.append(iter(s.body))
+                break
+        else:
+            stack.pop()
 
 
 def result_dtype(op: str, args: tuple[Operand, ...], declared: DType | None = None) -> DType:

@@ -78,6 +78,7 @@ INNER_CONSTANT = True
 #: the fields of a float Matmul that are slots (see the module docstring)
 MATMUL_FIELDS = ("k", "lda", "ldb", "ldc", "c_off", "a_off", "b_off")
 MATMUL = True
+_SIZE_FIELDS = ("m", "n", "k", "lda", "ldb", "ldc")  # ints, not operands, when constant
 
 
 class _Slot:
@@ -140,7 +141,7 @@ def _matmul_slots(body: list[Stmt], out: list[_Slot]) -> None:
                     x = i64(x)
                 if _is_slot(x):
                     out.append(_Slot(x, lambda v, s=s, f=f: setattr(
-                        s, f, v.value if isinstance(v, Const) and f in ("k", "lda", "ldb", "ldc")
+                        s, f, v.value if isinstance(v, Const) and f in _SIZE_FIELDS
                         else v)))
 
 
@@ -156,29 +157,38 @@ def _skeleton(kernel: Kernel, slots: list[_Slot]) -> str | None:
             sl.put(sl.value)
 
 
+def _print(kernel: Kernel, stmts: list[Stmt], slots: list[_Slot]) -> tuple:
+    """What kernels of equal skeletons have in common (cheap): statement count, flags,
+    buffer dtypes in order of first use, slot count."""
+    return (len(stmts), kernel.contract, kernel.gather, len(slots),
+            tuple(b.dtype for b in kernel.buffers()))
+
+
 def run(program: Program, ctx: PassContext) -> PassResult:
-    groups: dict[str, list[tuple[Kernel, list[_Slot]]]] = {}
-    for k in program.kernels:
+    candidates: dict[tuple, list[tuple[Kernel, list[_Slot]]]] = {}
+    for n, k in enumerate(program.kernels):
+        k.share_key = f"\0own {n}"  # shares with no other kernel (unless set below)
         stmts = list(walk(k.body))
         if any(isinstance(s, Check) for s in stmts):
             continue
         slots: list[_Slot] = []
-        if any(isinstance(s, Matmul) for s in stmts):
-            if not MATMUL or any(isinstance(s, Matmul) and (s.rank1 or not s.c.dtype.is_float)
-                                 for s in stmts):
-                continue  # integer products: their kernels (AMX, VNNI) want constant depths
-            _matmul_slots(k.body, slots)
-        _slots(k.body, slots)
-        if not slots:
-            continue
-        key = _skeleton(k, slots)
-        if key is not None:
-            groups.setdefault(key, []).append((k, slots))
+        products = [s for s in stmts if isinstance(s, Matmul)]
+        if not products or MATMUL and not any(s.rank1 or not s.c.dtype.is_float
+                                              for s in products):
+            _matmul_slots(k.body, slots)  # (integer products: exact twins only)
+            _slots(k.body, slots)
+        candidates.setdefault(_print(k, stmts, slots), []).append((k, slots))
+    groups: dict[str, list[tuple[Kernel, list[_Slot]]]] = {}
+    for same in candidates.values():
+        if len(same) < 2:
+            continue  # no other kernel can have its skeleton: no printing
+        for k, slots in same:
+            key = _skeleton(k, slots)
+            if key is not None:
+                groups.setdefault(key, []).append((k, slots))
     next_slot = max((b.slot for b in program.buffers if b.kind == "const"), default=-1) + 1
     changed = False
-    for members in groups.values():
-        if len(members) < MIN_GROUP:
-            continue
+    for key, members in groups.items():
         values = [[sl.value.value for sl in slots] for _, slots in members]
         params: dict[tuple, int] = {}  # the members' values of a parameter -> its index
         param_of: dict[int, int] = {}  # slot position -> parameter
@@ -186,10 +196,13 @@ def run(program: Program, ctx: PassContext) -> PassResult:
             col = tuple(v[p] for v in values)
             if len(set(col)) > 1:
                 param_of[p] = params.setdefault(col, len(params))
-        if not params:
-            continue  # already twins
+        if not params or len(members) < MIN_GROUP:
+            for (k, _), v in zip(members, values):  # twins where every value agrees
+                k.share_key = f"{key}\0{v}"
+            continue
         cols = sorted(params, key=params.__getitem__)
         for m, (k, slots) in enumerate(members):
+            k.share_key = key  # equal canonical texts once the parameters are in
             data = np.array([col[m] for col in cols], dtype=np.int64)
             buf = Buffer(f"{k.name}_params", DType.INT64, (len(cols),), "const",
                          slot=next_slot, data=data)

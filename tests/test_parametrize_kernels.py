@@ -119,3 +119,28 @@ def test_values_that_agree_stay_constants_and_checks_stay_apart():
     # k120's innermost loop has another trip count (a constant, so another skeleton)
     assert sorted(b.name for b in params) == ["k100_params", "k200_params"]
     assert [b.data.tolist() for b in params] == [[100], [200]]  # 4 and 3 stay constants
+
+
+@pytest.mark.parametrize("build", [_depthwise_chain, _dense_block])
+def test_share_keys_name_equal_canonical_texts(monkeypatch, build):
+    """Code generation trusts the pass's `share_key` instead of printing kernels again:
+    kernels with equal keys must have equal canonical texts."""
+    from onnxjit import codegen
+    from onnxjit.ir.loop_canon import kernel_key
+
+    programs = []
+    compile_program = codegen.compile_program
+    monkeypatch.setattr(codegen, "compile_program",
+                        lambda p, *a, **k: programs.append(p) or compile_program(p, *a, **k))
+    model, x = build()
+    model.doc_string = "share keys"  # another model: no in-memory cache hit
+    onnxjit.compile(model, cache_dir=False, specialize="shape")(x)
+    kernels = programs[0].kernels
+    assert all(k.share_key is not None for k in kernels)
+    by_key: dict[str, list] = {}
+    for k in kernels:
+        by_key.setdefault(k.share_key, []).append(k)
+    shared = [ks for ks in by_key.values() if len(ks) > 1]
+    assert shared
+    for ks in shared:
+        assert len({kernel_key(k) for k in ks}) == 1
