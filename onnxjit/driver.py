@@ -215,9 +215,10 @@ def lower_symbolic(model: Model, signature: tuple, hints: dict[str, int],
             raise UnsupportedError("graph inputs or outputs that are not tensors need stages")
         _check_symbols(bound, {s for _, shape in signature for d in shape
                                if isinstance(d, Sym) for s in d.symbols()})
-        program = run_passes(bound, SIGNATURE_PIPELINE[SIGNATURE_PIPELINE.index(
-            "lower-to-loops"):-1] + ["materialize-dims", "parametrize-kernels"],
-            PassContext(options), PassHook(options, dumper))
+        loop_part = [p for p in SIGNATURE_PIPELINE[SIGNATURE_PIPELINE.index("lower-to-loops"):]
+                     if p != "parametrize-kernels"]  # it runs after materialize-dims here
+        program = run_passes(bound, loop_part + ["materialize-dims", "parametrize-kernels"],
+                             PassContext(options), PassHook(options, dumper))
         program.assumptions = list(assumed)
     return program
 

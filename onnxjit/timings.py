@@ -190,7 +190,7 @@ def group(stage: str) -> str:
 
 #: passes that run on the loop IR, from lowering on (the rest run on the graph IR)
 LOOP_PASSES = frozenset({"lower-to-loops", "prepack-weights", "plan-memory",
-                         "materialize-dims"})
+                         "materialize-dims", "parametrize-kernels"})
 
 
 def grouped(stages: dict[str, float]) -> dict[str, float]:
