@@ -55,9 +55,6 @@ class KernelPlan:
             for s in walk(k.body):
                 if isinstance(s, Check):
                     self.check_index[id(s)] = len(self.check_index)
-        # Printing a kernel's canonical text costs more than translating some kernels: print
-        # only kernels that a cheap fingerprint (implied by the text) does not already tell
-        # apart from every other.
         first: dict[str, int] = {}
         self.origin = list(range(len(program.kernels)))
         if all(k.share_key is not None for k in program.kernels):  # parametrize-kernels ran
@@ -65,6 +62,9 @@ class KernelPlan:
                 self.origin[n] = first.setdefault(k.share_key, n)  # type: ignore[arg-type]
             self.unique = [n for n, o in enumerate(self.origin) if n == o]
             return
+        # Printing a kernel's canonical text costs more than translating some kernels: print
+        # only kernels that a cheap fingerprint (implied by the text) does not already tell
+        # apart from every other.
         prints: dict[tuple, list[int]] = {}
         for n, k in enumerate(program.kernels):
             prints.setdefault(_twin_print(k), []).append(n)

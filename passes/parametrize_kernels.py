@@ -74,11 +74,13 @@ MIN_GROUP = 2
 #: remainder when they are not (measured, Inception-v2, one thread: its Winograd input
 #: transforms 2.1x and max pools 1.5x slower with every bound a parameter)
 MIN_TRIP = 64
+#: innermost loops keep their bounds and bodies (see the module docstring; False: measured
+#: slower)
 INNER_CONSTANT = True
 #: the fields of a float Matmul that are slots (see the module docstring)
 MATMUL_FIELDS = ("k", "lda", "ldb", "ldc", "c_off", "a_off", "b_off")
 MATMUL = True
-_SIZE_FIELDS = ("m", "n", "k", "lda", "ldb", "ldc")  # ints, not operands, when constant
+_SIZE_FIELDS = ("k", "lda", "ldb", "ldc")  # ints, not operands, when constant
 
 
 class _Slot:
@@ -132,17 +134,15 @@ def _slots(body: list[Stmt], out: list[_Slot], inner: bool = False) -> None:
             _slots(s.body, out, innermost)
 
 
-def _matmul_slots(body: list[Stmt], out: list[_Slot]) -> None:
-    for s in walk(body):
-        if isinstance(s, Matmul):
-            for f in MATMUL_FIELDS:
-                x = getattr(s, f)
-                if isinstance(x, int) and not isinstance(x, bool):
-                    x = i64(x)
-                if _is_slot(x):
-                    out.append(_Slot(x, lambda v, s=s, f=f: setattr(
-                        s, f, v.value if isinstance(v, Const) and f in _SIZE_FIELDS
-                        else v)))
+def _matmul_slots(products: list[Matmul], out: list[_Slot]) -> None:
+    for s in products:
+        for f in MATMUL_FIELDS:
+            x = getattr(s, f)
+            if isinstance(x, int) and not isinstance(x, bool):
+                x = i64(x)
+            if _is_slot(x):
+                out.append(_Slot(x, lambda v, s=s, f=f: setattr(
+                    s, f, v.value if isinstance(v, Const) and f in _SIZE_FIELDS else v)))
 
 
 def _skeleton(kernel: Kernel, slots: list[_Slot]) -> str | None:
@@ -175,7 +175,7 @@ def run(program: Program, ctx: PassContext) -> PassResult:
         products = [s for s in stmts if isinstance(s, Matmul)]
         if not products or MATMUL and not any(s.rank1 or not s.c.dtype.is_float
                                               for s in products):
-            _matmul_slots(k.body, slots)  # (integer products: exact twins only)
+            _matmul_slots(products, slots)  # (integer products: exact twins only)
             _slots(k.body, slots)
         candidates.setdefault(_print(k, stmts, slots), []).append((k, slots))
     groups: dict[str, list[tuple[Kernel, list[_Slot]]]] = {}

@@ -74,8 +74,10 @@ ROWS = 4
 #: slower
 CUT_SLACK = 0
 #: tree parts: with at least PART_GROUPS groups, the groups are cut into PARTS halves, each a
-#: parallel task with its own accumulators (summed by `tree_finish`), so a single row uses
-#: both cores as onnxruntime does (measured on a 900-tree LightGBM at one row, 2 threads)
+#: parallel task with its own accumulators (combined by `tree_finish`), so a single row uses
+#: both cores as onnxruntime does. Measured on a 900-tree LightGBM at one row, 2 threads, on
+#: an Intel guest whose two vCPUs share one core's gather throughput: neutral (each half
+#: 10-13 us, the whole walk 12 us on one thread); the gain needs two real cores
 PARTS = 2
 PART_GROUPS = 8
 #: rows per chunk (a parallel task): every group of trees walks the whole chunk, so its
@@ -99,10 +101,19 @@ def lower_trees(ctx, node: Node) -> None:
     _finish_kernel(ctx, node, f, _PartSum(acc, n, f, parts), n)
 
 
+def _group_size(f: F.Forest) -> int:
+    """Trees per group: GROUP, or all of a smaller forest."""
+    return max(min(len(f.roots), GROUP), 1)
+
+
+def _combine(f: F.Forest) -> str:
+    """The op adding a tree's leaf value (or another part's sum) to an accumulator."""
+    return {"MIN": "min", "MAX": "max"}.get(f.aggregate, "add")
+
+
 def _parts(f: F.Forest) -> int:
     """Tree parts: PARTS when the forest has enough groups to be worth a second task."""
-    groups = -(-len(f.roots) // max(min(len(f.roots), GROUP), 1))
-    return PARTS if groups >= PART_GROUPS else 1
+    return PARTS if -(-len(f.roots) // _group_size(f)) >= PART_GROUPS else 1
 
 
 class _PartSum:
@@ -111,7 +122,7 @@ class _PartSum:
 
     def __init__(self, acc, n: Size, f: F.Forest, parts: int):
         self.acc, self.n, self.nt, self.parts = acc, n, f.n_targets, parts
-        self.combine = {"MIN": "min", "MAX": "max"}.get(f.aggregate, "add")
+        self.combine = _combine(f)
 
     def load(self, b: Builder, at: Operand) -> Operand:
         v = b.load(self.acc, at)
@@ -165,7 +176,8 @@ class _Walk:
         self.modes = sorted(set(f.mode[inner].tolist())) or [F.LE]
         self.any_nan = bool(f.nan_true[inner].any())
         self.neutral = {"MIN": math.inf, "MAX": -math.inf}.get(f.aggregate, 0.0)
-        self.combine = {"MIN": "min", "MAX": "max"}.get(f.aggregate, "add")
+        self.combine = _combine(f)
+        self.acc0: Operand = i64(0)  # this task's part's first accumulator (`_walk_kernel`)
         self.xb, self.acc, self.nf, self.nt, self.g = xb, acc, nf, f.n_targets, g
 
 
@@ -200,7 +212,7 @@ def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int, parts: int) -> Non
     """(chunk, tree part) pairs in parallel; in a chunk, each group of trees of the part walks
     all its rows (blocks of ROWS rows, then the rows left one at a time) while the group's
     records stay in L1; a part adds into its own accumulators."""
-    g = max(min(len(f.roots), GROUP), 1)
+    g = _group_size(f)
     w = _Walk(ctx, f, xb, acc, nf, g)
     c = _chunk_rows(nf)
     chunks = (n + (c - 1)) // c * parts
@@ -227,7 +239,7 @@ def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int, parts: int) -> Non
             g_lo = b.op("div", b.imul(part, ng), i64(parts), hint="g_lo")
             g_hi = b.op("div", b.imul(b.iadd(part, i64(1)), ng), i64(parts), hint="g_hi")
         else:
-            w.acc0, g_lo, g_hi = i64(0), 0, ng
+            g_lo, g_hi = 0, ng
         with b.loop(0, b.imul(cnt, w.nt), hint="a") as a:
             b.store(w.acc, b.iadd(w.acc0, b.iadd(b.imul(r0, w.nt), a)), const(w.neutral, F64))
         blocks = b.op("div", cnt, i64(ROWS), hint="blocks")
