@@ -76,6 +76,7 @@ def compile(  # noqa: A001 - the public name DESIGN §1 asks for
     fast_algorithms: bool = True,
     progress: bool | Literal["auto"] | Callable[[str, int, int], None] | None = None,
     cache_max_bytes: int | str | None = None,
+    tiered: bool | None = None,
 ) -> CompiledModel:
     """Compile an ONNX model to a `CompiledModel`, a callable that compiles each new input
     signature on its first call (and finds it in memory or the disk cache after that).
@@ -106,6 +107,11 @@ def compile(  # noqa: A001 - the public name DESIGN §1 asks for
     cache_max_bytes: the disk cache's size cap (bytes, or text like "500M", "2G"; 0: none);
         None: `$ONNXJIT_CACHE_MAX_SIZE`, else 5 GiB. A write past it removes the least
         recently used entries.
+    tiered: a call whose program is not compiled yet is answered by tier 0 (the graph run
+        with numpy) while a background process compiles the program into the disk cache;
+        later calls run the native code once it is there (`fn.tier_info()`,
+        `fn.wait_compiled()`). None: `$ONNXJIT_TIERED` (0 off), else on. Needs the disk cache;
+        graphs under 16 nodes always compile at once.
 
     These are the fields of `onnxjit.options.CompileOptions` (`fn.options`).
     """
@@ -114,4 +120,4 @@ def compile(  # noqa: A001 - the public name DESIGN §1 asks for
     return compile_model(model, cache_dir=cache_dir, dump_ir=dump_ir, num_threads=num_threads,
                          specialize=specialize, opt_level=opt_level, base_dir=base_dir,
                          verify=verify, fast_algorithms=fast_algorithms, progress=progress,
-                         cache_max_bytes=cache_max_bytes)
+                         cache_max_bytes=cache_max_bytes, tiered=tiered)

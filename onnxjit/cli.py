@@ -82,8 +82,11 @@ def _model_arg(model: str):  # noqa: ANN202 - a path or a parsed ModelProto
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run the model once on the values of `-i` files (or random ones with `--random`)."""
-    fn = onnxjit.compile(_model_arg(args.model), cache_dir=args.cache_dir or None)
+    """Run the model once on the values of `-i` files (or random ones with `--random`); it
+    compiles at once (no tier 0: a one-call process would exit before a background compile
+    stores anything, and the next run would start from nothing again)."""
+    fn = onnxjit.compile(_model_arg(args.model), cache_dir=args.cache_dir or None,
+                         tiered=False)
     feeds = cli_inputs.feeds(fn, args.input, args.shape, args.random, fn.required_inputs)
     t0 = time.perf_counter()
     outs = fn(**feeds)

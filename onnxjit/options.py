@@ -20,7 +20,7 @@ class CompileOptions(Record):
     """The validated options of one `compile` call (see `from_user`); immutable."""
 
     __slots__ = ("cache_dir", "dump_ir", "num_threads", "specialize", "opt_level", "base_dir",
-                 "verify", "fast_algorithms", "progress", "cache_max_bytes")
+                 "verify", "fast_algorithms", "progress", "cache_max_bytes", "tiered")
     #: Disk cache folder; None disables the disk cache.
     cache_dir: Path | None
     #: Folder receiving the IR after every pass; None for no dumps.
@@ -50,10 +50,14 @@ class CompileOptions(Record):
     #: Size cap of the disk cache in bytes (None: none); a write past it removes the least
     #: recently used entries (`onnxjit.cache_prune`). `$ONNXJIT_CACHE_MAX_SIZE`, e.g. "2G".
     cache_max_bytes: int | None
+    #: Whether a call whose program is not compiled yet runs on tier 0 (the graph with numpy)
+    #: while the program compiles in a background process (`onnxjit.tiered`); needs the disk
+    #: cache. Default True; `$ONNXJIT_TIERED=0` turns it off.
+    tiered: bool
     _defaults: ClassVar[dict[str, Any]] = {
         "cache_dir": None, "dump_ir": None, "num_threads": 0, "specialize": "auto",
         "opt_level": 3, "base_dir": None, "verify": None, "fast_algorithms": True,
-        "progress": "auto", "cache_max_bytes": None}
+        "progress": "auto", "cache_max_bytes": None, "tiered": True}
 
     @staticmethod
     def from_user(options: dict[str, Any]) -> CompileOptions:
@@ -83,7 +87,14 @@ class CompileOptions(Record):
         fast = options.get("fast_algorithms", True)
         if not isinstance(fast, bool):
             raise OnnxJitError(f"fast_algorithms must be True or False, got {fast!r}")
+        tiered = options.get("tiered")
+        if tiered is None:
+            tiered = os.environ.get("ONNXJIT_TIERED", "1").strip() not in ("0", "false", "no",
+                                                                          "off", "")
+        if not isinstance(tiered, bool):
+            raise OnnxJitError(f"tiered must be True or False, got {tiered!r}")
         return CompileOptions(
+            tiered=tiered,
             progress=_progress(options.get("progress")),
             cache_dir=cache_dir,
             dump_ir=Path(dump) if dump else None,

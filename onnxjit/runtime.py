@@ -97,6 +97,11 @@ class CompiledModel(Interface, StageLookups):
         from onnxjit.specialize import Specializer
 
         self._symbolic = Specializer(self)
+        self._tier = None
+        if options.tiered and options.cache_dir is not None:
+            from onnxjit.tiered.tier import Tier
+
+            self._tier = Tier(self)
 
     # model-level metadata ------------------------------------------------------------------
     def _model_key(self) -> str:
@@ -238,7 +243,10 @@ class CompiledModel(Interface, StageLookups):
         key = fast_key(arrays)  # lists (sequences) and None (optionals) included
         art = self._fast.get(key)
         if art is None:
-            art = self._artifact(sig)
+            tier = self._tier
+            art = self._artifact(sig) if tier is None else tier.artifact(sig)
+            if tier is not None and art.__class__ is tier.Interpreted:
+                return arrays, art  # tier 0 for this call: the next one looks again
             self._fast[key] = art
         self._last, self._fastcall = art, _NO_FASTCALL
         return arrays, art
@@ -263,9 +271,11 @@ class CompiledModel(Interface, StageLookups):
             self._timings[describe(self.input_names, sig)] = art.timings = stages
         return art
 
-    def _lookup(self, sig: tuple, what: Any) -> Any:
+    def _lookup(self, sig: tuple, what: Any, compile: bool = True) -> Any:
+        """The artifact of `sig`: symbolic program, memory, disk, else compiled; without
+        `compile`, None (or the symbolic program's `tiered.tier.Pending`) instead."""
         if self._symbolic.enabled():
-            art = self._symbolic.artifact(sig)
+            art = self._symbolic.artifact(sig, compile)
             if art is not None:
                 return art
         key = self._artifact_key(sig)
@@ -284,6 +294,8 @@ class CompiledModel(Interface, StageLookups):
                 record("load", time.perf_counter() - t0)
                 cache_mod.STATS.disk_hits += 1
                 cache_event("disk hit", what)
+            elif not compile:
+                return None
             else:
                 cache_mod.STATS.misses += 1
                 cache_event("miss", what)
@@ -434,6 +446,23 @@ class CompiledModel(Interface, StageLookups):
         if session.stages():
             self._timings["every size"] = session.stages()
         return out
+
+    def tier_info(self) -> dict[str, Any]:
+        """Tier 0 of this model (`onnxjit.tiered`): whether it is on (else why not), the calls
+        it answered, and its background compiles (what each builds, its state, its error)."""
+        tier = self._tier
+        if tier is None:
+            why = "off (tiered=False)" if not self.options.tiered else "no disk cache"
+            return {"enabled": False, "why_not": why, "interpreted": 0, "jobs": []}
+        jobs = [{"what": j.request["job"][0], "error": j.error,
+                 "state": "done" if j.done.is_set() else "running" if j.proc else "queued"}
+                for j in tier.jobs.values()]
+        return {"enabled": tier.plan is not None or not tier._planned, "why_not": tier.why_not,
+                "interpreted": tier.interpreted, "jobs": jobs}
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Wait for this model's background compiles (tier 0's); True when none is left."""
+        return True if self._tier is None else self._tier.wait(timeout)
 
     @staticmethod
     def cache_info() -> dict[str, int]:

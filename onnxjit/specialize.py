@@ -40,6 +40,8 @@ from onnxjit.errors import OnnxJitError
 from onnxjit.ir.types import DType
 from onnxjit.signature import signature_id
 
+#: `program` without compiling: not built yet
+_MISSING = object()
 #: the size a symbol is taken to have usually when `precompile` is given no hint for it
 DEFAULT_HINT = 16
 
@@ -64,8 +66,9 @@ class Specializer:
     def enabled(self) -> bool:
         return self.mode in ("dynamic", "auto") and self.owner._call_sized()
 
-    def artifact(self, sig: tuple) -> Any:
-        """The Artifact of `sig` from a symbolic program, or None (see the module docstring)."""
+    def artifact(self, sig: tuple, compile: bool = True) -> Any:
+        """The Artifact of `sig` from a symbolic program, or None (see the module docstring);
+        without `compile`, a program not built yet is a `Pending` (what to build)."""
         # (dtype, rank) of tensors; sequences and optionals enter by their kind only
         pattern = tuple([(d, len(s)) if d.__class__ is DType else (d, None) for d, s in sig])
         positions = self.positions.get(pattern)
@@ -88,7 +91,11 @@ class Specializer:
             program = self.by_pattern[memo]
         except KeyError:
             ssig, hints = symbolic_signature(self.owner._declared, sig, chosen)
-            program = None if ssig == sig else self.program(ssig, hints)
+            program = None if ssig == sig else self.program(ssig, hints, compile)
+            if program is _MISSING:
+                from onnxjit.tiered.tier import Pending
+
+                return Pending(ssig, hints)
             self.by_pattern[memo] = program
         return None if program is None else program.bind(sig)
 
@@ -108,8 +115,9 @@ class Specializer:
             self.owner._store_varying(sorted(self.varying))
         return chosen
 
-    def program(self, ssig: tuple, hints: dict[str, int]) -> SymbolicArtifact | None:
-        """The symbolic program of `ssig`: memory, disk, then compiled (None if it cannot)."""
+    def program(self, ssig: tuple, hints: dict[str, int], compile: bool = True) -> Any:
+        """The symbolic program of `ssig`: memory, disk, then compiled (None if it cannot;
+        `_MISSING` when it is not built and `compile` is off)."""
         owner = self.owner
         key = owner._artifact_key(ssig)
         if key in self.programs:
@@ -123,6 +131,8 @@ class Specializer:
                 cache_mod.STATS.disk_hits += 1
             elif entry is not None and "not_symbolic" in entry.meta:
                 self.not_symbolic[key] = str(entry.meta["not_symbolic"])
+            elif not compile:
+                return _MISSING
             else:
                 cache_mod.STATS.misses += 1
                 t0 = time.perf_counter()

@@ -82,8 +82,9 @@ def markdown(doc: dict[str, Any]) -> str:
              " (> 1: onnxjit faster), onnxruntime with 2 intra-op threads unless noted;"
              f" {_SCHEDULE.get(interleave, interleave)}", "",
              "| benchmark | onnxjit (IQR) | onnxruntime (IQR) | speed-up | alternating calls "
-             "| GFLOP/s | cold compile | warm start | peak MB onnxjit / ort | note |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| GFLOP/s | cold compile | first result (tier 0) | warm start "
+             "| peak MB onnxjit / ort | note |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in doc["results"]:
         if r.get("kind") == "stream":
             continue
@@ -104,6 +105,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_us(r.get('ort_us'))} ({_us(r.get('ort_iqr_us'), r.get('ort_us'))}) | "
             f"{_f(r.get('ratio'), '.2f', 'x')} | {_f(r.get('ratio_calls'), '.2f', 'x')} | {gf} | "
             f"{_f(r.get('compile_cold_ms'), '.0f', ' ms')} | "
+            f"{_f(r.get('first_result_ms'), '.0f', ' ms')} | "
             f"{_f(r.get('compile_warm_ms'), '.0f', ' ms')} | {mem} | {note} |")
     return ("\n".join(lines) + "\n" + stages(doc["results"]) + _dynamic(doc["results"])
             + _streams(doc["results"]))

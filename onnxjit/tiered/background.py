@@ -1,0 +1,123 @@
+"""Compiles in a background process, which leaves its program in the disk cache.
+
+A `Job` is one compile that a tier-0 call asked for: the model's bytes, its options and what to
+compile (a signature's program, or a symbolic program: `worker`), pickled to a fresh
+`python -m onnxjit.tiered.worker` on its stdin. A process rather than a thread: the compile is
+mostly Python (passes, IR emission) holding the GIL, which would stall the interpreter's many
+short numpy calls, and a process uses the second core while this one interprets. The worker
+stores its program in the disk cache like any compile (atomic writes), so the caller's usual
+lookup finds it there; a waiter thread marks the job done when the process exits.
+
+Jobs run one at a time per process (`start` queues the rest): the machine's cores are shared
+with the interpreting caller. `cancel` kills a queued or running job whose program is no longer
+wanted (a symbolic one superseding a shape's); every job still running when the interpreter
+exits is killed (`atexit`), and a worker whose parent died exits by itself, so none outlives
+its caller.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from typing import Any
+
+__all__ = ["Job", "start", "cancel", "active"]
+
+_lock = threading.Lock()
+_queue: list[Job] = []
+_running: Job | None = None
+
+
+class Job:
+    """One background compile: `done` once its process exited; `error` says why it failed."""
+
+    def __init__(self, key: str, request: dict[str, Any]):
+        self.key = key
+        self.request = request
+        self.done = threading.Event()
+        self.error: str | None = None
+        self.cancelled = False
+        self.proc: subprocess.Popen | None = None
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.done.wait(timeout)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done.is_set() else "running" if self.proc else "queued"
+        return f"<Job {self.key[:12]} {state}{' ' + self.error if self.error else ''}>"
+
+
+def start(job: Job) -> Job:
+    """Queue `job`; it starts at once when no other job runs."""
+    with _lock:
+        _queue.append(job)
+        _next_locked()
+    return job
+
+
+def cancel(job: Job) -> None:
+    with _lock:
+        job.cancelled = True
+        if job in _queue:
+            _queue.remove(job)
+            job.error = "cancelled"
+            job.done.set()
+        elif job.proc is not None and job.proc.poll() is None:
+            job.proc.kill()
+
+
+def active() -> list[Job]:
+    with _lock:
+        return ([_running] if _running is not None else []) + list(_queue)
+
+
+def _next_locked() -> None:
+    global _running
+    if _running is not None or not _queue:
+        return
+    job = _running = _queue.pop(0)
+    env = dict(os.environ, ONNXJIT_TIERED="0", ONNXJIT_PROGRESS="0")
+    try:
+        job.proc = subprocess.Popen([sys.executable, "-m", "onnxjit.tiered.worker"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env)
+    except OSError as e:
+        job.error = f"could not start a compile process: {e}"
+        _running = None
+        job.done.set()
+        _next_locked()
+        return
+    threading.Thread(target=_wait, args=(job,), name="onnxjit-tier-wait", daemon=True).start()
+
+
+def _wait(job: Job) -> None:
+    global _running
+    assert job.proc is not None
+    try:
+        _, err = job.proc.communicate(pickle.dumps(job.request))
+        if job.proc.returncode != 0:
+            lines = err.decode(errors="replace").strip().splitlines()
+            job.error = ("cancelled" if job.cancelled else lines[-1] if lines else
+                         f"exit code {job.proc.returncode}")
+    except Exception as e:  # noqa: BLE001 - reported through the job
+        job.error = str(e)
+    finally:
+        with _lock:
+            _running = None
+            job.done.set()
+            _next_locked()
+
+
+@atexit.register
+def _kill_all() -> None:
+    with _lock:
+        jobs = ([_running] if _running is not None else []) + _queue
+        _queue.clear()
+    for job in jobs:
+        job.cancelled = True
+        if job.proc is not None and job.proc.poll() is None:
+            job.proc.kill()

@@ -1,0 +1,386 @@
+"""Tier-0 kernels of elementwise, shape and data-movement ops: numpy with ONNX semantics.
+
+Each builder reads its node's attributes once and returns `fn(*inputs) -> [outputs]`. They
+cover the cases whose numpy meaning is exactly ONNX's; anything else raises `Decline` (the node's
+host evaluation then runs: integer division, Slice clamping at extremes and the like stay in one
+place). Views are fine as results (a Transpose, a Reshape): the plan copies an output that
+aliases an input or a constant, and no kernel writes into its inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from onnxjit.ir.graph import Node
+from onnxjit.ir.types import DType
+from onnxjit.tiered.interpreter import Decline, kernel
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _floats(*xs: np.ndarray) -> None:
+    for x in xs:
+        if x.dtype not in _FLOATS:
+            raise Decline
+
+
+# ------------------------------------------------------------------------------- elementwise
+_BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal,
+           "Less": np.less, "Greater": np.greater, "LessOrEqual": np.less_equal,
+           "GreaterOrEqual": np.greater_equal, "And": np.logical_and, "Or": np.logical_or,
+           "Xor": np.logical_xor, "BitwiseAnd": np.bitwise_and, "BitwiseOr": np.bitwise_or}
+
+
+@kernel(*_BINARY)
+def _binary(node: Node) -> Any:
+    if node.version < 7:
+        return None  # the legacy broadcast attribute
+    f = _BINARY[node.op]
+
+    def run(a: np.ndarray, b: np.ndarray) -> list:
+        if a.dtype != b.dtype:
+            raise Decline
+        return [f(a, b)]
+    return run
+
+
+@kernel("Div", "Pow")
+def _float_binary(node: Node) -> Any:
+    if node.version < 7:
+        return None
+    f = np.divide if node.op == "Div" else np.power
+
+    def run(a: np.ndarray, b: np.ndarray) -> list:
+        _floats(a, b)
+        if a.dtype != b.dtype:
+            raise Decline
+        with np.errstate(all="ignore"):
+            return [f(a, b)]
+    return run
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+_UNARY = {"Relu": lambda x: np.maximum(x, x.dtype.type(0)), "Neg": np.negative,
+          "Abs": np.abs, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt, "Tanh": np.tanh,
+          "Reciprocal": np.reciprocal, "Floor": np.floor, "Ceil": np.ceil, "Sigmoid": _sigmoid,
+          "Sin": np.sin, "Cos": np.cos, "Not": np.logical_not, "IsNaN": np.isnan,
+          "Round": np.round, "Sign": np.sign}
+_ANY_TYPE = {"Neg", "Abs", "Not", "Sign"}
+
+
+@kernel(*_UNARY)
+def _unary(node: Node) -> Any:
+    f = _UNARY[node.op]
+    any_type = node.op in _ANY_TYPE
+
+    def run(x: np.ndarray) -> list:
+        if not any_type:
+            _floats(x)
+        with np.errstate(all="ignore"):
+            return [f(x)]
+    return run
+
+
+@kernel("LeakyRelu", "HardSigmoid", "HardSwish", "Elu", "Softplus", "Selu")
+def _activation(node: Node) -> Any:
+    op = node.op
+    alpha = float(node.attr("alpha", {"LeakyRelu": 0.01, "HardSigmoid": 0.2,
+                                      "HardSwish": 1 / 6, "Elu": 1.0, "Softplus": 0.0,
+                                      "Selu": 1.67326319217681884765625}[op]))
+    beta = float(node.attr("beta", 0.5))
+    gamma = float(node.attr("gamma", 1.05070102214813232421875))
+
+    def run(x: np.ndarray) -> list:
+        _floats(x)
+        t = x.dtype.type
+        with np.errstate(all="ignore"):
+            if op == "LeakyRelu":
+                return [np.where(x < 0, x * t(alpha), x)]
+            if op == "HardSigmoid":
+                return [np.clip(x * t(alpha) + t(beta), t(0), t(1))]
+            if op == "HardSwish":
+                return [x * np.clip(x * t(alpha) + t(0.5), t(0), t(1))]
+            if op == "Elu":
+                return [np.where(x < 0, t(alpha) * np.expm1(x), x)]
+            if op == "Selu":
+                return [t(gamma) * np.where(x <= 0, t(alpha) * np.expm1(x), x)]
+            return [np.logaddexp(x, t(0))]
+    return run
+
+
+@kernel("Where")
+def _where(node: Node) -> Any:
+    def run(c: np.ndarray, a: np.ndarray, b: np.ndarray) -> list:
+        if a.dtype != b.dtype or c.dtype != np.bool_:
+            raise Decline
+        return [np.where(c, a, b)]
+    return run
+
+
+@kernel("Clip")
+def _clip(node: Node) -> Any:
+    if node.version < 11:
+        return None
+
+    def run(x: np.ndarray, lo: np.ndarray | None = None, hi: np.ndarray | None = None) -> list:
+        _floats(x)
+        y = x
+        if lo is not None:
+            y = np.maximum(y, lo.astype(x.dtype))
+        if hi is not None:
+            y = np.minimum(y, hi.astype(x.dtype))
+        return [y]
+    return run
+
+
+_PLAIN = {DType.FLOAT, DType.DOUBLE, DType.FLOAT16, DType.BOOL, DType.INT8, DType.UINT8,
+          DType.INT16, DType.UINT16, DType.INT32, DType.UINT32, DType.INT64, DType.UINT64}
+
+
+@kernel("Cast")
+def _cast(node: Node) -> Any:
+    to = DType(int(node.attr("to")))
+    if to not in _PLAIN or node.attr("saturate", 1) != 1:
+        return None
+    target = to.numpy
+
+    def run(x: np.ndarray) -> list:
+        if x.dtype.kind == "f" and target.kind in "iub" and target != np.bool_:
+            raise Decline  # float -> int: NaN and out-of-range handling stays with the host
+        if x.dtype.kind not in "fiub":
+            raise Decline
+        return [x.astype(target)]
+    return run
+
+
+@kernel("Identity", "Dropout")
+def _identity(node: Node) -> Any:
+    if len(node.outputs) > 1 or node.input(2) is not None:
+        return None  # Dropout's mask, or its training mode: the host evaluation draws
+    return lambda x, *_: [x]
+
+
+# ------------------------------------------------------------------------------- shapes
+@kernel("Shape")
+def _shape(node: Node) -> Any:
+    start, end = node.attr("start", 0), node.attr("end", None)
+    return lambda x: [np.array(x.shape[slice(start, end)], np.int64)]
+
+
+@kernel("Size")
+def _size(node: Node) -> Any:
+    return lambda x: [np.array(x.size, np.int64)]
+
+
+def _ints(a: np.ndarray | None) -> list[int]:
+    return [] if a is None else [int(v) for v in np.asarray(a).reshape(-1)]
+
+
+@kernel("Unsqueeze", "Squeeze")
+def _squeeze(node: Node) -> Any:
+    attr = node.attr("axes", None) if node.version < 13 else None
+    unsq = node.op == "Unsqueeze"
+
+    def run(x: np.ndarray, axes: np.ndarray | None = None) -> list:
+        ax = list(attr) if attr is not None else _ints(axes)
+        if unsq:
+            return [np.expand_dims(x, tuple(ax))]
+        if attr is None and axes is None:
+            return [np.squeeze(x)]
+        return [np.squeeze(x, tuple(a % x.ndim for a in ax))]
+    return run
+
+
+@kernel("Reshape")
+def _reshape(node: Node) -> Any:
+    if node.version < 5:
+        return None
+    allowzero = int(node.attr("allowzero", 0))
+
+    def run(x: np.ndarray, shape: np.ndarray) -> list:
+        dims = _ints(shape)
+        if not allowzero:
+            dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+        if -1 in dims and x.size == 0:
+            raise Decline
+        return [x.reshape(dims)]
+    return run
+
+
+@kernel("Flatten")
+def _flatten(node: Node) -> Any:
+    axis = int(node.attr("axis", 1))
+
+    def run(x: np.ndarray) -> list:
+        a = axis % (x.ndim + 1) if axis < 0 else axis
+        return [x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))]
+    return run
+
+
+@kernel("Transpose")
+def _transpose(node: Node) -> Any:
+    perm = node.attr("perm", None)
+    return lambda x: [np.transpose(x, perm)]
+
+
+@kernel("Concat")
+def _concat(node: Node) -> Any:
+    axis = int(node.attr("axis"))
+
+    def run(*xs: np.ndarray) -> list:
+        if len({x.dtype for x in xs}) != 1:
+            raise Decline
+        return [np.concatenate(xs, axis=axis)]
+    return run
+
+
+@kernel("Expand")
+def _expand(node: Node) -> Any:
+    def run(x: np.ndarray, shape: np.ndarray) -> list:
+        return [np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape))))]
+    return run
+
+
+@kernel("Tile")
+def _tile(node: Node) -> Any:
+    return lambda x, reps: [np.tile(x, _ints(reps))]
+
+
+@kernel("Gather")
+def _gather(node: Node) -> Any:
+    axis = int(node.attr("axis", 0))
+
+    def run(x: np.ndarray, idx: np.ndarray) -> list:
+        if idx.dtype.kind not in "iu":
+            raise Decline
+        return [np.take(x, idx, axis=axis)]  # IndexError beyond +-dim: native code reports
+    return run
+
+
+def _slice_bound(v: int, dim: int, step: int, is_start: bool) -> int | None:
+    """An ONNX Slice start/end clamped as the spec says, as a Python slice bound."""
+    if v < 0:
+        v += dim
+    if step > 0:
+        return min(max(v, 0), dim)
+    v = min(max(v, -1), dim - 1)
+    return None if v < 0 else v
+
+
+@kernel("Slice")
+def _slice(node: Node) -> Any:
+    if node.version < 10:
+        return None
+
+    def run(x: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+            axes: np.ndarray | None = None, steps: np.ndarray | None = None) -> list:
+        st, en = _ints(starts), _ints(ends)
+        ax = _ints(axes) if axes is not None else list(range(len(st)))
+        sp = _ints(steps) if steps is not None else [1] * len(st)
+        index = [slice(None)] * x.ndim
+        for s, e, a, k in zip(st, en, ax, sp):
+            if k == 0:
+                raise Decline
+            a %= x.ndim
+            d = x.shape[a]
+            lo = _slice_bound(s, d, k, True)
+            index[a] = (slice(0, 0) if lo is None else  # a backward start before the first
+                        slice(lo, _slice_bound(e, d, k, False), k))
+        return [x[tuple(index)]]
+    return run
+
+
+@kernel("Split")
+def _split(node: Node) -> Any:
+    axis = int(node.attr("axis", 0))
+    attr = node.attr("split", None) if node.version < 13 else None
+    n = len(node.outputs)
+
+    def run(x: np.ndarray, split: np.ndarray | None = None) -> list:
+        sizes = list(attr) if attr is not None else _ints(split) if split is not None else None
+        d = x.shape[axis]
+        if sizes is None:
+            if d % n:
+                raise Decline  # uneven num_outputs chunks
+            sizes = [d // n] * n
+        if sum(sizes) != d or len(sizes) != n:
+            raise Decline
+        return list(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+    return run
+
+
+@kernel("Range")
+def _range(node: Node) -> Any:
+    def run(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> list:
+        if start.dtype.kind == "f":
+            raise Decline
+        s, lim, d = int(start), int(limit), int(delta)
+        n = max(-((s - lim) // d), 0) if d else None
+        if n is None:
+            raise Decline
+        return [(s + d * np.arange(n)).astype(start.dtype)]
+    return run
+
+
+@kernel("ConstantOfShape")
+def _const_of_shape(node: Node) -> Any:
+    value = node.attr("value", None)
+    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+
+    def run(shape: np.ndarray) -> list:
+        return [np.full(_ints(shape), fill[0], dtype=fill.dtype)]
+    return run
+
+
+@kernel("Pad")
+def _pad(node: Node) -> Any:
+    if node.version < 11 or node.attr("mode", "constant") not in ("constant", b"constant"):
+        return None
+
+    def run(x: np.ndarray, pads: np.ndarray, value: np.ndarray | None = None,
+            axes: np.ndarray | None = None) -> list:
+        p = _ints(pads)
+        if axes is not None or min(p, default=0) < 0:
+            raise Decline
+        r = x.ndim
+        v = 0 if value is None or value.size == 0 else value.reshape(-1)[0]
+        return [np.pad(x, list(zip(p[:r], p[r:])), constant_values=v)]
+    return run
+
+
+# Taylor coefficients of erf(x) * sqrt(pi) / 2 in x^(2n+1): (-1)^n / (n! (2n + 1))
+_ERF_TAYLOR = np.array([(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(14)][::-1])
+# Numerical Recipes' Chebyshev fit of erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2):
+# relative error below 1.2e-7, so erf = 1 - erfc is within one float32 ulp from z = 0.5 on
+_ERFC_P = np.array([0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+                    0.09678418, 0.37409196, 1.00002368, -1.26551223])
+
+
+def erf32(x: np.ndarray) -> np.ndarray:
+    """erf of a float32 array, computed in float64 (Taylor series below 0.5, else erfc)."""
+    z = np.abs(x.astype(np.float64))
+    with np.errstate(all="ignore"):
+        return _erf64(x, z)
+
+
+def _erf64(x: np.ndarray, z: np.ndarray) -> np.ndarray:
+    small = z * np.polyval(_ERF_TAYLOR, z * z) * (2 / math.sqrt(math.pi))
+    t = 1 / (1 + 0.5 * z)
+    large = 1 - t * np.exp(-z * z + np.polyval(_ERFC_P, t))
+    return (np.sign(x) * np.where(z < 0.5, small, large)).astype(np.float32)
+
+
+@kernel("Erf")
+def _erf(node: Node) -> Any:
+    def run(x: np.ndarray) -> list:
+        if x.dtype != np.float32:
+            raise Decline
+        return [erf32(x)]
+    return run

@@ -1,0 +1,47 @@
+"""The background compile process: `python -m onnxjit.tiered.worker`, a request on stdin.
+
+The request (pickled by `background.Job`) holds the model's bytes and hash, its options (with
+progress off and tiering off), its base folder and source name, and what to compile:
+`("signature", sig)` builds the program of one signature as a first call would,
+`("symbolic", ssig, hints)` the symbolic program of `ssig` as the specializer would. Either
+stores what it builds in the disk cache, which is the whole result; the exit status says
+whether it worked and stderr's last line why not. A thread exits the process when its parent
+is gone, so an orphaned compile does not run on.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import threading
+import time
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
+def main() -> int:
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    req = pickle.loads(sys.stdin.buffer.read())
+    from onnxjit.runtime import CompiledModel
+
+    cm = CompiledModel(req["data"], req["hash"], req["options"], req["base_dir"], req["name"])
+    job = req["job"]
+    if job[0] == "signature":
+        cm._lookup(job[1], req["name"])
+    else:
+        cm._symbolic.program(job[1], job[2])
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:  # noqa: BLE001 - the parent reads the last line
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(1)

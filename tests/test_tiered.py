@@ -1,0 +1,174 @@
+"""Tiered execution: tier 0 (the graph with numpy) answers while a background process compiles.
+
+The interpreter is checked on every ONNX backend node case it plans (against the suite's
+expected outputs), and the tiers end to end: a first call answered by tier 0, the native code
+taking over once the background compile stored it, a bad call still getting the native code's
+InputError, a symbolic program superseding a shape's, and a fresh process on a warm cache
+interpreting nothing.
+"""
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxjit
+from onnxjit.errors import InputError
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def test_interpreter_matches_the_backend_node_cases():
+    from onnx.backend.test.case import node
+
+    from onnxjit.driver import import_model
+    from onnxjit.options import CompileOptions
+    from onnxjit.tiered.interpreter import NotPlannable, Plan
+
+    opts = CompileOptions.from_user({"cache_dir": False, "tiered": False})
+    ok, bad = 0, []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = [c for c in node.collect_testcases(None) if not c.name.endswith("_cuda")]
+        for c in cases:
+            try:
+                m = import_model(c.model.SerializeToString(), opts)
+                plan = Plan(m.graph)
+            except (NotPlannable, onnxjit.OnnxJitError):
+                continue
+            ins, outs = c.data_sets[0]
+            if len(ins) != len(m.graph.inputs):
+                continue  # an overridable initializer left out
+            got = plan.run([np.asarray(a) for a in ins])
+            if got is None:
+                continue  # declined: the caller waits for the native code
+            for want, have in zip(outs, got):
+                want = np.asarray(want)
+                if want.dtype == object:
+                    continue  # the suite's own quirk (quantizelinear_blocked_symmetric)
+                same = (want.dtype == have.dtype and want.shape == have.shape and (
+                    np.allclose(want, have, rtol=c.rtol or 1e-3, atol=c.atol or 1e-7,
+                                equal_nan=True) if want.dtype.kind in "fc"
+                    else np.array_equal(want, have)))
+                if not same:
+                    bad.append(c.name)
+                    break
+            else:
+                ok += 1
+    assert not bad, f"tier 0 disagrees with the backend suite on {bad}"
+    assert ok > 1400, f"tier 0 ran only {ok} backend node cases"
+
+
+def _mlp(layers: int = 8, width: int = 32) -> bytes:
+    """Dense layers with a symbolic batch: enough nodes for tier 0 (`tier.MIN_NODES`)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(layers):
+        w = helper.make_tensor(f"w{i}", TensorProto.FLOAT, (width, width),
+                               rng.standard_normal((width, width)).astype(np.float32) * 0.2)
+        b = helper.make_tensor(f"b{i}", TensorProto.FLOAT, (width,),
+                               rng.standard_normal(width).astype(np.float32))
+        inits += [w, b]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+                  helper.make_node("Tanh", [f"a{i}"], [f"t{i}"])]
+        x = f"t{i}"
+    nodes.append(helper.make_node("Add", [x, "skip"], ["y"]))
+    g = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width]),
+         helper.make_tensor_value_info("skip", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _reference(data: bytes, feeds: dict) -> np.ndarray:
+    return ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _feeds(batch: int, seed: int = 1) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((batch, 32)).astype(np.float32),
+            "skip": rng.standard_normal((batch, 32)).astype(np.float32)}
+
+
+def test_first_call_on_tier0_then_native(tmp_path):
+    data = _mlp()
+    fn = onnxjit.compile(data, cache_dir=tmp_path, tiered=True)
+    f = _feeds(4)
+    (y,) = fn(**f)
+    np.testing.assert_allclose(y, _reference(data, f), rtol=1e-5, atol=1e-5)
+    assert fn.tier_info()["interpreted"] == 1
+    assert fn.wait_compiled(timeout=300)
+    (y2,) = fn(**f)
+    np.testing.assert_allclose(y2, y, rtol=1e-5, atol=1e-5)
+    assert fn.tier_info()["interpreted"] == 1  # the native code answered
+    assert fn.signatures  # and it is the signature's artifact from now on
+
+
+def test_a_bad_call_on_tier0_raises_the_native_error(tmp_path):
+    fn = onnxjit.compile(_mlp(), cache_dir=tmp_path, tiered=True)
+    f = _feeds(4)
+    f["skip"] = f["skip"][:3]  # batch 3 against batch 4: the Add cannot broadcast
+    with pytest.raises(InputError):
+        fn(**f)
+
+
+def test_a_symbolic_program_supersedes_the_shape_program(tmp_path):
+    data = _mlp()
+    fn = onnxjit.compile(data, cache_dir=tmp_path, tiered=True)
+    for batch in (2, 5, 7):
+        f = _feeds(batch, batch)
+        np.testing.assert_allclose(fn(**f)[0], _reference(data, f), rtol=1e-5, atol=1e-5)
+    assert fn.wait_compiled(timeout=300)
+    kinds = [j["what"] for j in fn.tier_info()["jobs"]]
+    assert "symbolic" in kinds
+    before = type(fn).cache_info()["misses"]
+    for batch in (3, 9):
+        f = _feeds(batch, batch)
+        np.testing.assert_allclose(fn(**f)[0], _reference(data, f), rtol=1e-5, atol=1e-5)
+    assert type(fn).cache_info()["misses"] == before
+
+
+def test_a_fresh_process_on_a_warm_cache_interprets_nothing(tmp_path):
+    data = _mlp()
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(data)
+    fn = onnxjit.compile(data, cache_dir=tmp_path / "cache", tiered=True)
+    for batch in (2, 6):
+        fn(**_feeds(batch, batch))
+    assert fn.wait_compiled(timeout=300)
+    script = textwrap.dedent(f"""
+        import numpy as np, onnxjit
+        data = open({str(path)!r}, "rb").read()
+        fn = onnxjit.compile(data, cache_dir={str(tmp_path / 'cache')!r}, tiered=True)
+        for b in range(1, 21):
+            fn(x=np.ones((b, 32), np.float32), skip=np.zeros((b, 32), np.float32))
+        print(fn.tier_info()["interpreted"], type(fn).cache_info()["misses"])
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["0", "0"]
+
+
+def test_small_graphs_and_disabled_caches_compile_at_once(tmp_path):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    small = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    small.ir_version = 8
+    fn = onnxjit.compile(small.SerializeToString(), cache_dir=tmp_path, tiered=True)
+    fn(np.ones(2, np.float32))
+    assert fn.tier_info()["interpreted"] == 0 and "compile quickly" in fn.tier_info()["why_not"]
+    fn = onnxjit.compile(_mlp(), cache_dir=False, tiered=True)
+    fn(**_feeds(2))
+    assert fn.tier_info() == {"enabled": False, "why_not": "no disk cache", "interpreted": 0,
+                              "jobs": []}
+    assert onnx.load_from_string(_mlp()).graph.node  # the model itself is untouched
