@@ -172,3 +172,25 @@ def test_small_graphs_and_disabled_caches_compile_at_once(tmp_path):
     assert fn.tier_info() == {"enabled": False, "why_not": "no disk cache", "interpreted": 0,
                               "jobs": []}
     assert onnx.load_from_string(_mlp()).graph.node  # the model itself is untouched
+
+
+def _child_call(fn, q):
+    f = _feeds(3, 9)
+    q.put((fn(**f)[0], fn.tier_info()["jobs"]))
+
+
+def test_a_forked_child_does_not_wait_on_its_parents_jobs(tmp_path):
+    import multiprocessing
+
+    data = _mlp()
+    fn = onnxjit.compile(data, cache_dir=tmp_path, tiered=True)
+    fn(**_feeds(3, 9))  # a background job is running now
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_call, args=(fn, q))
+    p.start()
+    y, jobs = q.get(timeout=300)
+    p.join(60)
+    np.testing.assert_allclose(y, _reference(data, _feeds(3, 9)), rtol=1e-5, atol=1e-5)
+    assert all(j["state"] == "done" for j in jobs)
+    assert fn.wait_compiled(timeout=300)

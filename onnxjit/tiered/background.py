@@ -12,7 +12,7 @@ Jobs run one at a time per process (`start` queues the rest): the machine's core
 with the interpreting caller. `cancel` kills a queued or running job whose program is no longer
 wanted (a symbolic one superseding a shape's); every job still running when the interpreter
 exits is killed (`atexit`), and a worker whose parent died exits by itself, so none outlives
-its caller.
+its caller; in a forked child the parent's jobs count as finished (`_forked_child`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import weakref
 from typing import Any
 
 __all__ = ["Job", "start", "cancel", "active"]
@@ -30,6 +31,7 @@ __all__ = ["Job", "start", "cancel", "active"]
 _lock = threading.Lock()
 _queue: list[Job] = []
 _running: Job | None = None
+_all: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
 class Job:
@@ -42,6 +44,7 @@ class Job:
         self.error: str | None = None
         self.cancelled = False
         self.proc: subprocess.Popen | None = None
+        _all.add(self)
 
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
@@ -110,6 +113,24 @@ def _wait(job: Job) -> None:
             _running = None
             job.done.set()
             _next_locked()
+
+
+def _forked_child() -> None:
+    """In a forked child the jobs' processes and waiter threads are the parent's: every
+    unfinished job is over here (its calls compile in the child, or find the parent's
+    program on disk)."""
+    global _lock, _running
+    _lock = threading.Lock()
+    _queue.clear()
+    _running = None
+    for job in list(_all):
+        if not job.done.is_set():
+            job.error, job.proc = "the compile process belongs to the parent process", None
+            job.done = threading.Event()
+            job.done.set()
+
+
+os.register_at_fork(after_in_child=_forked_child)
 
 
 @atexit.register

@@ -164,15 +164,18 @@ class Plan:
         for i, a in zip(self.input_slots, arrays):
             env[i] = a
         try:
-            with one_thread():
+            with one_thread(), np.errstate(all="ignore"):  # inf and NaN as the native code
+                get = env.__getitem__
                 for fn, host, ins, outs, dead in self.steps:
-                    args = [env[i] for i in ins]
                     try:
-                        res = fn(*args)
+                        res = fn(*map(get, ins))
                     except Decline:
-                        res = host(*args)
-                    for i, r in zip(outs, res):
-                        env[i] = r
+                        res = host(*map(get, ins))
+                    if len(outs) == 1:
+                        env[outs[0]] = res[0]
+                    else:
+                        for i, r in zip(outs, res):
+                            env[i] = r
                     for i in dead:
                         env[i] = None
             return self._outputs(env, arrays)

@@ -191,7 +191,14 @@ def _squeeze(node: Node) -> Any:
     def run(x: np.ndarray, axes: np.ndarray | None = None) -> list:
         ax = list(attr) if attr is not None else _ints(axes)
         if unsq:
-            return [np.expand_dims(x, tuple(ax))]
+            r = x.ndim + len(ax)
+            ax = sorted(a % r for a in ax)
+            if len(set(ax)) != len(ax):
+                raise Decline
+            shape = list(x.shape)
+            for a in ax:
+                shape.insert(a, 1)
+            return [x.reshape(shape)]
         if attr is None and axes is None:
             return [np.squeeze(x)]
         return [np.squeeze(x, tuple(a % x.ndim for a in ax))]
@@ -355,26 +362,43 @@ def _pad(node: Node) -> Any:
     return run
 
 
-# Taylor coefficients of erf(x) * sqrt(pi) / 2 in x^(2n+1): (-1)^n / (n! (2n + 1))
-_ERF_TAYLOR = np.array([(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(14)][::-1])
+# Taylor coefficients of erf(x) * sqrt(pi) / 2 in x^(2n+1): (-1)^n / (n! (2n + 1)); nine
+# terms reach 2e-10 relative below 0.5
+_ERF_TAYLOR = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(9)][::-1]
 # Numerical Recipes' Chebyshev fit of erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2):
 # relative error below 1.2e-7, so erf = 1 - erfc is within one float32 ulp from z = 0.5 on
-_ERFC_P = np.array([0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
-                    0.09678418, 0.37409196, 1.00002368, -1.26551223])
+_ERFC_P = [0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
+           0.09678418, 0.37409196, 1.00002368, -1.26551223]
+
+
+def _horner(coefs: list[float], x: np.ndarray) -> np.ndarray:
+    y = np.full_like(x, coefs[0])
+    for c in coefs[1:]:
+        y *= x
+        y += c
+    return y
 
 
 def erf32(x: np.ndarray) -> np.ndarray:
     """erf of a float32 array, computed in float64 (Taylor series below 0.5, else erfc)."""
-    z = np.abs(x.astype(np.float64))
+    z = np.abs(x, dtype=np.float64)
     with np.errstate(all="ignore"):
-        return _erf64(x, z)
-
-
-def _erf64(x: np.ndarray, z: np.ndarray) -> np.ndarray:
-    small = z * np.polyval(_ERF_TAYLOR, z * z) * (2 / math.sqrt(math.pi))
-    t = 1 / (1 + 0.5 * z)
-    large = 1 - t * np.exp(-z * z + np.polyval(_ERFC_P, t))
-    return (np.sign(x) * np.where(z < 0.5, small, large)).astype(np.float32)
+        zz = z * z
+        small = _horner(_ERF_TAYLOR, zz)
+        small *= z
+        small *= 2 / math.sqrt(math.pi)
+        t = 0.5 * z
+        t += 1
+        np.reciprocal(t, out=t)
+        e = _horner(_ERFC_P, t)
+        e -= zz
+        np.exp(e, out=e)
+        e *= t
+        np.subtract(1, e, out=e)
+        y = np.where(z < 0.5, small, e)
+        y = np.copysign(y, x, out=y)
+    y[np.isnan(x)] = np.nan
+    return y.astype(np.float32)
 
 
 @kernel("Erf")

@@ -244,3 +244,19 @@ def _pool(node: Node) -> Any:
                 y /= cnt
         return [y]
     return run
+
+
+@kernel("Resize")
+def _resize(node: Node) -> Any:
+    """Nearest-neighbour resizes as one gather per resized axis (the op's own tables,
+    `vision.resize.plan`; exact for every dtype); blends stay with the host evaluation."""
+    from onnxjit.ir.ops.vision.resize import plan
+
+    def run(x: np.ndarray, *_: Any) -> list:
+        out, tables, _ev, ort = plan(node, x.shape, x.dtype)
+        if ort is not None or not all(t.ext is None and t.one_hot for t in tables.values()):
+            raise Decline
+        for a in sorted(tables):
+            x = np.take(x, tables[a].picks(), axis=a)
+        return [x.reshape(out)]
+    return run
