@@ -4,6 +4,10 @@ A narrow float is stored in 16 bits and computed in float32 (see `types.NARROW_F
 conversions here define the semantics code generation reproduces bit for bit:
 
 - widening (f16/bf16 -> f32) is exact; bf16 -> f32 is the 16 bits shifted to the top of a word;
+  f16 -> f32 quiets a signalling NaN (sets the quiet bit, keeps sign and payload), as the
+  x86 conversion LLVM's `fpext half` compiles to (vcvtph2ps) does. numpy's `astype` keeps it
+  signalling, and folded through libm's pow (numpy's loop on hosts without AVX-512) a
+  float16 signalling NaN ** 0 was NaN where compiled code gives 1;
 - f32 -> f16 is numpy's `astype(float16)`: round to nearest, ties to even, overflow to inf;
 - f64 -> f16 rounds once, directly (numpy's cast; LLVM's `fptrunc double to half`);
 - f32 -> bf16 rounds to nearest, ties to even, on the bit pattern: `(bits + 0x7FFF + lsb) >> 16`
@@ -36,9 +40,15 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def widen(x: np.ndarray) -> np.ndarray:
-    """A float16/bfloat16 array as float32 (exact); other arrays unchanged."""
+    """A float16/bfloat16 array as float32 (exact, a float16 signalling NaN quieted: see the
+    module docstring); other arrays unchanged."""
     if x.dtype == np.float16:
-        return x.astype(np.float32)
+        f = x.astype(np.float32)
+        nan = np.isnan(f)
+        if nan.any():
+            quiet = (f.view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
+            f = np.where(nan, quiet, f)
+        return f
     if x.dtype == _BF16:
         bits = np.ascontiguousarray(x).view(np.uint16).astype(np.uint32) << np.uint32(16)
         return bits.view(np.float32)
