@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import onnxjit
+from onnxjit.codegen.kernel_shapes import panel_width, tile_shape
 from onnxjit.driver import import_model, lower_signature
 from onnxjit.ir.loops import Matmul, walk
 from onnxjit.ir.ops.conv import blocking, few_positions
@@ -60,6 +61,21 @@ def _feeds(m, xs, cout, dtype):
     return feeds
 
 
+def _waste(p, dtype=np.float32):
+    """Lanes Y = W @ X wastes over `p` positions on this host (a fraction of the useful ones):
+    7x7 (49) in f32 wastes 31% of 16 lanes (AVX-512), 14% of 8 (AVX2)."""
+    vl = tile_shape(np.dtype(dtype).itemsize)[0]
+    return -(-p // vl) * vl / p - 1
+
+
+def _take_transposed(monkeypatch, p, dtype=np.float32):
+    """Lets the transposed form take `p` positions on any host: where the host's vectors waste
+    fewer than MIN_WASTE of their lanes (7x7 on AVX2), the tests of the form's results and
+    chunks lower MIN_WASTE (the choice itself: `test_wasted_lanes_choose_the_form`)."""
+    if _waste(p, dtype) < few_positions.MIN_WASTE:
+        monkeypatch.setattr(few_positions, "MIN_WASTE", 0.0)
+
+
 def _kernels(m, feeds):
     gm = import_model(m.SerializeToString(), OPTIONS)
     sig = tuple((DType.from_numpy(a.dtype), a.shape) for a in feeds)
@@ -73,10 +89,10 @@ CASES = [
     ((1, 96, 7, 7), 100, np.float32, False, False),  # a chunk of 36 channels: partial copy block
     ((2, 64, 7, 7), 200, np.float32, True, True),  # batch, residual + Relu epilogue
     ((1, 80, 3, 3), 72, np.float32, True, True),
-    ((1, 64, 3, 3), 96, np.float64, True, False),  # f64: 9 positions of 8-lane vectors
+    ((1, 64, 3, 3), 96, np.float64, True, False),  # f64: 9 positions of 8- or 4-lane vectors
     ((1, 256, 5, 5), 512, np.float32, True, True),
-    # deep products over small images, whatever the lanes; one panel of channels: the
-    # threads share equal chunks of positions (49 x 4, 25 x 4, 21 x 3 + 18)
+    # deep products over small images, whatever the lanes; one panel of channels (with 16
+    # lanes): the threads share equal chunks of positions (49 x 4, 25 x 4, 21 x 3 + 18)
     ((1, 256, 14, 14), 64, np.float32, True, True),
     ((1, 256, 10, 10), 96, np.float32, False, False),
     ((1, 256, 9, 9), 64, np.float32, True, False),
@@ -88,7 +104,9 @@ CASES = [
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("xs,cout,dtype,bias,residual", CASES)
-def test_transposed_pointwise_matches_reference(xs, cout, dtype, bias, residual, threads):
+def test_transposed_pointwise_matches_reference(xs, cout, dtype, bias, residual, threads,
+                                                monkeypatch):
+    _take_transposed(monkeypatch, int(np.prod(xs[2:])), dtype)
     m = _model(xs, cout, dtype, bias, residual)
     feeds = _feeds(m, xs, cout, dtype)
     assert "conv_gemm_t" in _kernels(m, feeds)
@@ -108,10 +126,12 @@ def _products(m, feeds):
 
 
 def test_position_chunks_are_equal(monkeypatch):
-    # 196 positions on two threads: four chunks of 49 (two a thread); whole 6-row tiles were
-    # 54 + 54 for one thread and 54 + 34 for the other
-    m = _model((1, 256, 14, 14), 64)
-    feeds = _feeds(m, (1, 256, 14, 14), 64, np.float32)
+    # 196 positions of one panel of channels (64 with 16 lanes, 16 with 8) on two threads:
+    # four chunks of 49 (two a thread); whole 6-row tiles were 54 + 54 for one thread and
+    # 54 + 34 for the other
+    nr = panel_width(4)
+    m = _model((1, 256, 14, 14), nr)
+    feeds = _feeds(m, (1, 256, 14, 14), nr, np.float32)
     assert sorted(s.m for s in _products(m, feeds)) == [49]  # equal: no separate last chunk
     monkeypatch.setattr(blocking, "EQUAL_ROWS", False)
     assert sorted(s.m for s in _products(m, feeds)) == [34, 54]
@@ -124,6 +144,7 @@ def test_channel_chunks_balanced_for_two_threads(monkeypatch):
 
     assert [panel_chunk(p, 4, 1) for p in (4, 5, 6, 9, 15, 16, 32)] == [1, 1, 1, 2, 4, 4, 8]
     assert panel_chunk(9, 2, 2) == 5  # two images: (5 + 4) panels each
+    _take_transposed(monkeypatch, 36)
     nr = few_positions.packed_width(DType.FLOAT, 36, 576, 96)
     m = _model((1, 96, 6, 6), 9 * nr, residual=True)
     feeds = _feeds(m, (1, 96, 6, 6), 9 * nr, np.float32)
@@ -140,6 +161,7 @@ def test_channel_chunks_balanced_for_two_threads(monkeypatch):
 def test_odd_panels_split_their_positions_too(monkeypatch):
     # 5 panels of channels at 7x7 leave two threads 3 + 2 panels; each panel's chunk is cut
     # into two halves of the 49 positions (25 + 24), ten chunks two threads share equally
+    _take_transposed(monkeypatch, 49)
     nr = few_positions.packed_width(DType.FLOAT, 49, 320, 64)
     m = _model((1, 64, 7, 7), 5 * nr, residual=True)
     feeds = _feeds(m, (1, 64, 7, 7), 5 * nr, np.float32)
@@ -181,7 +203,18 @@ def test_deep_im2col_convs_keep_the_usual_form():
                                atol=1e-4)
 
 
+def test_wasted_lanes_choose_the_form():
+    # 7x7 positions take the transposed form where Y = W @ X wastes MIN_WASTE of its lanes
+    # along them: 16 f32 lanes (AVX-512) waste 31%, 8 (AVX2) 14%, and keep the usual form
+    m = _model((1, 64, 7, 7), 128)
+    feeds = _feeds(m, (1, 64, 7, 7), 128, np.float32)
+    transposed = _waste(49) >= few_positions.MIN_WASTE
+    assert transposed == (tile_shape(4)[0] == 16)
+    assert ("conv_gemm_t" in _kernels(m, feeds)) == transposed
+
+
 def test_switch_off_restores_the_usual_form(monkeypatch):
+    _take_transposed(monkeypatch, 49)
     m = _model((1, 64, 7, 7), 128)
     feeds = _feeds(m, (1, 64, 7, 7), 128, np.float32)
     monkeypatch.setattr(few_positions, "TRANSPOSED", False)
@@ -228,7 +261,7 @@ def test_padded_strided_1x1_keeps_im2col():
     ((1, 8, 5, 5), 70, (3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), np.float64, False),
 ])
 def test_im2col_convs_over_few_positions_run_transposed(xs, cout, k, attrs, dtype, residual,
-                                                        threads):
+                                                        threads, monkeypatch):
     m = _conv(xs, cout, k, dtype, True, residual, **attrs)
     x = RNG.standard_normal(xs).astype(dtype)
     feeds = {"x": x}
@@ -238,6 +271,7 @@ def test_im2col_convs_over_few_positions_run_transposed(xs, cout, k, attrs, dtyp
             None, feeds)[0].shape
         feeds["r"] = RNG.standard_normal(shape).astype(dtype)
         want = ReferenceEvaluator(m).run(None, feeds)[0]
+    _take_transposed(monkeypatch, int(np.prod(want.shape[2:])), dtype)
     names = _kernels(m, list(feeds.values()))
     assert "conv_gemm_t" in names and "conv_im2col" in names, names
     tol = 1e-4 if dtype == np.float32 else 1e-10
@@ -248,14 +282,17 @@ def test_im2col_convs_over_few_positions_run_transposed(xs, cout, k, attrs, dtyp
 
 
 def test_copy_and_epilogue_stay_rolled(monkeypatch):
-    # 7x7 positions in chunks of 13 rows: unrolled by LLVM, the copy became 13 x 16 scalar
-    # copies and the epilogue's rows were vectorized across channels (most of DenseNet-121's
-    # optimised IR); rolled, the same results from much less code
+    # 7x7 positions in chunks of 13 rows (two panels of channels, fewer than MIN_TASKS: 128
+    # with 16 lanes, 32 with 8): unrolled by LLVM, the copy became 13 x 16 scalar copies and
+    # the epilogue's rows were vectorized across channels (most of DenseNet-121's optimised
+    # IR); rolled, the same results from much less code
     from onnxjit import runtime
     from onnxjit.codegen import compile_program
 
-    m = _model((1, 64, 7, 7), 128, residual=True)
-    feeds = _feeds(m, (1, 64, 7, 7), 128, np.float32)
+    _take_transposed(monkeypatch, 49)
+    cout = 2 * panel_width(4)
+    m = _model((1, 64, 7, 7), cout, residual=True)
+    feeds = _feeds(m, (1, 64, 7, 7), cout, np.float32)
     gm = import_model(m.SerializeToString(), OPTIONS)
     sig = tuple((DType.from_numpy(a.dtype), a.shape) for a in feeds)
     outs, loops, sizes = [], [], []

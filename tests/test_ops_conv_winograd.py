@@ -6,6 +6,8 @@ it must leave to im2col; the weight transform against the convolution it stands 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conv_cases import ONNX_TYPES, program, rand, reference
@@ -13,6 +15,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import onnxjit
+from onnxjit.codegen.kernel_shapes import panel_width
 from onnxjit.ir.loops import Matmul, walk
 from onnxjit.ir.ops.conv import winograd
 
@@ -26,6 +29,7 @@ CASES = [
     ((1, 16, 40, 20), 32, dict(auto_pad="SAME_UPPER"), np.float32),
     ((1, 32, 14, 14), 64, dict(pads=[1] * 4), np.float32),  # one block: channel chunks
     ((1, 48, 13, 15), 40, dict(pads=[1] * 4), np.float32),  # one block, odd, last chunk
+    ((2, 16, 14, 16), 48, dict(pads=[1, 1, 0, 0]), np.float64),  # 13 x 15: 8 tiles a row
 ]
 
 
@@ -54,6 +58,12 @@ def _winograd_kernels(mo, *args: np.ndarray) -> list[str]:
     return [k.name for k in program(mo, *args).kernels if "winograd" in k.name]
 
 
+def _one_block_side(dt=np.float32) -> int:
+    """An output side whose tiles make one block on this host (a block is at most one packed
+    panel of tiles: 14x14 is 49 tiles of 64 with 16 f32 lanes, 8x8 16 of 16 with 8)."""
+    return min(14, 2 * math.isqrt(panel_width(np.dtype(dt).itemsize)))
+
+
 @pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("xs,m,attrs,dt", CASES)
 def test_winograd_matches_reference(xs, m, attrs, dt, fused):
@@ -65,11 +75,15 @@ def test_winograd_matches_reference(xs, m, attrs, dt, fused):
         shape = ref.run(None, {"x": x, "s": np.zeros((1, 1, 1, 1), dt)})[0].shape
         feeds = {"x": x, "s": rand(*shape, dtype=dt)}
         want = ref.run(None, feeds)[0]
-        assert _winograd_kernels(mo, x, feeds["s"])
+        kernels = _winograd_kernels(mo, x, feeds["s"])
     else:
         want = reference(mo, x)
         feeds = {"x": x}
-        assert _winograd_kernels(mo, x)
+        kernels = _winograd_kernels(mo, x)
+    # a block holds whole tile rows in one packed panel: 10 tiles a row (20 x 19) fit the
+    # 32 f64 columns of AVX-512's panel, not the 8 of AVX2's (im2col takes that conv there)
+    fits = -(-want.shape[3] // 2) <= panel_width(np.dtype(dt).itemsize)
+    assert bool(kernels) == fits, kernels
     for threads in (1, 2):
         (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=threads)(**feeds)
         scale = max(1.0, float(np.abs(want).max()))
@@ -77,12 +91,13 @@ def test_winograd_matches_reference(xs, m, attrs, dt, fused):
 
 
 def test_winograd_splits_few_blocks_over_channels():
-    # a batch-1 14x14 output is one block: the input transforms become a kernel of their own
-    # (chunks of input channels), the products and output transforms another (chunks of
-    # output channels), each with more than one parallel iteration
+    # a batch-1 14x14 output (8x8 with 8 lanes) is one block: the input transforms become a
+    # kernel of their own (chunks of input channels), the products and output transforms
+    # another (chunks of output channels), each with more than one parallel iteration
     from onnxjit.ir.loops import Loop
 
-    xs = (1, 32, 14, 14)
+    side = _one_block_side()
+    xs = (1, 32, side, side)
     mo = _model(xs, 64, dict(pads=[1] * 4), np.float32, bias=True, fused=False)
     x = rand(*xs)
     kernels = {k.name: k for k in program(mo, x).kernels if "winograd" in k.name}
@@ -94,15 +109,18 @@ def test_winograd_splits_few_blocks_over_channels():
 
 @pytest.mark.parametrize("m", [32, 26])
 def test_winograd_splits_few_channels_in_two(m, monkeypatch):
-    # 32 (or 26) output channels of one block: fewer than MIN_SPLIT_ROWS, still two chunks of
-    # whole tiles (18 + 14, 18 + 8) so both threads work (DenseNet's 3x3 128->32 layers)
+    # 32 (or 26) output channels of one block (14x14, 8x8 with 8 lanes; 128 input channels
+    # so that 26 x 16 tiles is a product for the tiled kernel): fewer than MIN_SPLIT_ROWS,
+    # still two chunks of whole tiles (18 + 14, 18 + 8) so both threads work (DenseNet's 3x3
+    # 128->32 layers)
     from onnxjit.ir.loops import Loop
     from onnxjit.ir.ops.conv import blocking
 
-    xs = (1, 64, 14, 14)
+    side = _one_block_side()
+    xs = (1, 128, side, side)
     mo = _model(xs, m, dict(pads=[1] * 4), np.float32, bias=True, fused=True)
     x = rand(*xs)
-    s = rand(1, m, 14, 14)
+    s = rand(1, m, side, side)
     kernels = {k.name: k for k in program(mo, x, s).kernels if "winograd" in k.name}
     loop = next(st for st in kernels["conv_winograd"].body if isinstance(st, Loop))
     assert loop.parallel and loop.stop.value == 2
