@@ -226,7 +226,7 @@ def _flatten(node: Node) -> Any:
     axis = int(node.attr("axis", 1))
 
     def run(x: np.ndarray) -> list:
-        a = axis % (x.ndim + 1) if axis < 0 else axis
+        a = axis + x.ndim if axis < 0 else axis
         return [x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))]
     return run
 
@@ -272,11 +272,15 @@ def _gather(node: Node) -> Any:
 
 
 def _slice_bound(v: int, dim: int, step: int, is_start: bool) -> int | None:
-    """An ONNX Slice start/end clamped as the spec says, as a Python slice bound."""
+    """An ONNX Slice start/end clamped as the spec says, as a Python slice bound: forward,
+    both to [0, dim]; backward, the start to [0, dim - 1] and the end to [-1, dim - 1], where
+    -1 (before the first element) is None for Python; None also for a start in an empty dim."""
     if v < 0:
         v += dim
     if step > 0:
         return min(max(v, 0), dim)
+    if is_start:
+        return None if dim == 0 else min(max(v, 0), dim - 1)
     v = min(max(v, -1), dim - 1)
     return None if v < 0 else v
 
@@ -298,7 +302,7 @@ def _slice(node: Node) -> Any:
             a %= x.ndim
             d = x.shape[a]
             lo = _slice_bound(s, d, k, True)
-            index[a] = (slice(0, 0) if lo is None else  # a backward start before the first
+            index[a] = (slice(0, 0) if lo is None and k < 0 else  # an empty dim backwards
                         slice(lo, _slice_bound(e, d, k, False), k))
         return [x[tuple(index)]]
     return run
