@@ -87,6 +87,8 @@ def _layer_norm(node: Node) -> Any:
 
     def run(x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None = None) -> list:
         _floats(x)
+        if x.size == 0:
+            raise Decline
         axes = tuple(range(axis % x.ndim, x.ndim))
         t = x.dtype.type
         mean = np.mean(x, axis=axes, keepdims=True)
@@ -131,6 +133,8 @@ def _reduce(node: Node) -> Any:
 
     def run(x: np.ndarray, axes: np.ndarray | None = None) -> list:
         _floats(x)
+        if x.size == 0:
+            raise Decline  # empty reductions: the host evaluation has their identities
         ax = list(attr_axes) if attr_axes is not None else _ints(axes)
         if not ax:
             if noop:
@@ -146,6 +150,8 @@ def _global_pool(node: Node) -> Any:
 
     def run(x: np.ndarray) -> list:
         _floats(x)
+        if x.size == 0:
+            raise Decline
         return [f(x, axis=tuple(range(2, x.ndim)), keepdims=True)]
     return run
 
