@@ -194,3 +194,16 @@ def test_a_forked_child_does_not_wait_on_its_parents_jobs(tmp_path):
     np.testing.assert_allclose(y, _reference(data, _feeds(3, 9)), rtol=1e-5, atol=1e-5)
     assert all(j["state"] == "done" for j in jobs)
     assert fn.wait_compiled(timeout=300)
+
+
+def test_after_a_slow_tier0_call_later_calls_wait_for_the_code(tmp_path, monkeypatch):
+    from onnxjit.tiered import tier
+
+    monkeypatch.setattr(tier, "SLOW_SECONDS", 0.0)  # every tier-0 call counts as slow
+    data = _mlp()
+    fn = onnxjit.compile(data, cache_dir=tmp_path, tiered=True)
+    fn(**_feeds(4))
+    f = _feeds(4, 2)
+    np.testing.assert_allclose(fn(**f)[0], _reference(data, f), rtol=1e-5, atol=1e-5)
+    info = fn.tier_info()
+    assert info["interpreted"] == 1 and all(j["state"] == "done" for j in info["jobs"])

@@ -12,7 +12,8 @@
 
 `Interpreted.run` runs the plan; when the plan cannot give the outputs (an op it lacks, a size
 the numpy code rejects) it waits for the job and runs the native code, so a bad call still gets
-the native code's `InputError`. Tiering is on when the option says so (`tiered`, default on,
+the native code's `InputError`; after a tier-0 call of over `SLOW_SECONDS` every later call
+waits for the native code. Tiering is on when the option says so (`tiered`, default on,
 `$ONNXJIT_TIERED=0` off), a disk cache exists (the jobs hand programs over through it) and the
 graph has at least `MIN_NODES` nodes (smaller ones compile in a fraction of a second).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from onnxjit import cache as cache_mod
@@ -33,6 +35,9 @@ __all__ = ["Tier", "Interpreted", "MIN_NODES"]
 
 #: graphs with fewer nodes compile in well under a second: they are compiled synchronously
 MIN_NODES = 16
+#: a tier-0 call this long (an op whose numpy evaluation loops in Python over a large input)
+#: makes the model's later calls wait for the native code instead
+SLOW_SECONDS = 5.0
 
 
 class Pending:
@@ -51,9 +56,15 @@ class Interpreted:
         self.tier, self.signature, self.job = tier, sig, job
 
     def run(self, arrays: list) -> tuple:
-        out = self.tier.plan.run(arrays)  # type: ignore[union-attr]
+        tier = self.tier
+        out = None
+        if not tier.slow:
+            t0 = time.perf_counter()
+            out = tier.plan.run(arrays)  # type: ignore[union-attr]
+            if time.perf_counter() - t0 > SLOW_SECONDS:
+                tier.slow = True  # numpy is far behind here: later calls wait for the code
         if out is not None:
-            self.tier.interpreted += 1
+            tier.interpreted += 1
             return out
         art: Any = self
         while art.__class__ is Interpreted:  # a cancelled job: the one superseding it
@@ -75,6 +86,7 @@ class Tier:
         #: signature -> the job compiling the program that will serve it
         self.waiting: dict[tuple, background.Job] = {}
         self.interpreted = 0  # calls served by tier 0
+        self.slow = False  # a tier-0 call took over SLOW_SECONDS
         self._lock = threading.Lock()
         self._planned = False
 
@@ -144,8 +156,6 @@ class Tier:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for every background job of this model; True when none is left running."""
-        import time
-
         end = None if timeout is None else time.monotonic() + timeout
         for job in list(self.jobs.values()):
             left = None if end is None else max(0.0, end - time.monotonic())
