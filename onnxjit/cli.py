@@ -144,7 +144,28 @@ def cmd_info(args: argparse.Namespace) -> int:
     if per_shape:
         print(f"  ops whose code needs concrete sizes: {', '.join(per_shape)}; with "
               "specialize 'auto'/'dynamic' the model compiles a program per input shape")
+    print(f"  first calls: {_tier0(args.model)}")
     return 0
+
+
+def _tier0(model: str) -> str:
+    """Whether tier 0 (`onnxjit.tiered`) answers this model's calls while it compiles."""
+    from onnxjit.driver import import_model
+    from onnxjit.options import CompileOptions
+    from onnxjit.tiered.interpreter import NotPlannable, Plan
+    from onnxjit.tiered.tier import MIN_NODES
+
+    try:
+        g = import_model(_model_arg(model), CompileOptions.from_user({"cache_dir": False})).graph
+    except OnnxJitError as e:
+        return f"compiled at once ({e})"
+    if len(g.nodes) < MIN_NODES:
+        return f"compiled at once ({len(g.nodes)} nodes compile quickly)"
+    try:
+        Plan(g)
+    except NotPlannable as e:
+        return f"compiled at once (tier 0 cannot run it: {e})"
+    return "tier 0 (numpy) answers while a background process compiles"
 
 
 def _timings(args: argparse.Namespace) -> int:

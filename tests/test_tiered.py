@@ -207,3 +207,12 @@ def test_after_a_slow_tier0_call_later_calls_wait_for_the_code(tmp_path, monkeyp
     np.testing.assert_allclose(fn(**f)[0], _reference(data, f), rtol=1e-5, atol=1e-5)
     info = fn.tier_info()
     assert info["interpreted"] == 1 and all(j["state"] == "done" for j in info["jobs"])
+
+
+def test_info_says_how_first_calls_run(tmp_path, capsys):
+    from onnxjit import cli
+
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(_mlp())
+    assert cli.main(["info", str(path)]) == 0
+    assert "first calls: tier 0 (numpy) answers" in capsys.readouterr().out
