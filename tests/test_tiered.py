@@ -64,8 +64,13 @@ def test_interpreter_matches_the_backend_node_cases():
     assert ok > 1400, f"tier 0 ran only {ok} backend node cases"
 
 
+_MODELS = iter(range(1 << 30))
+
+
 def _mlp(layers: int = 8, width: int = 32) -> bytes:
-    """Dense layers with a symbolic batch: enough nodes for tier 0 (`tier.MIN_NODES`)."""
+    """Dense layers with a symbolic batch: enough nodes for tier 0 (`tier.MIN_NODES`); each
+    call's model is new (another graph name), so no test finds another's programs in the
+    process's memory cache."""
     rng = np.random.default_rng(0)
     nodes, inits, x = [], [], "x"
     for i in range(layers):
@@ -80,7 +85,7 @@ def _mlp(layers: int = 8, width: int = 32) -> bytes:
         x = f"t{i}"
     nodes.append(helper.make_node("Add", [x, "skip"], ["y"]))
     g = helper.make_graph(
-        nodes, "mlp",
+        nodes, f"mlp{next(_MODELS)}",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width]),
          helper.make_tensor_value_info("skip", TensorProto.FLOAT, ["batch", width])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])], inits)

@@ -26,6 +26,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from onnxjit import cache as cache_mod
+from onnxjit.progress import LazyText
+from onnxjit.signature import describe
+from onnxjit.timings import INFO, log
 
 if TYPE_CHECKING:
     from onnxjit.tiered import background
@@ -112,7 +115,8 @@ class Tier:
         if job is not None and not job.done.is_set():  # its program is still compiling
             return Interpreted(self, sig, job)
         owner = self.owner
-        found = owner._lookup(sig, None, compile=False)
+        what = LazyText(lambda: f"{owner._source_name} for {describe(owner._all_names, sig)}")
+        found = owner._lookup(sig, what, compile=False)
         if found is not None and not isinstance(found, Pending):
             self.waiting.pop(sig, None)
             return found
@@ -120,14 +124,16 @@ class Tier:
             return owner._artifact(sig)
         if isinstance(found, Pending):
             key = owner._artifact_key(found.ssig)
-            what: tuple = ("symbolic", found.ssig, found.hints)
+            task: tuple = ("symbolic", found.ssig, found.hints)
         else:
             key = owner._artifact_key(sig)
-            what = ("signature", sig)
+            task = ("signature", sig)
         with self._lock:
             job = self.jobs.get(key)
             if job is None:
-                job = self.jobs[key] = self._submit(key, what)
+                log(INFO, "tier 0 answers %s while a background process compiles its %s "
+                    "program", what, task[0])
+                job = self.jobs[key] = self._submit(key, task)
         if job.done.is_set():
             return owner._artifact(sig)  # stored by now, or failed: the compile says why
         self.waiting[sig] = job

@@ -6,7 +6,8 @@ progress off and tiering off), its base folder and source name, and what to comp
 `("symbolic", ssig, hints)` the symbolic program of `ssig` as the specializer would. Either
 stores what it builds in the disk cache, which is the whole result; the exit status says
 whether it worked and stderr's last line why not. A thread exits the process when its parent
-is gone, so an orphaned compile does not run on.
+is gone, so an orphaned compile does not run on. The process lowers its priority (`NICE`): the
+caller's calls, answered by tier 0 meanwhile, come first on a busy machine.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import pickle
 import sys
 import threading
 import time
+
+#: the compile's scheduling priority below the caller's (its code generation workers inherit it)
+NICE = 5
 
 
 def _watch_parent(parent: int) -> None:
@@ -27,6 +31,10 @@ def _watch_parent(parent: int) -> None:
 
 def main() -> int:
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    try:
+        os.nice(NICE)  # the caller's calls (tier 0) come first
+    except (AttributeError, OSError):
+        pass
     req = pickle.loads(sys.stdin.buffer.read())
     from onnxjit.runtime import CompiledModel
 
