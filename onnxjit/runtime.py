@@ -97,11 +97,9 @@ class CompiledModel(Interface, StageLookups):
         from onnxjit.specialize import Specializer
 
         self._symbolic = Specializer(self)
-        self._tier = None
-        if options.tiered and options.cache_dir is not None:
-            from onnxjit.tiered.tier import Tier
+        from onnxjit.tiered.tier import tier_of
 
-            self._tier = Tier(self)
+        self._tier = tier_of(self)
 
     # model-level metadata ------------------------------------------------------------------
     def _model_key(self) -> str:
@@ -448,17 +446,9 @@ class CompiledModel(Interface, StageLookups):
         return out
 
     def tier_info(self) -> dict[str, Any]:
-        """Tier 0 of this model (`onnxjit.tiered`): whether it is on (else why not), the calls
-        it answered, and its background compiles (what each builds, its state, its error)."""
-        tier = self._tier
-        if tier is None:
-            why = "off (tiered=False)" if not self.options.tiered else "no disk cache"
-            return {"enabled": False, "why_not": why, "interpreted": 0, "jobs": []}
-        jobs = [{"what": j.request["job"][0], "error": j.error,
-                 "state": "done" if j.done.is_set() else "running" if j.proc else "queued"}
-                for j in tier.jobs.values()]
-        return {"enabled": tier.plan is not None or not tier._planned, "why_not": tier.why_not,
-                "interpreted": tier.interpreted, "jobs": jobs}
+        """Tier 0 here: on (else why not), calls it answered, compiles (`tiered.tier.info`)."""
+        from onnxjit.tiered.tier import info
+        return info(self)
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
         """Wait for this model's background compiles (tier 0's); True when none is left."""

@@ -31,8 +31,9 @@ import numpy as np
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.tiered.blas import one_thread
+from onnxjit.tiered.registry import KERNELS, Decline
 
-__all__ = ["Plan", "NotPlannable", "Decline", "KERNELS", "kernel"]
+__all__ = ["Plan", "NotPlannable"]
 
 
 #: value types tier 0 computes as the native code does (narrow floats are rounded differently)
@@ -46,23 +47,6 @@ _RANDOM = {"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal",
 
 class NotPlannable(Exception):
     """The graph holds something tier 0 does not run (the reason is the message)."""
-
-
-class Decline(Exception):
-    """A kernel does not cover this call's case: the node's host evaluation runs instead."""
-
-
-#: (domain, op) -> build(node) -> fn(*inputs) -> list of outputs; build may return None (then
-#: the host evaluation serves every call of the node)
-KERNELS: dict[tuple[str, str], Callable[[Node], Callable[..., list] | None]] = {}
-
-
-def kernel(*ops: str, domain: str = "") -> Callable:
-    def deco(build: Callable) -> Callable:
-        for name in ops:
-            KERNELS[(domain, name)] = build
-        return build
-    return deco
 
 
 def _host(node: Node) -> Callable[..., list]:

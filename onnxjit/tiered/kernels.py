@@ -16,7 +16,7 @@ import numpy as np
 
 from onnxjit.ir.graph import Node
 from onnxjit.ir.types import DType
-from onnxjit.tiered.interpreter import Decline, kernel
+from onnxjit.tiered.registry import Decline, kernel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 

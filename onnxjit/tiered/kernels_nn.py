@@ -19,8 +19,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from onnxjit.ir.graph import Node
-from onnxjit.tiered.interpreter import Decline, kernel
 from onnxjit.tiered.kernels import _floats, _ints
+from onnxjit.tiered.registry import Decline, kernel
 
 # ------------------------------------------------------------------------------- products
 

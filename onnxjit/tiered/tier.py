@@ -43,6 +43,19 @@ MIN_NODES = 16
 SLOW_SECONDS = 5.0
 
 
+def tier_of(owner: Any) -> Tier | None:
+    """The tiers of a new `CompiledModel`, or None when tiering is off for it."""
+    return Tier(owner) if owner.options.tiered and owner.options.cache_dir is not None else None
+
+
+def info(owner: Any) -> dict[str, Any]:
+    """`CompiledModel.tier_info`."""
+    if owner._tier is None:
+        why = "off (tiered=False)" if not owner.options.tiered else "no disk cache"
+        return {"enabled": False, "why_not": why, "interpreted": 0, "jobs": []}
+    return owner._tier.info()
+
+
 class Pending:
     """A symbolic program that would serve a call but is not built (`Specializer.artifact`)."""
 
@@ -159,6 +172,14 @@ class Tier:
             job.done.set()
             return job
         return background.start(background.Job(key, request))
+
+    def info(self) -> dict[str, Any]:
+        """`CompiledModel.tier_info` of a model with tiering on."""
+        jobs = [{"what": j.request["job"][0], "error": j.error,
+                 "state": "done" if j.done.is_set() else "running" if j.proc else "queued"}
+                for j in self.jobs.values()]
+        return {"enabled": self.plan is not None or not self._planned, "why_not": self.why_not,
+                "interpreted": self.interpreted, "jobs": jobs}
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for every background job of this model; True when none is left running."""
