@@ -221,3 +221,18 @@ def test_info_says_how_first_calls_run(tmp_path, capsys):
     path.write_bytes(_mlp())
     assert cli.main(["info", str(path)]) == 0
     assert "first calls: tier 0 (numpy) answers" in capsys.readouterr().out
+
+
+def test_erf_is_within_8_ulp_over_the_float_range():
+    import math
+
+    from onnxjit.tiered.kernels import erf32
+
+    x = np.concatenate([np.linspace(-6, 6, 100001), np.geomspace(1e-30, 10, 5000),
+                        -np.geomspace(1e-30, 10, 5000), [0.0, np.inf, -np.inf, 3e38]]
+                       ).astype(np.float32)
+    want = np.array([math.erf(float(v)) for v in x])
+    got = erf32(x).astype(np.float64)
+    ulp = np.spacing(np.maximum(np.abs(want), 1e-38).astype(np.float32)).astype(np.float64)
+    assert (np.abs(got - want) <= 8 * ulp).all()
+    assert np.isnan(erf32(np.array([np.nan], np.float32))).all()

@@ -366,43 +366,42 @@ def _pad(node: Node) -> Any:
     return run
 
 
-# Taylor coefficients of erf(x) * sqrt(pi) / 2 in x^(2n+1): (-1)^n / (n! (2n + 1)); nine
-# terms reach 2e-10 relative below 0.5
-_ERF_TAYLOR = [(-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(9)][::-1]
-# Numerical Recipes' Chebyshev fit of erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2):
-# relative error below 1.2e-7, so erf = 1 - erfc is within one float32 ulp from z = 0.5 on
-_ERFC_P = [0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
-           0.09678418, 0.37409196, 1.00002368, -1.26551223]
-
-
-def _horner(coefs: list[float], x: np.ndarray) -> np.ndarray:
-    y = np.full_like(x, coefs[0])
-    for c in coefs[1:]:
-        y *= x
-        y += c
-    return y
+# erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4] (beyond, +-1 in float32): a rational fit of degree
+# 13/8 whose float32 evaluation is within 8 ulp (4.2e-7) of erf over the whole float range
+# (checked against math.erf: tests/test_tiered.py)
+_ERF_P = [np.float32(c) for c in (
+    -2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+    -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)]
+_ERF_Q = [np.float32(c) for c in (
+    -1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+    -1.42647390514189e-02)]
+#: elements per block: a block's four temporaries stay in the core's caches between passes
+_BLOCK = 65536
 
 
 def erf32(x: np.ndarray) -> np.ndarray:
-    """erf of a float32 array, computed in float64 (Taylor series below 0.5, else erfc)."""
-    z = np.abs(x, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        zz = z * z
-        small = _horner(_ERF_TAYLOR, zz)
-        small *= z
-        small *= 2 / math.sqrt(math.pi)
-        t = 0.5 * z
-        t += 1
-        np.reciprocal(t, out=t)
-        e = _horner(_ERFC_P, t)
-        e -= zz
-        np.exp(e, out=e)
-        e *= t
-        np.subtract(1, e, out=e)
-        y = np.where(z < 0.5, small, e)
-        y = np.copysign(y, x, out=y)
-    y[np.isnan(x)] = np.nan
-    return y.astype(np.float32)
+    """erf of a float32 array, `_BLOCK` elements at a time (each block's dozen passes run in
+    cache: 4x faster than whole-array passes on a 1.5M-element GELU input)."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty_like(flat)
+    m = min(_BLOCK, flat.size)
+    xb, x2, p, q = (np.empty(m, np.float32) for _ in range(4))
+    for s in range(0, flat.size, _BLOCK):
+        n = min(flat.size - s, _BLOCK)
+        xv, x2v, pv, qv = xb[:n], x2[:n], p[:n], q[:n]
+        np.clip(flat[s:s + n], np.float32(-4), np.float32(4), out=xv)
+        np.multiply(xv, xv, out=x2v)
+        pv.fill(_ERF_P[0])
+        for c in _ERF_P[1:]:
+            pv *= x2v
+            pv += c
+        pv *= xv
+        qv.fill(_ERF_Q[0])
+        for c in _ERF_Q[1:]:
+            qv *= x2v
+            qv += c
+        np.divide(pv, qv, out=out[s:s + n])
+    return out.reshape(x.shape)
 
 
 @kernel("Erf")
