@@ -236,3 +236,20 @@ def test_erf_is_within_8_ulp_over_the_float_range():
     ulp = np.spacing(np.maximum(np.abs(want), 1e-38).astype(np.float32)).astype(np.float64)
     assert (np.abs(got - want) <= 8 * ulp).all()
     assert np.isnan(erf32(np.array([np.nan], np.float32))).all()
+
+
+def test_an_exiting_process_finishes_its_compile_first(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(_mlp())
+    script = textwrap.dedent(f"""
+        import numpy as np, onnxjit
+        data = open({str(path)!r}, "rb").read()
+        fn = onnxjit.compile(data, cache_dir={str(tmp_path / 'cache')!r}, tiered=True)
+        fn(x=np.ones((3, 32), np.float32), skip=np.zeros((3, 32), np.float32))
+        print(fn.tier_info()["interpreted"], onnxjit.runtime.CompiledModel.cache_info()["misses"])
+    """)
+    run = [sys.executable, "-c", script]
+    assert subprocess.run(run, capture_output=True, text=True, check=True).stdout.split() == [
+        "1", "1"]  # tier 0 answered, then the exit waited for the compile
+    assert subprocess.run(run, capture_output=True, text=True, check=True).stdout.split() == [
+        "0", "0"]  # the next process finds the program

@@ -10,8 +10,9 @@ lookup finds it there; a waiter thread marks the job done when the process exits
 
 Jobs run one at a time per process (`start` queues the rest): the machine's cores are shared
 with the interpreting caller. `cancel` kills a queued or running job whose program is no longer
-wanted (a symbolic one superseding a shape's); every job still running when the interpreter
-exits is killed (`atexit`), and a worker whose parent died exits by itself, so none outlives
+wanted (a symbolic one superseding a shape's). When the interpreter exits, the jobs still
+wanted run to their end first (`_finish_at_exit`: the next process finds their programs on
+disk; Ctrl-C stops them), and a worker whose parent died exits by itself, so none outlives
 its caller; in a forked child the parent's jobs count as finished (`_forked_child`).
 """
 
@@ -134,6 +135,27 @@ os.register_at_fork(after_in_child=_forked_child)
 
 
 @atexit.register
+def _finish_at_exit() -> None:
+    """Let the compiles still wanted finish before the interpreter exits, so their programs
+    are on disk for the next process (a short script's stream may end before its compile);
+    Ctrl-C stops them (a killed worker leaves no partial entry: writes are atomic)."""
+    jobs = active()
+    if not jobs:
+        return
+    from onnxjit.timings import INFO, log
+
+    log(INFO, "finishing %d background compile(s) before exiting", len(jobs))
+    if sys.stderr is not None and sys.stderr.isatty():
+        print("onnxjit: finishing a background compile before exiting (Ctrl-C skips it)",
+              file=sys.stderr, flush=True)
+    try:
+        while jobs:
+            jobs[0].done.wait(0.1)  # short waits: Ctrl-C acts at once
+            jobs = active()
+    except KeyboardInterrupt:
+        _kill_all()
+
+
 def _kill_all() -> None:
     with _lock:
         jobs = ([_running] if _running is not None else []) + _queue
