@@ -2,7 +2,9 @@
 
 A `Job` is one compile that a tier-0 call asked for: the model's bytes, its options and what to
 compile (a signature's program, or a symbolic program: `worker`), pickled to a fresh
-`python -m onnxjit.tiered.worker` on its stdin. A process rather than a thread: the compile is
+`python -m onnxjit.tiered.worker` on its stdin, in a session of its own (Ctrl-C at the
+terminal reaches the caller, which decides; a kill takes the worker's code generation workers
+with it). A process rather than a thread: the compile is
 mostly Python (passes, IR emission) holding the GIL, which would stall the interpreter's many
 short numpy calls, and a process uses the second core while this one interprets. The worker
 stores its program in the disk cache like any compile (atomic writes), so the caller's usual
@@ -21,6 +23,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -71,12 +74,20 @@ def cancel(job: Job) -> None:
             job.error = "cancelled"
             job.done.set()
         elif job.proc is not None and job.proc.poll() is None:
-            job.proc.kill()
+            _kill(job.proc)
 
 
 def active() -> list[Job]:
     with _lock:
         return ([_running] if _running is not None else []) + list(_queue)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill a worker and its code generation workers (its own session: one process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (OSError, AttributeError):
+        proc.kill()
 
 
 def _next_locked() -> None:
@@ -88,7 +99,7 @@ def _next_locked() -> None:
     try:
         job.proc = subprocess.Popen([sys.executable, "-m", "onnxjit.tiered.worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=env)
+                                    stderr=subprocess.PIPE, env=env, start_new_session=True)
     except OSError as e:
         job.error = f"could not start a compile process: {e}"
         _running = None
@@ -163,4 +174,4 @@ def _kill_all() -> None:
     for job in jobs:
         job.cancelled = True
         if job.proc is not None and job.proc.poll() is None:
-            job.proc.kill()
+            _kill(job.proc)
