@@ -271,7 +271,7 @@ class CompiledModel(Interface, StageLookups):
 
     def _lookup(self, sig: tuple, what: Any, compile: bool = True) -> Any:
         """The artifact of `sig`: symbolic program, memory, disk, else compiled; without
-        `compile`, None (or the symbolic program's `tiered.tier.Pending`) instead."""
+        `compile`, None (or the symbolic program's `tiered.pending.Pending`) instead."""
         if self._symbolic.enabled():
             art = self._symbolic.artifact(sig, compile)
             if art is not None:

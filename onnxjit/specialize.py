@@ -39,9 +39,8 @@ from onnxjit.dynamic import (
 from onnxjit.errors import OnnxJitError
 from onnxjit.ir.types import DType
 from onnxjit.signature import signature_id
+from onnxjit.tiered.pending import Pending
 
-#: `program` without compiling: not built yet
-_MISSING = object()
 #: the size a symbol is taken to have usually when `precompile` is given no hint for it
 DEFAULT_HINT = 16
 
@@ -92,10 +91,8 @@ class Specializer:
         except KeyError:
             ssig, hints = symbolic_signature(self.owner._declared, sig, chosen)
             program = None if ssig == sig else self.program(ssig, hints, compile)
-            if program is _MISSING:
-                from onnxjit.tiered.tier import Pending
-
-                return Pending(ssig, hints)
+            if program.__class__ is Pending:
+                return program
             self.by_pattern[memo] = program
         return None if program is None else program.bind(sig)
 
@@ -117,7 +114,7 @@ class Specializer:
 
     def program(self, ssig: tuple, hints: dict[str, int], compile: bool = True) -> Any:
         """The symbolic program of `ssig`: memory, disk, then compiled (None if it cannot;
-        `_MISSING` when it is not built and `compile` is off)."""
+        a `Pending` when it is not built and `compile` is off)."""
         owner = self.owner
         key = owner._artifact_key(ssig)
         if key in self.programs:
@@ -132,7 +129,7 @@ class Specializer:
             elif entry is not None and "not_symbolic" in entry.meta:
                 self.not_symbolic[key] = str(entry.meta["not_symbolic"])
             elif not compile:
-                return _MISSING
+                return Pending(ssig, hints, key)
             else:
                 cache_mod.STATS.misses += 1
                 t0 = time.perf_counter()

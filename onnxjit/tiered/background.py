@@ -48,6 +48,7 @@ class Job:
         self.error: str | None = None
         self.cancelled = False
         self.proc: subprocess.Popen | None = None
+        self.payload = b""  # the pickled request, while it is being sent
         _all.add(self)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -97,10 +98,11 @@ def _next_locked() -> None:
     job = _running = _queue.pop(0)
     env = dict(os.environ, ONNXJIT_TIERED="0", ONNXJIT_PROGRESS="0")
     try:
+        job.payload = pickle.dumps(job.request)
         job.proc = subprocess.Popen([sys.executable, "-m", "onnxjit.tiered.worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - the call then compiles in its own process
         job.error = f"could not start a compile process: {e}"
         _running = None
         job.done.set()
@@ -113,7 +115,8 @@ def _wait(job: Job) -> None:
     global _running
     assert job.proc is not None
     try:
-        _, err = job.proc.communicate(pickle.dumps(job.request))
+        _, err = job.proc.communicate(job.payload)
+        job.payload = b""
         if job.proc.returncode != 0:
             lines = err.decode(errors="replace").strip().splitlines()
             job.error = ("cancelled" if job.cancelled else lines[-1] if lines else

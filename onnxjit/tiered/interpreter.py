@@ -31,14 +31,11 @@ import numpy as np
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.types import DType, TensorType
 from onnxjit.tiered.blas import one_thread
-from onnxjit.tiered.registry import KERNELS, Decline
+from onnxjit.tiered.registry import KERNELS, TYPES, Decline
 
 __all__ = ["Plan", "NotPlannable"]
 
 
-#: value types tier 0 computes as the native code does (narrow floats are rounded differently)
-_TYPES = {DType.FLOAT, DType.DOUBLE, DType.BOOL, DType.INT8, DType.UINT8, DType.INT16,
-          DType.UINT16, DType.INT32, DType.UINT32, DType.INT64, DType.UINT64}
 
 
 _RANDOM = {"Bernoulli", "RandomUniform", "RandomUniformLike", "RandomNormal",
@@ -87,7 +84,7 @@ def _check_plannable(graph: Graph) -> None:
             raise NotPlannable(f"{n.describe()} runs on the host (sequences, strings, "
                                "random draws)")
         for v in n.outputs:
-            if v.dtype is not None and v.dtype not in _TYPES:
+            if v.dtype is not None and v.dtype not in TYPES:
                 raise NotPlannable(f"{v.describe()} is {v.dtype.name}: the native code "
                                    "rounds such types once, numpy at every step")
         d = resolve(n)  # UnsupportedError / ModelError: the compile will say it

@@ -16,7 +16,7 @@ import numpy as np
 
 from onnxjit.ir.graph import Node
 from onnxjit.ir.types import DType
-from onnxjit.tiered.registry import Decline, kernel
+from onnxjit.tiered.registry import TYPES, Decline, kernel
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -140,14 +140,10 @@ def _clip(node: Node) -> Any:
     return run
 
 
-_PLAIN = {DType.FLOAT, DType.DOUBLE, DType.FLOAT16, DType.BOOL, DType.INT8, DType.UINT8,
-          DType.INT16, DType.UINT16, DType.INT32, DType.UINT32, DType.INT64, DType.UINT64}
-
-
 @kernel("Cast")
 def _cast(node: Node) -> Any:
     to = DType(int(node.attr("to")))
-    if to not in _PLAIN or node.attr("saturate", 1) != 1:
+    if to not in TYPES or node.attr("saturate", 1) != 1:
         return None
     target = to.numpy
 

@@ -10,8 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from onnxjit.ir.graph import Node
+from onnxjit.ir.types import DType
 
-__all__ = ["Decline", "KERNELS", "kernel"]
+__all__ = ["Decline", "KERNELS", "kernel", "TYPES"]
+
+#: value types tier 0 computes as the native code does (narrow floats are rounded differently)
+TYPES = frozenset({DType.FLOAT, DType.DOUBLE, DType.BOOL, DType.INT8, DType.UINT8, DType.INT16,
+                   DType.UINT16, DType.INT32, DType.UINT32, DType.INT64, DType.UINT64})
 
 
 class Decline(Exception):

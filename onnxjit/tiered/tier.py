@@ -20,7 +20,6 @@ graph has at least `MIN_NODES` nodes (smaller ones compile in a fraction of a se
 
 from __future__ import annotations
 
-import pickle
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from onnxjit import cache as cache_mod
 from onnxjit.progress import LazyText
 from onnxjit.signature import describe
+from onnxjit.tiered.pending import Pending
 from onnxjit.timings import INFO, log
 
 if TYPE_CHECKING:
@@ -54,15 +54,6 @@ def info(owner: Any) -> dict[str, Any]:
         why = "off (tiered=False)" if not owner.options.tiered else "no disk cache"
         return {"enabled": False, "why_not": why, "interpreted": 0, "jobs": []}
     return owner._tier.info()
-
-
-class Pending:
-    """A symbolic program that would serve a call but is not built (`Specializer.artifact`)."""
-
-    __slots__ = ("ssig", "hints")
-
-    def __init__(self, ssig: tuple, hints: dict[str, int]):
-        self.ssig, self.hints = ssig, hints
 
 
 class Interpreted:
@@ -136,7 +127,7 @@ class Tier:
         if self._plan() is None:
             return owner._artifact(sig)
         if isinstance(found, Pending):
-            key = owner._artifact_key(found.ssig)
+            key = found.key
             task: tuple = ("symbolic", found.ssig, found.hints)
         else:
             key = owner._artifact_key(sig)
@@ -164,13 +155,6 @@ class Tier:
         options = owner.options.replace(progress=False)
         request = {"data": owner._data, "hash": owner._hash, "options": options,
                    "base_dir": owner._base_dir, "name": owner._source_name, "job": what}
-        try:
-            pickle.dumps(what)
-        except Exception as e:  # noqa: BLE001 - a signature that cannot travel compiles here
-            job = background.Job(key, request)
-            job.error = f"cannot send the signature to a compile process: {e}"
-            job.done.set()
-            return job
         return background.start(background.Job(key, request))
 
     def info(self) -> dict[str, Any]:
