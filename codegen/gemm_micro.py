@@ -23,14 +23,14 @@ The function, `void (ptr a, i64 lda, ptr b, i64 ldb, i64 kc, ptr c, i64 ldc, i1 
   a step of the rows the hardware prefetcher does not follow). Then C = alpha * acc when
   `overwrite`, else C += alpha * acc (one FMA: bit for bit the old `old + acc` for alpha = 1).
   With `rows` in the key only the first `valid` rows are C's: the others compute row 0 again
-  and their stores are masked off.
+  and their stores are skipped (a branch per row).
 The epilogue a product fuses (bias, activation, residual: `epilogue_fuse`) runs at the call
 site on the tile just stored (in L1), row by row (`TileGemm.epilogue`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from llvmlite import ir
 
@@ -143,7 +143,7 @@ class _Builder:
     def emit(self) -> None:
         key, b = self.key, self.b
         a, lda, bp, ldb, kc, c, ldc, overwrite, alpha, lanes, a_next, valid = self.fn.args
-        isz = i32c = ir.Constant(I32, key.itemsize)
+        isz = ir.Constant(I32, key.itemsize)
         iota = ir.Constant(ir.VectorType(I64, self.vl), list(range(self.vl)))
         edge = b.icmp_signed("<", iota, splat(b, lanes, self.vl)) if key.masked else None
         # row q of the tile: q, or row 0 again past the `valid` rows that are C's
@@ -180,18 +180,26 @@ class _Builder:
             for plus, block in ((False, first), (True, later)):
                 with block:
                     for q in range(key.mr):
-                        crow = self.gep(c, self.mul(rows[q], ldc))
-                        for v in range(key.nv):
-                            p = self.gep(crow, i64c(v * self.vl))
-                            m = mask(v)
-                            if oks[q] is not None:
-                                ok = splat(b, oks[q], self.vl)
-                                m = ok if m is None else b.and_(m, ok)
-                            acc = accs[q * key.nv + v]
-                            out = (b.call(self.fma, [va, acc, self.load(p, m, isz)]) if plus
-                                   else b.fmul(va, acc))
-                            self.store(out, p, m, i32c)
+                        if oks[q] is None or q == 0:  # row 0 is always C's (valid >= 1)
+                            self.store_row(c, q, ldc, accs, va, plus, mask, isz)
+                            continue
+                        # a branch, not a row mask: AVX2's masked stores (vmaskmov) are
+                        # microcoded, a dozen a tile cost more than the k loop saves
+                        with b.if_then(oks[q]):  # (no !prof: the text is shared)
+                            self.store_row(c, q, ldc, accs, va, plus, mask, isz)
         b.ret_void()
+
+    def store_row(self, c: ir.Value, q: int, ldc: ir.Value, accs: list[ir.Value],
+                  va: ir.Value, plus: bool, mask: Any, isz: ir.Constant) -> None:
+        """Row q of the tile: C = alpha * acc, or C += alpha * acc when `plus`."""
+        b, nv = self.b, self.key.nv
+        crow = self.gep(c, self.mul(i64c(q), ldc))
+        for v in range(nv):
+            p = self.gep(crow, i64c(v * self.vl))
+            acc = accs[q * nv + v]
+            out = (b.call(self.fma, [va, acc, self.load(p, mask(v), isz)]) if plus
+                   else b.fmul(va, acc))
+            self.store(out, p, mask(v), isz)
 
     def load(self, p: ir.Value, m: ir.Value | None, align: ir.Constant) -> ir.Value:
         if m is None:
