@@ -4,7 +4,8 @@
 trip count (`trip_count`: a constant one, or with size hints the usual one of a loop up to a
 run-time size, else `_UNKNOWN_TRIP`) times its body plus one, a Matmul its multiply-adds (few
 rows count as GEMV_ROWS rows: bound by streaming B), an op its `_OP_COST` (polynomials cost
-more), anything else one.
+more), anything else one. A size defined in the body as `min(c, ...)` (a block of a run-time
+extent: a symbolic conv's block of positions) counts as c, the usual full block.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ def body_cost(body: list[Stmt], hints: dict | None = None) -> int:
     """Estimated scalar operations of one execution of `body`."""
     total = 0
     for s in body:
+        if isinstance(s, Op) and s.op == "min":  # a block's extent: at most the constant
+            bound = [int(a.value) for a in s.args if isinstance(a, Const)]
+            if bound:
+                hints = dict(hints or {})
+                hints[s.dst] = min(bound + [hints[a] for a in s.args if a in hints])
         if isinstance(s, Loop):
             t = trip_count(s, hints)
             total += (_UNKNOWN_TRIP if t is None else t) * (body_cost(s.body, hints) + 1)
