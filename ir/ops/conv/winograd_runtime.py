@@ -19,7 +19,7 @@ independent of the image size); with fewer blocks than `blocking.MIN_TASKS` by t
 input transforms run first over (block, chunk of input channels), then the products and
 output transforms over (block, chunk of output channels), as `conv.winograd` does.
 `applies`: the conditions of `winograd.applies`, tile counts taken from the size hints, and
-at least RUNTIME_MIN_CHANNELS channels and RUNTIME_MIN_TILES tiles.
+at least RUNTIME_MIN_CHANNELS channels (by the host's vector lanes) and RUNTIME_MIN_TILES tiles.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext
-from onnxjit.ir.ops.conv.blocking import MIN_TASKS, c_split, for_chunk, m_split
+from onnxjit.ir.ops.conv.blocking import MIN_TASKS, c_split, for_chunk, host_tile, m_split
 from onnxjit.ir.ops.conv.geometry import Geometry, operand, smax, smin
 from onnxjit.ir.ops.conv.winograd import (
     MIN_CHANNELS,
@@ -46,17 +46,22 @@ if TYPE_CHECKING:
     from onnxjit.ir.ops.fused.epilogue import Epilogue
 
 #: Fewest channels (in and out) and hinted tiles for which this lowering beats the symbolic
-#: im2col one (`conv.runtime_sizes`). Measured, one thread, against the specialised Winograd:
-#: 64->64 at 56x56 (784 tiles) 1.3x here, 1.7x by im2col; 128->128 at 28x28 0.9x / 1.2x; but
-#: CRNN-sized convs (16->32 at 16x50, 64->64 at 8x25 and 4x25: 26-200 tiles) 2.0-2.6x here,
-#: 1.2-1.5x by im2col (the per-block transforms and run-time segments cost more than the
-#: multiplies they save at these sizes).
-RUNTIME_MIN_CHANNELS, RUNTIME_MIN_TILES = 64, 128
+#: im2col one (`conv.runtime_sizes`), by the host's float vector lanes (fewer lanes: more
+#: channels below 64 pay). Measured, one thread, AVX-512 (16 lanes), against the specialised
+#: Winograd: 64->64 at 56x56 (784 tiles) 1.3x here, 1.7x by im2col; 128->128 at 28x28 0.9x /
+#: 1.2x; but CRNN-sized convs (16->32 at 16x50, 64->64 at 8x25 and 4x25: 26-200 tiles)
+#: 2.0-2.6x here, 1.2-1.5x by im2col. Two threads, Zen 3 (AVX2, 8 lanes), this lowering
+#: against the symbolic im2col one: 96->24 at 160x160 1.5x, at 80x80 2.1x, 24->96 at 40x40
+#: 1.4x, 32->32 at 56x56 1.8x, 32->32 at 16x100 1.7x, 16->32 at 16x50 2.4x, 64->64 at 8x50
+#: 1.1x (the PP-OCR-style detector's head: five 96->24 convs, half its time by im2col).
+RUNTIME_MIN_CHANNELS, RUNTIME_MIN_TILES = {8: 16, 16: 64}, 128
 
 
 def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
     """True when this lowering takes the conv (see the module docstring)."""
-    if not plain_3x3(gm, w, dtype, max(MIN_CHANNELS, RUNTIME_MIN_CHANNELS)):
+    lanes = host_tile(4)[0]
+    least = RUNTIME_MIN_CHANNELS.get(lanes, RUNTIME_MIN_CHANNELS[16])
+    if not plain_3x3(gm, w, dtype, max(MIN_CHANNELS, least)):
         return False
     th, tw = (hint(gm.out[0]) + 1) // 2, (hint(gm.out[1]) + 1) // 2
     return th * tw >= max(MIN_TILES, RUNTIME_MIN_TILES)
