@@ -11,7 +11,10 @@ generated once per program (`size_code.SizeCode`). Algorithm of `bind`:
    violated one, like a dim that does not match, returns None: that signature is compiled on
    its own (the shape-specialised path runs it or names the error), never run wrongly;
 3) evaluate every temp's size and place them in the arena by liveness (`plan_memory.FirstFit`,
-   the same first fit the static pass runs);
+   the same first fit the static pass runs) at sizes rounded up to `size_bucket`s: a placement
+   of larger temps holds smaller ones, so calls whose sizes fall in the same buckets (a
+   decoder's steps, one token more each) reuse one placement (`_placements`) instead of
+   placing again (0.3 ms a new shape for a GPT-style decoder's 100 temps);
 4) evaluate the `dims` table (`Program.dims`: sizes the code reads, the temps' offsets) into an
    int64 array passed after the constants and the pool's slots, and the output shapes.
 
@@ -74,6 +77,19 @@ def symbol_positions(declared: list, sig: tuple) -> list[tuple[int, int, str]]:
     return out
 
 
+#: placements kept per program (by their size buckets) before the memo starts over
+MAX_PLACEMENTS = 256
+
+
+def size_bucket(n: int) -> int:
+    """n bytes rounded up to m * 2**e with 8 <= m < 16 (at most 12.5% more), 64 at least: the
+    sizes a symbolic program's temps are placed at (see the module docstring)."""
+    if n <= 64:
+        return 64
+    e = n.bit_length() - 4
+    return -(-n >> e) << e
+
+
 class SymbolicArtifact:
     """A loaded symbolic program: `bind` makes the `Artifact` of one concrete signature."""
 
@@ -100,6 +116,7 @@ class SymbolicArtifact:
         self.hints: dict[str, int] = {}
         self._names = [k for k, _, _ in temps]
         self._plan = FirstFit([(f, la) for _, f, la in temps], n_kernels)
+        self._placements: dict[tuple[int, ...], tuple[list[int], int]] = {}
         self._out_dtypes = out_dtypes
         self._prefix = Artifact.table_prefix(consts, library, num_threads)
 
@@ -140,7 +157,13 @@ class SymbolicArtifact:
         if r is None:
             return None
         symbols, sizes, outs = r
-        offsets, arena = self._plan.place(sizes)
+        buckets = tuple([size_bucket(n) for n in sizes])
+        placed = self._placements.get(buckets)
+        if placed is None:
+            if len(self._placements) >= MAX_PLACEMENTS:
+                self._placements.clear()
+            placed = self._placements[buckets] = self._plan.place(list(buckets))
+        offsets, arena = placed
         table = np.array(self.code.table(symbols, dict(zip(self._names, offsets))) or [0],
                          dtype=np.int64)
         art = Artifact(sig, list(zip(outs, self._out_dtypes)), self.consts, arena,

@@ -180,3 +180,25 @@ def test_layer_over_a_large_weight_every_batch(k, n):
         want = np.maximum(x.astype(np.float64) @ w + b, 0)
         np.testing.assert_allclose(fn(x)[0], want, rtol=1e-4, atol=1e-3, err_msg=str(rows))
     assert fn._symbolic.reasons() == []
+
+
+def test_steps_of_a_growing_cache_share_a_temp_placement():
+    """A decoder step is a new shape every call (the cache grows by one): binding places the
+    temps at sizes rounded up to `dynamic.size_bucket`, so neighbouring steps reuse one
+    placement, and every step's result is still the specialised program's (its temps, placed
+    for larger sizes, neither overlap nor spill)."""
+    from onnxjit.dynamic import size_bucket
+
+    text = ("g (float[S, 16] x, float[T, 16] c) => (float[S, T] p) {\n"
+            " h = Relu(x)\n ct = Transpose<perm = [1, 0]>(c)\n s = MatMul(h, ct)\n"
+            " p = Softmax<axis = -1>(s) }")
+    dyn = onnxjit.compile(HEAD + text, cache_dir=False, specialize="dynamic")
+    spec = onnxjit.compile(HEAD + text, cache_dir=False, specialize="shape")
+    for t in range(40, 61):
+        x = RNG.standard_normal((3, 16)).astype(np.float32)
+        c = RNG.standard_normal((t, 16)).astype(np.float32)
+        np.testing.assert_allclose(dyn(x, c)[0], spec(x, c)[0], rtol=1e-5, atol=1e-6)
+    (prog,) = [p for p in dyn._symbolic.programs.values() if p is not None]
+    assert 1 <= len(prog._placements) < 21
+    for n in (1, 64, 65, 1000, 4097, 123_456_789):
+        assert n <= size_bucket(n) <= max(64, n + n // 8 + 1) and size_bucket(n) % 8 == 0
