@@ -183,11 +183,13 @@ class SymbolicArtifact:
 
     @staticmethod
     def from_meta(m: dict[str, Any], consts: list[np.ndarray], library: Any,
-                  use_py_entry: bool, num_threads: int) -> SymbolicArtifact:
+                  use_py_entry: bool, num_threads: int, compiled: bytes | None = None
+                  ) -> SymbolicArtifact:
         if m.get("symbolic") != 2:
             raise ValueError("a symbolic entry of an earlier format")
         return SymbolicArtifact(
-            SizeCode.from_source(m["code"], m["symbols"]), [np.dtype(d) for d in m["out_dtypes"]],
+            SizeCode.from_source(m["code"], m["symbols"], compiled),
+            [np.dtype(d) for d in m["out_dtypes"]],
             [(k, int(f), int(la)) for k, f, la in m["temps"]], int(m["n_kernels"]), consts,
             list(m["messages"]), library, use_py_entry, num_threads, m.get("out_names"),
             source="disk", described=m.get("described"))

@@ -5,7 +5,9 @@ program dispatches to it (`blobs["pool"]`, so a warm start links the pool instea
 it), the constants (`arrays["const<i>"]`) and a metadata dict: the entry point names and counts
 (`CompiledObject`), the Check messages, and either the outputs' shapes and the arena size (a
 program of one signature) or the symbolic program's description (`SymbolicArtifact.to_meta`:
-input and output shape expressions, the dims table, the temps to place). Loading links the
+input and output shape expressions, the dims table, the temps to place; its size code also
+compiled, `blobs["size_code"]`, used by a process whose Python writes the same bytecode,
+`SIZE_CODE_TAG`, and compiled from the stored source otherwise). Loading links the
 object code without LLVM (`codegen.link`); an entry that does not decode or link is counted as
 a disk error and rebuilt. Artifacts whose code dispatches parallel loops need the process's
 worker pool installed first (`ensure_pool`), from the entry's copy when it has one.
@@ -13,6 +15,8 @@ worker pool installed first (`ensure_pool`), from the entry's copy when it has o
 
 from __future__ import annotations
 
+import sys
+from importlib.util import MAGIC_NUMBER
 from typing import Any
 
 import numpy as np
@@ -22,6 +26,8 @@ from onnxjit.artifact import pyobject_layout_ok
 from onnxjit.errors import OnnxJitError
 
 _LAYOUT: bool | None = None
+#: the bytecode a marshalled size code is valid for (interpreter and bytecode version)
+SIZE_CODE_TAG = f"{sys.implementation.cache_tag}-{MAGIC_NUMBER.hex()}"
 
 
 def layout_ok() -> bool:
@@ -81,8 +87,12 @@ def native_entry(art: Any, obj: Any, pool_code: bytes | None) -> cache_mod.Entry
 
 
 def symbolic_entry(sym: Any, obj: Any, pool_code: bytes | None) -> cache_mod.Entry:
-    """The entry of a symbolic program (`dynamic.SymbolicArtifact`)."""
-    return _entry(sym.to_meta(), obj, sym.consts, pool_code)
+    """The entry of a symbolic program (`dynamic.SymbolicArtifact`), with its size code
+    compiled (`size_code` blob, for processes of the same Python: `SIZE_CODE_TAG`)."""
+    entry = _entry(dict(sym.to_meta(), size_code_tag=SIZE_CODE_TAG), obj, sym.consts,
+                   pool_code)
+    entry.blobs["size_code"] = sym.code.marshalled()
+    return entry
 
 
 def load_library(entry: cache_mod.Entry, ensure_pool: Any) -> tuple[Any, list[np.ndarray]]:
@@ -127,7 +137,9 @@ def symbolic_from_entry(entry: cache_mod.Entry, ensure_pool: Any, use_py_entry: 
         return None
     try:
         lib, consts = load_library(entry, ensure_pool)
-        return SymbolicArtifact.from_meta(entry.meta, consts, lib, use_py_entry, num_threads)
+        same = entry.meta.get("size_code_tag") == SIZE_CODE_TAG
+        return SymbolicArtifact.from_meta(entry.meta, consts, lib, use_py_entry, num_threads,
+                                          entry.blobs.get("size_code") if same else None)
     except (KeyError, TypeError, ValueError, OnnxJitError):
         cache_mod.STATS.disk_errors += 1
         return None

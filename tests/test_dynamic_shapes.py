@@ -202,3 +202,20 @@ def test_steps_of_a_growing_cache_share_a_temp_placement():
     assert 1 <= len(prog._placements) < 21
     for n in (1, 64, 65, 1000, 4097, 123_456_789):
         assert n <= size_bucket(n) <= max(64, n + n // 8 + 1) and size_bucket(n) % 8 == 0
+
+
+def test_size_code_round_trips_compiled_and_falls_back_to_source():
+    """A symbolic program's size code is stored compiled (`SizeCode.marshalled`) beside its
+    source; loading takes the compiled form, and a blob it cannot read (another Python's, a
+    damaged one) means compiling the source, never a failed load."""
+    from onnxjit.size_code import SizeCode
+
+    text, calls = CASES["shape_chain_heads"]
+    fn = onnxjit.compile(HEAD + text, cache_dir=False, specialize="dynamic")
+    fn(RNG.standard_normal((2, 3, 8)).astype(np.float32))
+    (prog,) = [p for p in fn._symbolic.programs.values() if p is not None]
+    code = prog.code
+    for blob in (code.marshalled(), b"\x00not marshal", b"i\x07\x00\x00\x00", None):
+        loaded = SizeCode.from_source(code.source, code.symbols, blob)
+        for shapes in [((2, 3, 8),), ((1, 7, 8),), ((2, 3, 9),)]:
+            assert loaded.sizes(shapes) == code.sizes(shapes), (blob, shapes)
