@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from onnxjit.artifact import Artifact
+from onnxjit.artifact import ArenaShare, Artifact
 from onnxjit.ir.arena import FirstFit
 from onnxjit.ir.types import DType, Sym
 from onnxjit.size_code import SizeCode
@@ -117,6 +117,7 @@ class SymbolicArtifact:
         self._names = [k for k, _, _ in temps]
         self._plan = FirstFit([(f, la) for _, f, la in temps], n_kernels)
         self._placements: dict[tuple[int, ...], tuple[list[int], int]] = {}
+        self._arena_share = ArenaShare()
         self._out_dtypes = out_dtypes
         self._prefix = Artifact.table_prefix(consts, library, num_threads)
 
@@ -171,6 +172,7 @@ class SymbolicArtifact:
                        num_threads=self.num_threads, out_names=self.out_names, dims=table,
                        table_prefix=self._prefix)
         art.symbolic = self
+        art.arena_share = self._arena_share
         return art
 
     # the disk cache --------------------------------------------------------------------------

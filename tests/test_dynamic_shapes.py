@@ -219,3 +219,45 @@ def test_size_code_round_trips_compiled_and_falls_back_to_source():
         loaded = SizeCode.from_source(code.source, code.symbols, blob)
         for shapes in [((2, 3, 8),), ((1, 7, 8),), ((2, 3, 9),)]:
             assert loaded.sizes(shapes) == code.sizes(shapes), (blob, shapes)
+
+
+def test_signatures_of_a_symbolic_program_share_one_arena_per_thread():
+    """Every signature a symbolic program binds takes its temps from the program's
+    `ArenaShare` (one buffer per thread, grown when a call needs more), so calls of growing
+    and shrinking sizes from two threads at once must still each get their own results."""
+    import threading
+
+    from onnxjit.artifact import ArenaShare
+
+    share = ArenaShare()
+    p = share.get(1000)
+    assert p % 64 == 0 and share.get(10) == p and share.get(1250) == p
+    assert share.get(5000) % 64 == 0
+
+    text = ("g (float[S, 16] x, float[T, 16] c) => (float[S, T] p) {\n"
+            " h = Relu(x)\n ct = Transpose<perm = [1, 0]>(c)\n s = MatMul(h, ct)\n"
+            " p = Softmax<axis = -1>(s) }")
+    dyn = onnxjit.compile(HEAD + text, cache_dir=False, specialize="dynamic")
+    sizes = [(s, t) for s, t in zip(range(1, 40, 3), range(60, 2, -4))] * 3
+    errors = []
+
+    def worker(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for s, t in sizes[seed:] + sizes[:seed]:
+            x = rng.standard_normal((s, 16)).astype(np.float32)
+            c = rng.standard_normal((t, 16)).astype(np.float32)
+            z = np.maximum(x, 0).astype(np.float64) @ c.T
+            want = np.exp(z - z.max(-1, keepdims=True))
+            want /= want.sum(-1, keepdims=True)
+            if not np.allclose(dyn(x, c)[0], want, rtol=1e-4, atol=1e-6):
+                errors.append((seed, s, t))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 5)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    (prog,) = [p for p in dyn._symbolic.programs.values() if p is not None]
+    bound = [a for a in dyn._fast.values() if a.symbolic is prog]  # signatures called twice
+    assert bound and all(a.arena_share is prog._arena_share for a in bound)
