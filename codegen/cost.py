@@ -44,11 +44,13 @@ def hinted(x: object, hints: dict | None) -> int:
 def body_cost(body: list[Stmt], hints: dict | None = None) -> int:
     """Estimated scalar operations of one execution of `body`."""
     total = 0
+    own = False  # `hints` is the caller's until this body defines a block extent
     for s in body:
         if isinstance(s, Op) and s.op == "min":  # a block's extent: at most the constant
             bound = [int(a.value) for a in s.args if isinstance(a, Const)]
             if bound:
-                hints = dict(hints or {})
+                if not own:
+                    hints, own = dict(hints or {}), True
                 hints[s.dst] = min(bound + [hints[a] for a in s.args if a in hints])
         if isinstance(s, Loop):
             t = trip_count(s, hints)

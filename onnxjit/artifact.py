@@ -4,8 +4,8 @@ The call path is the part of onnxjit that runs on every inference, so it does as
 allocate the outputs, then one ctypes call into `<name>_entry_py`, which reads each array's data
 pointer and flags straight from the numpy object (offsets checked once at start-up by
 `pyobject_layout_ok`). Constants are passed through a pointer table built once; temps live in an
-arena kept per thread (so concurrent calls never share scratch memory): per artifact, or, for the
-signatures a symbolic program binds, one `ArenaShare` per program that grows to the largest (a
+arena kept per thread (so concurrent calls never share scratch memory, `ArenaShare`): per artifact,
+or, for the signatures a symbolic program binds, one per program that grows to the largest (a
 stream of new shapes then touches fresh pages only when a call needs more). The pointer table ends
 with two slots for parallel loops (`codegen.pool_slots`): the worker pool's `parallel_for` and
 `num_threads` (0: all cores), and, for a program compiled for symbolic sizes, one more: its `dims`
@@ -182,9 +182,9 @@ class Artifact:
         self.out_names = out_names
         self.dims = dims  # a symbolic program's sizes for this signature (`onnxjit.dynamic`)
         self.symbolic: Any = None  # the SymbolicArtifact that bound it, if one did
-        #: the `ArenaShare` of the symbolic program that bound it: its signatures' calls
-        #: share one arena per thread (else each signature has its own)
-        self.arena_share: ArenaShare | None = None
+        #: where its calls take their temps: an arena per thread of its own, or the one its
+        #: symbolic program's signatures share (set by `SymbolicArtifact.bind`)
+        self.arena_share = ArenaShare(slack=0)
         self._check_sizes()
         n_io = len(self.signature) + len(self.out_specs)
         self._n_in = len(self.signature)
@@ -195,7 +195,6 @@ class Artifact:
         self.consts_ptr = ctypes.addressof(self._consts_table)
         self._fn_py, self._fn = _entry_functions(library, n_io, self.use_py_entry)
         self._io = ctypes.c_void_p * max(1, n_io)
-        self._tls = threading.local()
         self._fast: Any = False  # built at the second call (`fast`)
 
     @property
@@ -277,21 +276,10 @@ class Artifact:
     def _arena(self) -> int | None:
         if self.arena_size == 0:
             return None
-        if self.arena_share is not None:  # a symbolic program's: one per thread for all
-            try:
-                return self.arena_share.get(self.arena_size)
-            except MemoryError as e:
-                raise self._out_of_memory(e) from None
-        ptr = getattr(self._tls, "ptr", None)
-        if ptr is None:
-            # 64 bytes of slack so the arena base can be aligned to a cache line.
-            try:
-                buf = np.empty(self.arena_size + 64, np.uint8)
-            except MemoryError as e:
-                raise self._out_of_memory(e) from None
-            self._tls.buf = buf
-            ptr = self._tls.ptr = (buf.ctypes.data + 63) // 64 * 64
-        return ptr
+        try:
+            return self.arena_share.get(self.arena_size)
+        except MemoryError as e:
+            raise self._out_of_memory(e) from None
 
     def run(self, args: tuple | list) -> tuple:
         """Run on validated input arrays (dtypes and shapes of `signature`)."""
@@ -301,9 +289,9 @@ class Artifact:
         except MemoryError as e:
             raise self._out_of_memory(e) from None
         if self.use_py_entry:
-            try:  # the hot path: no arena, or this thread's arena already exists
-                arena = self._tls.ptr if self.arena_size else None
-            except AttributeError:  # (never set for an arena_share: its buffer may move)
+            # the hot path: no arena, or this thread's arena is big enough already
+            arena = self.arena_share.ptr(self.arena_size) if self.arena_size else None
+            if arena is None and self.arena_size:
                 arena = self._arena()
             rc = self._fn_py(*args, *outs, self.consts_ptr, arena)
             if rc == 0:
@@ -326,21 +314,29 @@ class Artifact:
 
 
 class ArenaShare:
-    """One arena per thread for every signature of a symbolic program (`Artifact.arena_share`):
-    `get(size)` returns an aligned buffer of at least `size` bytes, reallocated a quarter
-    larger than asked when a call needs more, so a stream of growing shapes reallocates a few
-    times, not at every shape. Measured, PP-OCR-style detector, six pages in a fresh process
-    with the program on disk: each page's new arena was first touched during its call."""
+    """An arena per thread: `get(size)` returns an aligned buffer of at least `size` bytes,
+    reallocated when a call needs more, `slack` larger than asked. An artifact has one of its
+    own (no slack: its size never changes); a symbolic program shares one between all the
+    signatures it binds (`Artifact.arena_share`), a quarter larger, so a stream of growing
+    shapes reallocates a few times, not at every shape. Measured, PP-OCR-style detector, six
+    pages in a fresh process with the program on disk: each page's new arena had been first
+    touched during its call."""
 
-    def __init__(self) -> None:
+    def __init__(self, slack: float = 0.25) -> None:
+        self.slack = slack
         self._tls = threading.local()
+
+    def ptr(self, size: int) -> int | None:
+        """This thread's arena if it holds `size` bytes, else None (then `get`)."""
+        tls = self._tls.__dict__
+        return tls["ptr"] if tls.get("cap", 0) >= size else None
 
     def get(self, size: int) -> int:
         tls = self._tls
         if getattr(tls, "cap", 0) < size:
-            cap = size + size // 4
-            tls.buf = None  # the old buffer goes before the new one is allocated
-            tls.buf = np.empty(cap + 64, np.uint8)
+            cap = size + int(size * self.slack)
+            tls.cap, tls.buf = 0, None  # the old buffer goes first; if np.empty fails, no
+            tls.buf = np.empty(cap + 64, np.uint8)  # stale pointer is left behind
             tls.cap = cap
-            tls.ptr = (tls.buf.ctypes.data + 63) // 64 * 64
+            tls.ptr = (tls.buf.ctypes.data + 63) // 64 * 64  # aligned to a cache line
         return tls.ptr
