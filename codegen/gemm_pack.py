@@ -5,8 +5,9 @@ panels of pw = len(lanes) * VL columns from column col0 into the buffer, panel a
 each kc x pw row-major: bp[p*kc*pw + kk*pw + jj] = B'[pc + kk, col0 + p*pw + jj], so the
 microkernel reads a panel's rows contiguously. B not transposed: a row of a panel is
 len(lanes) vector loads (the edge vector's lanes masked, the rest of it zeros) and stores.
-B transposed: the window's row col+jj (contiguous in k) becomes packed column jj, element by
-element; the columns past the edge (`width`, an int or a run-time value) are zeroed.
+B transposed: the window's row col+jj (contiguous in k) becomes packed column jj; a packed
+row (one depth kk) gathers element kk of each of the window's rows; the columns past the edge
+(`width`, an int or a run-time value) are zeroed.
 """
 
 from __future__ import annotations
@@ -42,28 +43,37 @@ def pack(t: Any, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
             for_range(b, 0, kc, 1, row, "pk", loop_md=no_unroll_md(b.module))
             return
 
-        def column(jj: ir.Value) -> None:
-            src = t.add(t.b_off, t.mul(t.add(col, jj), t.LDB), pc)
-            dst = t.add(dst0, jj)
-            for_range(b, 0, kc, 1, lambda kk: b.store(
-                b.load(t.gep(t.pb, t.add(src, kk)), typ=t.ety, align=t.isz),
-                t.gep(t.bp, t.add(dst, t.mul(kk, pw))), align=t.isz), "pk")
-
-        for_range(b, 0, width, 1, column, "pj")
-        if not isinstance(width, int):  # zero the columns past a run-time edge
-            def zero_col(jj: ir.Value) -> None:
-                for_range(b, 0, kc, 1, lambda kk: b.store(
-                    ir.Constant(t.ety, 0.0), t.gep(t.bp, t.add(
-                        dst0, t.add(t.mul(kk, pw), jj))), align=t.isz), "pz")
-
-            for_range(b, width, i64c(pw), 1, zero_col, "pzj")
-        elif width < pw:
-            def pad(kk: ir.Value) -> None:
+        # one packed row (depth kk) per iteration of a rolled loop: unrolled over a constant
+        # kc, its hundreds of strided loads cost LLVM's LoopLoadElimination seconds
+        if isinstance(width, int):  # each vector built from its columns' elements, one store
+            def packed_row(kk: ir.Value) -> None:
+                src = t.add(t.b_off, t.mul(col, t.LDB), pc, kk)
                 dst = t.add(dst0, t.mul(kk, pw))
-                for jj in range(width, pw):
-                    b.store(ir.Constant(t.ety, 0.0), t.gep(t.bp, t.add(
-                        dst, i64c(jj))), align=t.isz)
+                for v in range(len(lanes)):
+                    vec: ir.Value = ir.Constant(t.vty, [0.0] * t.vl)
+                    for q in range(min(t.vl, width - v * t.vl)):
+                        x = b.load(t.gep(t.pb, t.add(src, t.mul(t.v(t.LDB), v * t.vl + q))),
+                                   typ=t.ety, align=t.isz)
+                        vec = b.insert_element(vec, x, ir.Constant(ir.IntType(32), q))
+                    b.store(vec, t.gep(t.bp, t.add(dst, i64c(v * t.vl))), align=t.isz)
 
-            for_range(b, 0, kc, 1, pad, "pz")
+            for_range(b, 0, kc, 1, packed_row, "pk", loop_md=no_unroll_md(b.module))
+            return
+
+        def packed_row_to(kk: ir.Value) -> None:  # the first `width` columns
+            src = t.add(t.b_off, t.mul(col, t.LDB), pc, kk)
+            dst = t.add(dst0, t.mul(kk, pw))
+            for_range(b, 0, width, 1, lambda jj: b.store(
+                b.load(t.gep(t.pb, t.add(src, t.mul(jj, t.LDB))), typ=t.ety, align=t.isz),
+                t.gep(t.bp, t.add(dst, jj)), align=t.isz), "pj")
+
+        for_range(b, 0, kc, 1, packed_row_to, "pk", loop_md=no_unroll_md(b.module))
+        # zero the columns past the run-time edge
+        def zero_col(jj: ir.Value) -> None:
+            for_range(b, 0, kc, 1, lambda kk: b.store(
+                ir.Constant(t.ety, 0.0), t.gep(t.bp, t.add(
+                    dst0, t.add(t.mul(kk, pw), jj))), align=t.isz), "pz")
+
+        for_range(b, width, i64c(pw), 1, zero_col, "pzj")
 
     for_range(b, 0, npanels, 1, panel, "pp")
