@@ -175,15 +175,24 @@ def _const_b_program(cases: list[tuple[int, int, int, bool, float, bool]],
 
 
 def _run_program(p: Program, inputs: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
+    return _runner(p)(inputs, threads)
+
+
+def _runner(p: Program):
+    """run(inputs, threads) of `p`, compiled once: each call loads it for `threads`."""
     from onnxjit.entries import ensure_pool
 
     obj = compile_program(p)
-    ensure_pool(obj.uses_pool, threads)
-    art = Artifact(tuple((x.dtype, x.shape) for x in p.inputs),
-                   [(x.shape, x.dtype.numpy) for x in p.outputs],
-                   [x.data for x in p.consts], p.arena_size, p.messages(), load_object(obj),
-                   False, num_threads=threads)
-    return art.run(tuple(inputs))
+
+    def run(inputs: list[np.ndarray], threads: int = 1) -> list[np.ndarray]:
+        ensure_pool(obj.uses_pool, threads)
+        art = Artifact(tuple((x.dtype, x.shape) for x in p.inputs),
+                       [(x.shape, x.dtype.numpy) for x in p.outputs],
+                       [x.data for x in p.consts], p.arena_size, p.messages(),
+                       load_object(obj), False, num_threads=threads)
+        return art.run(tuple(inputs))
+
+    return run
 
 
 #: n not a multiple of the panel width (16..64 lanes), k not a multiple of the 256-row depth
@@ -218,9 +227,9 @@ def _tiled_region(s: Matmul) -> tuple[int, int]:
     return rows, s.n
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_prepacked_b_is_bit_identical(threads: int) -> None:
-    """Packing B at compile time changes where B is read from, not the order of the sums."""
+def test_prepacked_b_is_bit_identical() -> None:
+    """Packing B at compile time changes where B is read from, not the order of the sums: on
+    one thread and on two (each program compiled once, run on both)."""
     from onnxjit.ir.loop_eval import run_program
     from onnxjit.passes import PassContext, get_pass
     from onnxjit.passes.plan_memory import run as plan
@@ -233,15 +242,18 @@ def test_prepacked_b_is_bit_identical(threads: int) -> None:
     assert all(s.b_packed and not s.b_trans for s in mms)
     # the original weights are gone: every const is a packed copy of k*n elements
     assert [b.shape for b in packed.consts] == [(s.k * s.n,) for s in mms]
-    want = _run_program(plan(plain, PassContext()).ir, inputs, threads)
-    got = _run_program(plan(packed, PassContext()).ir, inputs, threads)
+    run_plain = _runner(plan(plain, PassContext()).ir)
+    run_packed = _runner(plan(packed, PassContext()).ir)
     ref = run_program(packed, inputs)  # the interpreter unpacks
     plain_mms = [s for k in plain.kernels for s in k.body if isinstance(s, Matmul)]
-    for case, s, g, w, r in zip(PACKED_CASES, plain_mms, got, want, ref):
-        rows, cols = _tiled_region(s)
-        np.testing.assert_array_equal(g[:rows, :cols], w[:rows, :cols], err_msg=str(case))
-        tol = 2e-6 * case[1] ** 0.5 * 4
-        np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
+    for threads in (1, 2):
+        want, got = run_plain(inputs, threads), run_packed(inputs, threads)
+        for case, s, g, w, r in zip(PACKED_CASES, plain_mms, got, want, ref):
+            rows, cols = _tiled_region(s)
+            np.testing.assert_array_equal(g[:rows, :cols], w[:rows, :cols],
+                                          err_msg=str((case, threads)))
+            tol = 2e-6 * case[1] ** 0.5 * 4
+            np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str((case, threads)))
 
 
 def test_prepack_skips_batched_and_small_products() -> None:
@@ -382,8 +394,7 @@ FEW_ROW_CASES = [(32, 784, 512, False, 1.0, False), (2, 784, 1030, False, 1.0, T
                  (64, 784, 520, False, 1.0, True), (37, 1000, 77, True, 1.0, False)]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_few_row_products(threads: int) -> None:
+def test_few_row_products() -> None:
     """Few-row products, B packed at compile time or not: right on one thread and on two, and
     the same bits either way."""
     from onnxjit.ir.loop_eval import run_program
@@ -395,19 +406,18 @@ def test_few_row_products(threads: int) -> None:
     assert get_pass("prepack-weights").run(packed, PassContext()).changed
     ref = run_program(plain, inputs)
     for prog in (plain, packed):
-        _check_threads(plan(prog, PassContext()).ir, inputs, threads, FEW_ROW_CASES, ref)
+        _check_threads(plan(prog, PassContext()).ir, inputs, FEW_ROW_CASES, ref)
 
 
-def _check_threads(prog: Program, inputs: list[np.ndarray], threads: int, cases: list,
-                   ref: list) -> None:
-    """Run `prog` on `threads`: each output close to `ref` (case[1] is the depth k) and, on two
-    threads, the same bits as on one."""
-    got = _run_program(prog, inputs, threads)
-    one = got if threads == 1 else _run_program(prog, inputs, 1)
-    for case, g, o, r in zip(cases, got, one, ref):
+def _check_threads(prog: Program, inputs: list[np.ndarray], cases: list, ref: list) -> None:
+    """Compile `prog` once, run it on one thread and on two: each output close to `ref`
+    (case[1] is the depth k), and the same bits on both."""
+    run = _runner(prog)
+    one, two = run(inputs, 1), run(inputs, 2)
+    for case, o, t, r in zip(cases, one, two, ref):
         tol = 2e-6 * case[1] ** 0.5 * 4
-        np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=str(case))
-        np.testing.assert_array_equal(g, o, err_msg=str(case))
+        np.testing.assert_allclose(o, r, rtol=tol, atol=tol, err_msg=str(case))
+        np.testing.assert_array_equal(t, o, err_msg=str(case))
 
 
 def test_packed_edge_tiles_every_row_count() -> None:
