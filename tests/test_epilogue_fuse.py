@@ -68,14 +68,14 @@ def _mlp(m: int, k: int, n: int) -> tuple:
 
 
 def _compiled(model, feeds: dict, on: bool, threads: int, tmp_path, monkeypatch) -> tuple:
-    """(outputs, LLVM IR text) with the fusion on or off."""
+    """(outputs, LLVM IR text, the compiled model) with the fusion on or off."""
     monkeypatch.setattr(llvmgen, "FUSE_EPILOGUES", on)
     runtime._MEMORY.clear()  # the process-wide artifact cache does not key on the switch
     dump = tmp_path / f"dump{int(on)}{threads}"
-    out = onnxjit.compile(model, num_threads=threads, cache_dir=False, dump_ir=str(dump))(
-        **feeds)[0]
+    fn = onnxjit.compile(model, num_threads=threads, cache_dir=False, dump_ir=str(dump))
+    out = fn(**feeds)[0]
     (ll,) = dump.glob("*/[0-9][0-9]-llvm.ll")
-    return out, ll.read_text()
+    return out, ll.read_text(), fn
 
 
 @pytest.mark.parametrize("case, fused", [
@@ -98,17 +98,15 @@ def test_epilogue_in_stores_is_bit_identical(case: tuple, fused: bool, threads: 
     model, feeds = _conv(*case[1:]) if case[0] == "conv" else _mlp(*case[1:])
     x = feeds["x"].reshape(-1)
     x[RNG.choice(x.size, 6, replace=False)] = [np.nan, np.inf, -np.inf, np.nan, 1e30, -1e30]
-    got_off, ll_off = _compiled(model, feeds, False, threads, tmp_path, monkeypatch)
-    got_on, ll_on = _compiled(model, feeds, True, threads, tmp_path, monkeypatch)
+    got_off, ll_off, _ = _compiled(model, feeds, False, threads, tmp_path, monkeypatch)
+    got_on, ll_on, fused_fn = _compiled(model, feeds, True, threads, tmp_path, monkeypatch)
     assert "ec.head:" in ll_off
     assert ("ec.head:" not in ll_on) == fused
     np.testing.assert_array_equal(got_on, got_off)
     clean = {k: np.nan_to_num(v, nan=0.5, posinf=3.0, neginf=-3.0) for k, v in feeds.items()}
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, clean)[0]
-    monkeypatch.setattr(llvmgen, "FUSE_EPILOGUES", True)
-    runtime._MEMORY.clear()
-    got = onnxjit.compile(model, num_threads=threads, cache_dir=False)(**clean)[0]
+    got = fused_fn(**clean)[0]  # the fused program again (same shapes: not recompiled)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -133,13 +131,13 @@ def test_depthwise_epilogue_in_rows_is_bit_identical(case: tuple, threads: int,
     for on in (False, True):
         monkeypatch.setattr(depthwise_direct, "INLINE_EPILOGUE", on)
         runtime._MEMORY.clear()
-        got.append(onnxjit.compile(model, num_threads=threads, cache_dir=False)(**feeds)[0])
+        fn = onnxjit.compile(model, num_threads=threads, cache_dir=False)
+        got.append(fn(**feeds)[0])
     np.testing.assert_array_equal(got[1], got[0])
     clean = {k: np.nan_to_num(v, nan=0.5, posinf=3.0, neginf=-3.0) for k, v in feeds.items()}
     want = ort.InferenceSession(model.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, clean)[0]
-    runtime._MEMORY.clear()
-    got = onnxjit.compile(model, num_threads=threads, cache_dir=False)(**clean)[0]
+    got = fn(**clean)[0]  # the inline-epilogue program again (same shapes: not recompiled)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -223,7 +221,8 @@ def test_product_beside_math_nest_is_its_own_function(case: str, threads: int, t
     outs = {}
     for on in (True, False):
         monkeypatch.setattr(llvmgen, "OUTLINE_PRODUCTS", on)
-        outs[on], ll = _compiled(model, feeds, True, threads, tmp_path / str(on), monkeypatch)
+        outs[on], ll, _ = _compiled(model, feeds, True, threads, tmp_path / str(on),
+                                    monkeypatch)
         outlined = [d for d in ll.splitlines() if d.startswith("define") and ".mm0" in d]
         assert len(outlined) == (1 if on else 0)
     np.testing.assert_array_equal(outs[True], outs[False])
