@@ -15,6 +15,8 @@ Algorithm:
 4. Incompatible shapes ((2,3) with (4,)) raise ModelError at compile time when static, and
    InputError at call time when the dims are symbolic.
 5. Completeness: every registered op has a case or an `EXEMPT` reason.
+6. Folding: each generated and hand-written case also runs with its inputs as initializers,
+   and constant folding must give the outputs just checked (tests/fold_compare.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import re
 import numpy as np
 import onnx
 import pytest
+from fold_compare import folded_like_lowered
 from onnx import TensorProto, helper, numpy_helper
 from op_audit import assert_matches, registered_ops, schema
 
@@ -189,7 +192,8 @@ def test_broadcast_generated(case_id):
         # that input is the smaller one: numpy oracle
         mean = sum(a.astype(np.float64) for a in arrays) / len(arrays)
         expected = [mean.astype(arrays[0].dtype)]
-    assert_matches(m, feeds(arrays), expected)
+    got = assert_matches(m, feeds(arrays), expected)
+    folded_like_lowered(m, feeds(arrays), got)
 
 
 # ------------------------------------------------------------------ hand cases
@@ -304,8 +308,8 @@ for _sa, _sb in [((2, 1, 3, 4), (5, 4, 2)), ((3, 4), (2, 4, 5)), ((0, 3, 4), (1,
 @pytest.mark.parametrize("case_id", sorted(HAND))
 def test_broadcast_hand(case_id):
     model, arrays = HAND[case_id]()
-    assert_matches(model, {i.name: a for i, a in zip(model.graph.input, arrays)},
-                   rtol=1e-4, atol=1e-5)
+    fed = {i.name: a for i, a in zip(model.graph.input, arrays)}
+    folded_like_lowered(model, fed, assert_matches(model, fed, rtol=1e-4, atol=1e-5))
 
 
 # ------------------------------------------------------------------ legacy broadcast=1

@@ -24,6 +24,9 @@ Algorithm:
 4. Completeness: every registered op has a derived, hand-written or error case (or one in
    tests/test_ops_empty_cnn.py), or is in `EXEMPT` with the reason no input or output can be
    empty.
+5. Folding: the static form of each derived and hand-written case also runs with its inputs
+   as initializers, and constant folding must give the outputs just checked
+   (tests/fold_compare.py).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from audit_empty_cases import ERRORS, HAND, Hand
+from fold_compare import folded_like_lowered
 from op_audit import feeds_of, node_cases, reference, registered_ops
 
 import onnxjit
@@ -73,12 +77,15 @@ def _same(got: object, want: object, where: str) -> None:
         np.testing.assert_array_equal(got, want, err_msg=where)
 
 
-def _check(model: onnx.ModelProto, feeds: dict, expected: list) -> None:
-    """Compile `model` (no disk cache), run it on `feeds`, compare with `expected`."""
+def _check(model: onnx.ModelProto, feeds: dict, expected: list, fold: bool = False) -> None:
+    """Compile `model` (no disk cache), run it on `feeds`, compare with `expected`; `fold`:
+    then constant folding against those outputs (`fold_compare`)."""
     got = onnxjit.compile(model, cache_dir=False).run(None, feeds)
     assert len(got) == len(expected)
     for k, (g, e) in enumerate(zip(got, expected)):
         _same(g, e, f"output {k}")
+    if fold:
+        folded_like_lowered(model, feeds, got)
 
 
 # --------------------------------------------------------------------------- derived cases
@@ -214,7 +221,7 @@ def test_zero_batch_derived(cid: str, symbolic: bool) -> None:
     expected = _ort(model, feeds) if op in ORT_ORACLE else reference(model, feeds)
     if symbolic:
         model, feeds = _zero_batch(case, symbolic=True)
-    _check(model, feeds, expected)
+    _check(model, feeds, expected, fold=not symbolic)
 
 
 # --------------------------------------------------------------------------- hand-written cases
@@ -243,7 +250,7 @@ def _expected(case: Hand) -> list:
 def test_empty_hand(k: int, symbolic: bool) -> None:
     case = HAND[k]
     expected = _expected(case)
-    _check(case.model(symbolic, expected), dict(case.inputs), expected)
+    _check(case.model(symbolic, expected), dict(case.inputs), expected, fold=not symbolic)
 
 
 # --------------------------------------------------------------------------- error cases

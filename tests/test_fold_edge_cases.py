@@ -4,7 +4,8 @@ compile time) and as graph inputs (lowered, run natively), and compares both wit
 onnxruntime, or with onnx.reference where onnxruntime refuses the case (each says why). Some
 cases pin a lowering found wrong on the way (an output left unwritten when the main output
 is empty, a float16 sum rounded per step). The class-wide sweep over every op is
-tests/test_fold_vs_runtime.py; index extremes are tests/test_index_extremes.py.
+tests/fold_compare.py (run by the empty and broadcast audits); index extremes are
+tests/test_index_extremes.py.
 """
 
 from __future__ import annotations
