@@ -316,6 +316,8 @@ def _final(ctx: LowerContext, p: _Plan, d: int, sc: dict[str, Buffer], kind: str
             live = None
             if p.lens is not None:  # an entry of length 0 ends in state 0 (onnxruntime)
                 live = b.op("gt", b.load(p.lens, n), const(0, DType.INT32))
+            elif not isinstance(p.S, int) or p.S == 0:  # so does an empty sequence
+                live = b.op("gt", size_operand(p.S), i64(0))
             with b.loop(0, p.H, hint="j") as j:
                 v: Operand = b.load(st, b.iadd(off, b.iadd(b.imul(n, p.H), j)))
                 if live is not None:
