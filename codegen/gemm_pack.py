@@ -45,31 +45,29 @@ def pack(t: Any, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
 
         # one packed row (depth kk) per iteration of a rolled loop: unrolled over a constant
         # kc, its hundreds of strided loads cost LLVM's LoopLoadElimination seconds
-        if isinstance(width, int):  # each vector built from its columns' elements, one store
-            def packed_row(kk: ir.Value) -> None:
-                src = t.add(t.b_off, t.mul(col, t.LDB), pc, kk)
-                dst = t.add(dst0, t.mul(kk, pw))
-                for v in range(len(lanes)):
-                    vec: ir.Value = ir.Constant(t.vty, [0.0] * t.vl)
-                    for q in range(min(t.vl, width - v * t.vl)):
-                        x = b.load(t.gep(t.pb, t.add(src, t.mul(t.v(t.LDB), v * t.vl + q))),
-                                   typ=t.ety, align=t.isz)
-                        vec = b.insert_element(vec, x, ir.Constant(ir.IntType(32), q))
-                    b.store(vec, t.gep(t.bp, t.add(dst, i64c(v * t.vl))), align=t.isz)
+        ldb = t.v(t.LDB)
 
-            for_range(b, 0, kc, 1, packed_row, "pk", loop_md=no_unroll_md(b.module))
+        def packed_row(kk: ir.Value) -> None:
+            src = t.add(t.b_off, t.mul(col, ldb), pc, kk)  # element kk of the window's row 0
+            dst = t.add(dst0, t.mul(kk, pw))
+            if not isinstance(width, int):  # the first `width` columns, one by one
+                for_range(b, 0, width, 1, lambda jj: b.store(
+                    b.load(t.gep(t.pb, t.add(src, t.mul(jj, ldb))), typ=t.ety, align=t.isz),
+                    t.gep(t.bp, t.add(dst, jj)), align=t.isz), "pj")
+                return
+            for v in range(len(lanes)):  # each vector from its columns' elements, one store
+                vec: ir.Value = ir.Constant(t.vty, [0.0] * t.vl)
+                for q in range(min(t.vl, width - v * t.vl)):
+                    x = b.load(t.gep(t.pb, t.add(src, t.mul(ldb, v * t.vl + q))),
+                               typ=t.ety, align=t.isz)
+                    vec = b.insert_element(vec, x, ir.Constant(ir.IntType(32), q))
+                b.store(vec, t.gep(t.bp, t.add(dst, i64c(v * t.vl))), align=t.isz)
+
+        for_range(b, 0, kc, 1, packed_row, "pk", loop_md=no_unroll_md(b.module))
+        if isinstance(width, int):
             return
 
-        def packed_row_to(kk: ir.Value) -> None:  # the first `width` columns
-            src = t.add(t.b_off, t.mul(col, t.LDB), pc, kk)
-            dst = t.add(dst0, t.mul(kk, pw))
-            for_range(b, 0, width, 1, lambda jj: b.store(
-                b.load(t.gep(t.pb, t.add(src, t.mul(jj, t.LDB))), typ=t.ety, align=t.isz),
-                t.gep(t.bp, t.add(dst, jj)), align=t.isz), "pj")
-
-        for_range(b, 0, kc, 1, packed_row_to, "pk", loop_md=no_unroll_md(b.module))
-        # zero the columns past the run-time edge
-        def zero_col(jj: ir.Value) -> None:
+        def zero_col(jj: ir.Value) -> None:  # the columns past the run-time edge
             for_range(b, 0, kc, 1, lambda kk: b.store(
                 ir.Constant(t.ety, 0.0), t.gep(t.bp, t.add(
                     dst0, t.add(t.mul(kk, pw), jj))), align=t.isz), "pz")

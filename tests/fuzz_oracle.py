@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from tier0_ref import Tier0
 
 import onnxjit
 
@@ -180,7 +181,7 @@ def run_onnxjit(model, feeds_list, specialize: str):
     try:
         fn = onnxjit.compile(model, cache_dir=False,
                              specialize="auto" if specialize == "tier0" else specialize)
-        plan = _tier0_plan(model) if specialize == "tier0" else None
+        plan = Tier0(model) if specialize == "tier0" else None
     except Exception as e:  # judged by the caller
         e.trace = traceback.format_exc()[-1500:]
         return e
@@ -188,28 +189,14 @@ def run_onnxjit(model, feeds_list, specialize: str):
     for f in feeds_list:
         try:
             got = None
-            if plan is not None:
-                graph_inputs = plan[1]
-                got = plan[0].run([np.asarray(f[v.name]) if v.name in f else v.const
-                                   for v in graph_inputs])
+            if plan is not None and plan.plan is not None:  # as tiering runs it: unchecked
+                got = plan.plan.run([np.asarray(f[v.name]) if v.name in f else v.const
+                                     for v in plan.inputs])
             out.append(list(got) if got is not None else list(fn.run(None, f)))
         except Exception as e:
             e.trace = traceback.format_exc()[-1500:]
             out.append(e)
     return out
-
-
-def _tier0_plan(model):
-    """(tier 0's plan, the graph inputs) of a model, or None where tier 0 would not run it."""
-    from onnxjit.driver import import_model
-    from onnxjit.options import CompileOptions
-    from onnxjit.tiered.interpreter import NotPlannable, Plan
-
-    m = import_model(model.SerializeToString(), CompileOptions.from_user({"cache_dir": False}))
-    try:
-        return Plan(m.graph), m.graph.inputs
-    except NotPlannable:
-        return None
 
 
 #: what onnxjit raises for a call or model it rejects (a crash is anything else)

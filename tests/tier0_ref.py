@@ -24,7 +24,8 @@ class Tier0:
     def __init__(self, model) -> None:
         src = model.SerializeToString() if hasattr(model, "SerializeToString") else model
         graph = import_model(src, CompileOptions.from_user({"cache_dir": False})).graph
-        self.types = [v.type for v in graph.inputs]
+        self.inputs = list(graph.inputs)  # the graph inputs, overridable initializers included
+        self.types = [v.type for v in self.inputs]
         try:
             self.plan: Plan | None = Plan(graph)
         except NotPlannable:
