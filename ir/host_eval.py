@@ -20,20 +20,22 @@ import numpy as np
 
 from onnxjit.errors import UnsupportedError
 from onnxjit.ir.graph import Graph, Node, Value
-from onnxjit.ir.opdef import resolve
+from onnxjit.ir.opdef import Registry, ensure, resolve
 from onnxjit.ir.types import DType, SequenceType, TensorType
 
 #: (domain, op) -> host evaluation `fn(node, inputs, lookup) -> outputs` (lists, None allowed).
-HOST: dict[tuple[str, str], Callable[[Node, list[Any], Callable[[Value], Any]], list[Any]]] = {}
+HOST: dict[tuple[str, str], Callable[[Node, list[Any], Callable[[Value], Any]], list[Any]]] = \
+    Registry()
 Lookup = Callable[[Value], Any]
 #: (domain, op) of a HOST op -> whether a node of it compiles natively after all (Loop and Scan
 #: of fixed shapes: `ops.control.native_loop` registers the test).
-NATIVE_WHEN: dict[tuple[str, str], Callable[[Node], bool]] = {}
+NATIVE_WHEN: dict[tuple[str, str], Callable[[Node], bool]] = Registry()
 
 
 #: (domain, op) -> `prepare(node) -> step(inputs) -> outputs`: a HOST op that runs on every call
 #: (a classifier's ZipMap) does its per-node work (attributes) once, in `prepare`.
-PREPARE: dict[tuple[str, str], Callable[[Node], Callable[[list[Any]], list[Any]]]] = {}
+PREPARE: dict[tuple[str, str], Callable[[Node], Callable[[list[Any]], list[Any]]]] = \
+    Registry()
 
 
 def host_op(name: str, domain: str = "") -> Callable:
@@ -54,16 +56,13 @@ def host_prepare(name: str, domain: str = "") -> Callable:
 def host_step(node: Node) -> Callable[[list[Any]], list[Any]] | None:
     """`step(inputs) -> outputs` for `node` with its attributes read once, or None: the op has
     no `prepare` (then `host_function`)."""
-    _tables()
+    _tables(node)
     prepare = PREPARE.get((node.domain if node.domain != "ai.onnx" else "", node.op))
     return None if prepare is None else prepare(node)
 
 
-def _tables() -> None:
-    from onnxjit.ir import opdef
-
-    if not opdef._loaded:  # HOST is filled as the op families register
-        opdef._load_tables()
+def _tables(node: Node) -> None:
+    ensure(node.domain, node.op)  # the tables fill as the op's family registers
 
 
 def is_host_only(node: Node) -> bool:
@@ -71,7 +70,7 @@ def is_host_only(node: Node) -> bool:
     compiles natively), a host-table op, one that draws random numbers, or one whose inputs or
     outputs are
     sequences/optionals/maps or string tensors."""
-    _tables()
+    _tables(node)
     key = (node.domain if node.domain != "ai.onnx" else "", node.op)
     if key in HOST:
         native = NATIVE_WHEN.get(key)  # a Loop or Scan that compiles to a native loop
@@ -124,14 +123,14 @@ def implicit_inputs(node: Node) -> list[Value]:
 def host_function(node: Node) -> Callable | None:
     """The host table's function for `node` (`fn(node, inputs, lookup)`), or None: a caller
     running the same node on every call looks it up once."""
-    _tables()
+    _tables(node)
     return HOST.get((node.domain if node.domain != "ai.onnx" else "", node.op))
 
 
 def evaluate_node(node: Node, lookup: Lookup) -> list[Any]:
     """Run one node on the host; `lookup(value)` gives the value of any input in scope."""
     ins = [None if v is None else lookup(v) for v in node.inputs]
-    _tables()
+    _tables(node)
     fn = HOST.get((node.domain if node.domain != "ai.onnx" else "", node.op))
     if fn is not None:
         return list(fn(node, ins, lookup))

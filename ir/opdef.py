@@ -25,10 +25,19 @@ versions differ):
   symbolic program computes no kernel for a value only such inputs read.
 
 Lookup is by (domain, op); `resolve` checks the node's version against what the table knows.
+
+Loading is per op: the families under `onnxjit.ir.ops` register into `Registry` tables (`OPS`
+here, the host tables of `ir.host_eval`), which note the module whose import made each entry
+(`REGISTERED_BY`). The generated index `ir.ops.index` maps every op to those modules, so a
+lookup imports only its op's modules (a transformer's compile imports about 30 of 130). An op
+the index does not know, or does not find where the index says, loads every family
+(`load_all`); a stale index therefore costs time, never an op, and `tests/test_op_index.py`
+fails until `python tools/gen_op_index.py` rewrites it.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -101,7 +110,23 @@ class OpDef:
         return self.scalar is not None
 
 
-OPS: dict[tuple[str, str], OpDef] = {}
+#: (domain, op) -> names of the modules whose import registered something for it
+REGISTERED_BY: dict[tuple[str, str], set[str]] = {}
+
+
+class Registry(dict):
+    """A table keyed by (domain, op) that notes which module's import made each entry."""
+
+    def __setitem__(self, key: tuple[str, str], value: Any) -> None:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_name != "<module>":
+            frame = frame.f_back  # the module body being imported
+        if frame is not None:
+            REGISTERED_BY.setdefault(key, set()).add(frame.f_globals.get("__name__", "?"))
+        super().__setitem__(key, value)
+
+
+OPS: Registry = Registry()
 
 
 def register_op(opdef: OpDef) -> OpDef:
@@ -117,33 +142,59 @@ def op(name: str, versions: tuple[int, ...], **kwargs: Any) -> OpDef:
     return register_op(OpDef(name, versions, **kwargs))
 
 
-_loaded = False
+_loaded = False  # every family imported
+_ensured: set[tuple[str, str]] = set()  # keys whose indexed modules are imported
 
 
-def _load_tables() -> None:
-    # The op families register themselves on import; importing here keeps one entry point.
-    # A flag, not "OPS is empty": importing one family directly (the fuse pass imports
-    # ops.fused.region) must not stop the others from loading.
+def load_all() -> None:
+    """Import every module under `onnxjit.ir.ops` (sorted by dotted name, so registration order
+    is deterministic): a new family or file lands without editing a list."""
     global _loaded
-    # Every module under onnxjit.ir.ops is imported (sorted by dotted name, so registration
-    # order is deterministic): a new family or file lands without editing this function.
+    if _loaded:
+        return
     import importlib
     import pkgutil
 
     import onnxjit.ir.ops as package
     from onnxjit.timings import timed
 
-    with timed("op-table"):  # about half a second: a compile's timings show it
+    with timed("op-table"):
         names = [m.name for m in pkgutil.walk_packages(package.__path__, "onnxjit.ir.ops.")]
         for name in sorted(names):
             importlib.import_module(name)
     _loaded = True
 
 
+def ensure(domain: str, op: str) -> None:
+    """Import the modules that register `op` (every family when the index does not know it)."""
+    key = (domain if domain != "ai.onnx" else "", op)
+    if _loaded or key in _ensured:
+        return
+    import importlib
+
+    from onnxjit.ir.ops.index import modules_of
+    from onnxjit.timings import timed
+
+    mods = modules_of(key)
+    if mods is None:
+        load_all()
+        return
+    with timed("op-table"):
+        for m in mods:
+            importlib.import_module(m)
+    _ensured.add(key)
+
+
 def lookup(domain: str, op: str) -> OpDef | None:
-    if not _loaded:
-        _load_tables()
-    return OPS.get((domain if domain != "ai.onnx" else "", op))
+    key = (domain if domain != "ai.onnx" else "", op)
+    d = OPS.get(key)
+    if d is None and not _loaded:
+        ensure(*key)
+        d = OPS.get(key)
+        if d is None:  # not where the index says: every family
+            load_all()
+            d = OPS.get(key)
+    return d
 
 
 def resolve(node: Node) -> OpDef:

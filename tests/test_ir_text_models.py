@@ -42,9 +42,9 @@ def test_lowered_programs_round_trip(backend_models):
     from models import chain, mlp
 
     from onnxjit.driver import import_model, lower_signature
-    from onnxjit.ir.opdef import _load_tables
+    from onnxjit.ir.opdef import load_all
 
-    _load_tables()  # lookup() skips loading the tables once fused.region has registered itself
+    load_all()
     cases = {c.name: c for c in backend_models}
     sources = [(chain(16), [np.ones(16, np.float32)]),
                (mlp(sizes=(20, 6, 4)), [np.ones((2, 20), np.float32)])]

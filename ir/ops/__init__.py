@@ -1,10 +1,11 @@
 """The op table's families: every ONNX operator's semantics and lowering, one folder a family.
 
-Each module registers its ops with `opdef.op(...)` when imported; `opdef.lookup` imports every
-module under this package on first use (`opdef._load_tables`), so a new file or family needs no
-registration list. An op's `OpDef` holds its whole semantics: verification and shape inference
-per opset version, numpy evaluation (constant folding and the host interpreter), a scalar rule
-(elementwise ops, which the fuse pass groups into one loop nest) or a loop-IR lowering.
+Each module registers its ops with `opdef.op(...)` when imported; `opdef.lookup` imports the
+modules that the generated `index` names for the op (every module when the index does not know
+it: `opdef.load_all`), so a new file or family needs no hand-written registration list. An
+op's `OpDef` holds its whole semantics: verification and shape inference per opset version,
+numpy evaluation (constant folding and the host interpreter), a scalar rule (elementwise ops,
+which the fuse pass groups into one loop nest) or a loop-IR lowering.
 
     elementwise/    arithmetic, math, trig, logic, cast, activations, bitcast
     linalg/         MatMul, Gemm, MatMulInteger (Strassen, strided views), Einsum, Det
