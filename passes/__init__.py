@@ -1,6 +1,8 @@
 """The pass registry: every pass is a module with `name`, `level` ("graph" -> "graph", or
 "graph" -> "loops", or "loops" -> "loops") and `run(ir, ctx) -> PassResult`, one pass to a
-file. A pipeline is a list of names; an unknown name fails loudly.
+file. A pipeline is a list of names; an unknown name fails loudly. A pass's module is imported
+when a pipeline first asks for it (its file is its name with `_` for `-`), so a compile that
+stops at the graph level imports none of the lowering.
 """
 
 from __future__ import annotations
@@ -49,9 +51,17 @@ PASSES: dict[str, ModuleType] = {}
 
 
 def get_pass(name: str) -> ModuleType:
-    if not PASSES:
-        PASSES.update(_load())
-    try:
-        return PASSES[name]
-    except KeyError:
-        raise CompileError(f"unknown pass '{name}'; known: {', '.join(sorted(PASSES))}") from None
+    mod = PASSES.get(name)
+    if mod is None:
+        guess = name.replace("-", "_")
+        if guess in _MODULES:
+            found = importlib.import_module(f"onnxjit.passes.{guess}")
+            PASSES[found.name] = found
+        if name not in PASSES:  # a pass whose file is named otherwise
+            PASSES.update(_load())
+        try:
+            mod = PASSES[name]
+        except KeyError:
+            raise CompileError(f"unknown pass '{name}'; known: "
+                               f"{', '.join(sorted(PASSES))}") from None
+    return mod
