@@ -40,11 +40,14 @@ def layout_ok() -> bool:
     return _LAYOUT
 
 
-def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
-                ) -> bytes | None:
+def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None,
+                disk: cache_mod.DiskCache | None = None) -> bytes | None:
     """Install the worker pool in this process before an artifact that dispatches to it is
     built: from `stored` (the pool's object code kept in that artifact's cache entry) when
-    given, else compiled. Returns the pool's object code to keep in the artifact's entry."""
+    given, else from the disk cache's own pool entry (`pool_key`: one per host target and
+    onnxjit version), else compiled (a tenth of a second or more: once per cache, not once per
+    process) and stored there. Returns the pool's object code to keep in the artifact's
+    entry."""
     if not uses_pool or num_threads <= 1:
         return None
     from onnxjit.codegen import pool, pool_trace
@@ -52,6 +55,9 @@ def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
     if pool_trace.enabled():  # a traced pool is built here, and never kept in an entry
         pool.parallel_for_address()
         return None
+    if not pool.installed() and stored is None and disk is not None:
+        entry = disk.get(pool_key())
+        stored = entry.blobs.get("pool") if entry is not None else None
     if not pool.installed() and stored is not None:
         try:
             pool.install(pool.pool_object(stored))
@@ -59,7 +65,19 @@ def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None
             cache_mod.STATS.disk_errors += 1
     if not pool.installed():
         pool.install(pool.compile_pool())
+        code = pool.installed_code()
+        if disk is not None and code is not None:
+            disk.put(pool_key(), cache_mod.Entry({"what": "worker pool"}, {"pool": code}))
     return pool.installed_code()
+
+
+def pool_key() -> str:
+    """The disk-cache key of the worker pool's object code on this host."""
+    from onnxjit.hostinfo import compiler_id, host_id
+    from onnxjit.version import __version__
+
+    return cache_mod.make_key("pool", host_id(), compiler_id(), str(cache_mod.FORMAT),
+                              __version__)
 
 
 def _object_meta(obj: Any) -> dict[str, Any]:

@@ -6,7 +6,8 @@ model lazily: a process whose artifacts all come from the disk cache never parse
 runs a pass, and never invokes LLVM (object code is only linked). One lock serialises
 compilation; calls of already-compiled signatures never take it. Artifacts whose code dispatches
 parallel loops need the process's worker pool (`_ensure_pool`): its object code (a few KB) is
-stored in each such artifact's disk-cache entry, so a warm start links it instead of compiling.
+stored in each such artifact's disk-cache entry, so a warm start links it instead of compiling,
+and in an entry of its own, so a compile in a fresh process (a background worker) links it too.
 """
 
 from __future__ import annotations
@@ -367,7 +368,8 @@ class CompiledModel(Interface, StageLookups):
                               dump=dumper.write if dumper.folder is not None else None,
                               salt=key)
         with timed("link"):
-            return obj, load_object(obj), ensure_pool(obj.uses_pool, self.options.num_threads)
+            return obj, load_object(obj), ensure_pool(obj.uses_pool, self.options.num_threads,
+                                                      disk=self._disk)
 
     def _store(self, key: str, art: Artifact, obj: Any, pool_code: bytes | None) -> None:
         from onnxjit.entries import native_entry
@@ -388,7 +390,7 @@ class CompiledModel(Interface, StageLookups):
                                  self.options.num_threads)
 
     def _pool_for(self, uses_pool: bool, stored: bytes | None) -> None:
-        ensure_pool(uses_pool, self.options.num_threads, stored)
+        ensure_pool(uses_pool, self.options.num_threads, stored, self._disk)
 
     # symbolic programs (onnxjit.specialize, onnxjit.dynamic) ---------------------------------
     def _varying_stored(self) -> list[str]:

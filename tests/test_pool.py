@@ -137,6 +137,35 @@ np.save({str(tmp_path / "y")!r} + str({{warm}}), y)
     np.testing.assert_array_equal(np.load(tmp_path / "y0.npy"), np.load(tmp_path / "y1.npy"))
 
 
+def test_a_compile_in_a_fresh_process_links_the_pool_from_the_disk_cache(tmp_path) -> None:
+    """The pool has a cache entry of its own: a fresh process compiling another model (a
+    background compile worker, a server's new model) links it instead of compiling it."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+import numpy as np, onnxjit
+from tests_models import chain
+from onnxjit.codegen import pool
+n, second = int(sys.argv[1]), sys.argv[2] == "1"
+if second:
+    def no_compile():
+        raise AssertionError("pool compiled although the disk cache holds it")
+    pool.compile_pool = no_compile
+fn = onnxjit.compile(chain(n), num_threads=2, cache_dir=sys.argv[3])
+x = np.linspace(-3, 3, n).astype(np.float32)
+y, = fn(x)
+assert pool.installed() and pool.worker_count() >= 1
+"""
+    script = script.replace("from tests_models import chain",
+                            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+                            "from models import chain")
+    for n, second in ((N, 0), (N + 64, 1)):
+        subprocess.run([sys.executable, "-c", script, str(n), str(second),
+                        str(tmp_path / "cache")], check=True, timeout=300)
+
+
 def test_pool_works_in_a_forked_child() -> None:
     """The child of os.fork() has no workers but a copy of the pool's state: the fork handler
     resets it, so the child starts workers of its own (and never waits on a mutex some thread
