@@ -1,15 +1,15 @@
-"""Tier-0 kernels of elementwise, shape and data-movement ops: numpy with ONNX semantics.
+"""Tier-0 kernels of elementwise ops: numpy with ONNX semantics.
 
 Each builder reads its node's attributes once and returns `fn(*inputs) -> [outputs]`. They
 cover the cases whose numpy meaning is exactly ONNX's; anything else raises `Decline` (the node's
-host evaluation then runs: integer division, Slice clamping at extremes and the like stay in one
-place). Views are fine as results (a Transpose, a Reshape): the plan copies an output that
-aliases an input or a constant, and no kernel writes into its inputs.
+host evaluation then runs: integer division and the like stay in one place). Views are fine as
+results: the plan copies an output that aliases an input or a constant, and no kernel writes
+into its inputs; a kernel may write into an array it made itself (HardSwish, HardSigmoid).
+Shape and data-movement ops are in `kernels_shape`.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -101,12 +101,16 @@ def _activation(node: Node) -> Any:
         _floats(x)
         t = x.dtype.type
         with np.errstate(all="ignore"):
+            if op == "HardSigmoid" or op == "HardSwish":
+                # one fresh array, the other passes in place (x stays untouched)
+                y = np.multiply(x, t(alpha))
+                y += t(beta if op == "HardSigmoid" else 0.5)
+                np.clip(y, t(0), t(1), out=y)
+                if op == "HardSwish":
+                    y *= x
+                return [y]
             if op == "LeakyRelu":
                 return [np.where(x < 0, x * t(alpha), x)]
-            if op == "HardSigmoid":
-                return [np.clip(x * t(alpha) + t(beta), t(0), t(1))]
-            if op == "HardSwish":
-                return [x * np.clip(x * t(alpha) + t(0.5), t(0), t(1))]
             if op == "Elu":
                 return [np.where(x < 0, t(alpha) * np.expm1(x), x)]
             if op == "Selu":
@@ -161,205 +165,6 @@ def _identity(node: Node) -> Any:
     if len(node.outputs) > 1 or node.input(2) is not None:
         return None  # Dropout's mask, or its training mode: the host evaluation draws
     return lambda x, *_: [x]
-
-
-# ------------------------------------------------------------------------------- shapes
-@kernel("Shape")
-def _shape(node: Node) -> Any:
-    start, end = node.attr("start", 0), node.attr("end", None)
-    return lambda x: [np.array(x.shape[slice(start, end)], np.int64)]
-
-
-@kernel("Size")
-def _size(node: Node) -> Any:
-    return lambda x: [np.array(x.size, np.int64)]
-
-
-def _ints(a: np.ndarray | None) -> list[int]:
-    return [] if a is None else [int(v) for v in np.asarray(a).reshape(-1)]
-
-
-@kernel("Unsqueeze", "Squeeze")
-def _squeeze(node: Node) -> Any:
-    attr = node.attr("axes", None) if node.version < 13 else None
-    unsq = node.op == "Unsqueeze"
-
-    def run(x: np.ndarray, axes: np.ndarray | None = None) -> list:
-        ax = list(attr) if attr is not None else _ints(axes)
-        if unsq:
-            r = x.ndim + len(ax)
-            ax = sorted(a % r for a in ax)
-            if len(set(ax)) != len(ax):
-                raise Decline
-            shape = list(x.shape)
-            for a in ax:
-                shape.insert(a, 1)
-            return [x.reshape(shape)]
-        if attr is None and axes is None:
-            return [np.squeeze(x)]
-        return [np.squeeze(x, tuple(a % x.ndim for a in ax))]
-    return run
-
-
-@kernel("Reshape")
-def _reshape(node: Node) -> Any:
-    if node.version < 5:
-        return None
-    allowzero = int(node.attr("allowzero", 0))
-
-    def run(x: np.ndarray, shape: np.ndarray) -> list:
-        dims = _ints(shape)
-        if not allowzero:
-            dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
-        if -1 in dims and x.size == 0:
-            raise Decline
-        return [x.reshape(dims)]
-    return run
-
-
-@kernel("Flatten")
-def _flatten(node: Node) -> Any:
-    axis = int(node.attr("axis", 1))
-
-    def run(x: np.ndarray) -> list:
-        a = axis + x.ndim if axis < 0 else axis
-        return [x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:]))]
-    return run
-
-
-@kernel("Transpose")
-def _transpose(node: Node) -> Any:
-    perm = node.attr("perm", None)
-    return lambda x: [np.transpose(x, perm)]
-
-
-@kernel("Concat")
-def _concat(node: Node) -> Any:
-    axis = int(node.attr("axis"))
-
-    def run(*xs: np.ndarray) -> list:
-        if len({x.dtype for x in xs}) != 1:
-            raise Decline
-        return [np.concatenate(xs, axis=axis)]
-    return run
-
-
-@kernel("Expand")
-def _expand(node: Node) -> Any:
-    def run(x: np.ndarray, shape: np.ndarray) -> list:
-        return [np.broadcast_to(x, np.broadcast_shapes(x.shape, tuple(_ints(shape))))]
-    return run
-
-
-@kernel("Tile")
-def _tile(node: Node) -> Any:
-    return lambda x, reps: [np.tile(x, _ints(reps))]
-
-
-@kernel("Gather")
-def _gather(node: Node) -> Any:
-    axis = int(node.attr("axis", 0))
-
-    def run(x: np.ndarray, idx: np.ndarray) -> list:
-        if idx.dtype.kind not in "iu":
-            raise Decline
-        return [np.take(x, idx, axis=axis)]  # IndexError beyond +-dim: native code reports
-    return run
-
-
-def _slice_bound(v: int, dim: int, step: int, is_start: bool) -> int | None:
-    """An ONNX Slice start/end clamped as the spec says, as a Python slice bound: forward,
-    both to [0, dim]; backward, the start to [0, dim - 1] and the end to [-1, dim - 1], where
-    -1 (before the first element) is None for Python; None also for a start in an empty dim."""
-    if v < 0:
-        v += dim
-    if step > 0:
-        return min(max(v, 0), dim)
-    if is_start:
-        return None if dim == 0 else min(max(v, 0), dim - 1)
-    v = min(max(v, -1), dim - 1)
-    return None if v < 0 else v
-
-
-@kernel("Slice")
-def _slice(node: Node) -> Any:
-    if node.version < 10:
-        return None
-
-    def run(x: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-            axes: np.ndarray | None = None, steps: np.ndarray | None = None) -> list:
-        st, en = _ints(starts), _ints(ends)
-        ax = _ints(axes) if axes is not None else list(range(len(st)))
-        sp = _ints(steps) if steps is not None else [1] * len(st)
-        index = [slice(None)] * x.ndim
-        for s, e, a, k in zip(st, en, ax, sp):
-            if k == 0:
-                raise Decline
-            a %= x.ndim
-            d = x.shape[a]
-            lo = _slice_bound(s, d, k, True)
-            index[a] = (slice(0, 0) if lo is None and k < 0 else  # an empty dim backwards
-                        slice(lo, _slice_bound(e, d, k, False), k))
-        return [x[tuple(index)]]
-    return run
-
-
-@kernel("Split")
-def _split(node: Node) -> Any:
-    axis = int(node.attr("axis", 0))
-    attr = node.attr("split", None) if node.version < 13 else None
-    n = len(node.outputs)
-
-    def run(x: np.ndarray, split: np.ndarray | None = None) -> list:
-        sizes = list(attr) if attr is not None else _ints(split) if split is not None else None
-        d = x.shape[axis]
-        if sizes is None:
-            if d % n:
-                raise Decline  # uneven num_outputs chunks
-            sizes = [d // n] * n
-        if sum(sizes) != d or len(sizes) != n:
-            raise Decline
-        return list(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
-    return run
-
-
-@kernel("Range")
-def _range(node: Node) -> Any:
-    def run(start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> list:
-        if start.dtype.kind == "f":
-            raise Decline
-        s, lim, d = int(start), int(limit), int(delta)
-        n = max(-((s - lim) // d), 0) if d else None
-        if n is None:
-            raise Decline
-        return [(s + d * np.arange(n)).astype(start.dtype)]
-    return run
-
-
-@kernel("ConstantOfShape")
-def _const_of_shape(node: Node) -> Any:
-    value = node.attr("value", None)
-    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-
-    def run(shape: np.ndarray) -> list:
-        return [np.full(_ints(shape), fill[0], dtype=fill.dtype)]
-    return run
-
-
-@kernel("Pad")
-def _pad(node: Node) -> Any:
-    if node.version < 11 or node.attr("mode", "constant") not in ("constant", b"constant"):
-        return None
-
-    def run(x: np.ndarray, pads: np.ndarray, value: np.ndarray | None = None,
-            axes: np.ndarray | None = None) -> list:
-        p = _ints(pads)
-        if axes is not None or min(p, default=0) < 0:
-            raise Decline
-        r = x.ndim
-        v = 0 if value is None or value.size == 0 else value.reshape(-1)[0]
-        return [np.pad(x, list(zip(p[:r], p[r:])), constant_values=v)]
-    return run
 
 
 # erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4] (beyond, +-1 in float32): a rational fit of degree
