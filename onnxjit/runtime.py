@@ -113,6 +113,10 @@ class CompiledModel(Interface, StageLookups):
         entry = self._disk.get(self._model_key())
         if entry is not None and "required" in entry.meta:
             return entry.meta
+        if self.options.tiered and self.options.cache_dir is not None:
+            from onnxjit.tiered import background  # a model new to the cache: its first
+
+            background.prewarm()  # call will want a compile process (tiered.tier)
         model = self._graph()
         decl = _declared(model)
         meta = {"inputs": [n for n, _, _ in decl], "outputs": list(model.graph.output_names),
