@@ -49,7 +49,7 @@ def widen(x: np.ndarray) -> np.ndarray:
             quiet = (f.view(np.uint32) | np.uint32(0x00400000)).view(np.float32)
             f = np.where(nan, quiet, f)
         return f
-    if x.dtype == _BF16:
+    if _is_bf16(x.dtype):
         bits = np.ascontiguousarray(x).view(np.uint16).astype(np.uint32) << np.uint32(16)
         return bits.view(np.float32)
     return x
@@ -66,7 +66,7 @@ def narrow(x: np.ndarray, dtype: DType) -> np.ndarray:
     assert dtype == DType.BFLOAT16, dtype
     with np.errstate(all="ignore"):
         f = widen(x).astype(np.float32)
-    return bf16_bits(f).view(_BF16)
+    return bf16_bits(f).view(DType.BFLOAT16.numpy)
 
 
 def narrow_value(value: float, dtype: DType) -> float:
@@ -80,13 +80,13 @@ def accumulator(dt: DType) -> DType:
 
 
 def is_narrow_array(x: np.ndarray) -> bool:
-    return x.dtype == np.float16 or x.dtype == _BF16
+    return x.dtype == np.float16 or _is_bf16(x.dtype)
 
 
-try:
-    _BF16 = DType.BFLOAT16.numpy
-except KeyError:  # pragma: no cover - without ml_dtypes no array is bfloat16
-    _BF16 = np.dtype([("bf16", np.uint16)])
+def _is_bf16(dt: np.dtype) -> bool:
+    # by name: comparing with ml_dtypes' dtype would import it (milliseconds) for every
+    # compile, and an array can only be bfloat16 once ml_dtypes is loaded
+    return dt.name == "bfloat16" and dt.kind == "V"
 
 
 # --------------------------------------------------------------------------- cast-only types
