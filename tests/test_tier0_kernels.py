@@ -1,6 +1,6 @@
 """Tier 0's numpy kernels against onnxruntime on the cases their fast paths take: convolutions
 on flat columns (stride 1, 32 or more channels a group: `kernels_nn._conv_flat`), depthwise
-taps (flat at stride 1, windows otherwise), im2col, Softmax/LogSoftmax and LayerNormalization
+taps (channels last, or flat columns on large maps of stride 1), im2col, Softmax/LogSoftmax and LayerNormalization
 computed in place, and shape ops that read a constant shape input once (`kernels_shape._ints_of`)
 while still reading an overridden default as it comes. No kernel writes into its inputs."""
 
@@ -45,9 +45,11 @@ CONVS = [  # (C, M, group, kernel, pads, dilations, strides, H, W)
     (40, 8, 1, (5, 5), (2, 2, 2, 2), (1, 1), (1, 1), 3, 4),        # kernel beyond the map
     (32, 16, 1, (3, 3), (1, 1, 1, 1), (1, 1), (2, 2), 9, 11),      # stride 2: im2col
     (3, 16, 1, (3, 3), (1, 1, 1, 1), (1, 1), (2, 2), 16, 16),      # stem: im2col
-    (8, 8, 8, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 7, 9),         # depthwise, flat
-    (8, 8, 8, (5, 5), (2, 1, 2, 3), (1, 2), (1, 1), 8, 6),         # depthwise, dilated
-    (8, 8, 8, (3, 3), (1, 1, 1, 1), (1, 1), (2, 2), 7, 9),         # depthwise, windows
+    (8, 8, 8, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 7, 9),         # depthwise, channels last
+    (8, 8, 8, (5, 5), (2, 1, 2, 3), (1, 2), (1, 1), 8, 6),         # ... dilated
+    (8, 8, 8, (3, 3), (1, 1, 1, 1), (1, 1), (2, 2), 7, 9),         # ... strided
+    (4, 4, 4, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 70, 66),       # depthwise, flat columns
+    (4, 4, 4, (3, 5), (0, 2, 1, 0), (2, 1), (1, 1), 64, 70),       # ... dilated, asymmetric
 ]
 
 
