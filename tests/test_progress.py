@@ -152,10 +152,10 @@ def test_interrupt_while_writing_an_entry_leaves_no_file(tmp_path, monkeypatch):
     disk = cache_mod.DiskCache(tmp_path)
     entry = cache_mod.Entry({"a": 1}, arrays={"w": np.ones(1000, np.float32)})
 
-    def interrupted(fd):
+    def interrupted(path, mode):  # after the data, before the rename
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(os, "fsync", interrupted)
+    monkeypatch.setattr(os, "chmod", interrupted)
     with pytest.raises(KeyboardInterrupt):
         disk.put("k" * 40, entry)
     assert _entries(tmp_path) == []
