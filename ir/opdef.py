@@ -28,7 +28,7 @@ Lookup is by (domain, op); `resolve` checks the node's version against what the 
 
 Loading is per op: the families under `onnxjit.ir.ops` register into `Registry` tables (`OPS`
 here, the host tables of `ir.host_eval`), which note the module whose import made each entry
-(`REGISTERED_BY`). The generated index `ir.ops.index` maps every op to those modules, so a
+(`REGISTERED_BY`). The generated index `ir.op_index` maps every op to those modules, so a
 lookup imports only its op's modules (a transformer's compile imports about 30 of 130). An op
 the index does not know, or does not find where the index says, loads every family
 (`load_all`); a stale index therefore costs time, never an op, and `tests/test_op_index.py`
@@ -172,7 +172,7 @@ def ensure(domain: str, op: str) -> None:
         return
     import importlib
 
-    from onnxjit.ir.ops.index import modules_of
+    from onnxjit.ir.op_index import modules_of
     from onnxjit.timings import timed
 
     mods = modules_of(key)

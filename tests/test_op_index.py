@@ -1,19 +1,28 @@
-"""The op index (ir/ops/index.py) matches the registrations, and lookups load only what they
+"""The op index (ir/op_index.py) matches the registrations, and lookups load only what they
 need: a compile imports the families of its ops, and a stale or missing index entry costs time
 (every family loads), never an op."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
-from onnxjit.ir.ops import index
+from onnxjit.ir import op_index
+
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "gen_op_index.py"
 
 
 def test_the_index_matches_the_registrations():
-    assert index.MODULES == index.computed(), \
-        "ir/ops/index.py is stale: run `python tools/gen_op_index.py`"
+    spec = importlib.util.spec_from_file_location("gen_op_index", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert op_index.MODULES == tool.computed(), \
+        "ir/op_index.py is stale: run `python tools/gen_op_index.py`"
+    text = TOOL.parent.parent.joinpath("ir", "op_index.py").read_text()
+    assert text[text.index(op_index.MARKER):] == tool.render()  # as the tool writes it
 
 
 def test_every_registration_comes_from_an_op_module():
@@ -55,7 +64,7 @@ def test_a_compile_imports_only_the_families_it_uses():
 def test_an_op_the_index_misplaces_is_still_found():
     out = _fresh("""
         from onnxjit.ir import opdef
-        from onnxjit.ir.ops import index
+        from onnxjit.ir import op_index as index
         index.modules_of(("", "Add"))  # builds the inverse, which we then spoil
         index._BY_KEY[("", "Relu")] = ("onnxjit.ir.ops.tensor.slice",)
         del index._BY_KEY[("", "Erf")]
