@@ -17,8 +17,9 @@ them.
 Writes go to a temp file in the same folder, then `os.replace` (atomic on POSIX), so readers
 see a whole entry or none. They are not fsynced (4 ms a write at idle, 40 ms on a busy disk,
 twice in a new model's front end): after a crash an entry may be truncated or zeroed, which
-the checksums below catch, and a cache entry is only ever rebuilt, never lost work. A hit touches the entry's mtime, which makes it the last use; a
-write past the folder's size cap prunes the least recently used entries (`cache_prune`).
+the checksums below catch, and a cache entry is only ever rebuilt, never lost work. A hit
+touches the entry's mtime, which makes it the last use; a write past the folder's size cap
+prunes the least recently used entries (`cache_prune`).
 A read checks magic, format, lengths and both checksums (the
 header's before it is unmarshalled); anything off (truncated, corrupt, foreign, from another
 format) is treated as a miss and rebuilt. The checksums detect damage, not forgery: an entry

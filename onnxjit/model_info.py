@@ -11,9 +11,11 @@ graph pipeline inferred (onnxruntime also reports inferred output shapes).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from onnxjit.errors import InputError, InputTypeError
 from onnxjit.ir.types import (
     DType,
     MapType,
@@ -99,15 +101,36 @@ def model_metadata(model: Any) -> ModelMetadata:
 
 
 class Interface:
-    """The NodeArgs of a `CompiledModel` (its base class): the host provides `_declared`
-    (every graph input's declaration), `_positions` (the required inputs' indices in it) and
-    `_graph()` (the imported model)."""
+    """The NodeArgs of a `CompiledModel` (its base class) and onnxruntime's `run`: the host
+    provides `_declared` (every graph input's declaration), `_positions` (the required
+    inputs' indices in it), `_graph()` (the imported model), `input_names`, `output_names`
+    and its call."""
 
     _declared: list
     _positions: list[int]
+    input_names: list[str]
+    output_names: list[str]
 
     def _graph(self) -> Any:
         raise NotImplementedError
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple:
+        raise NotImplementedError
+
+    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any]) -> list:
+        """onnxruntime-style: `run(None, {"x": x})` -> list of outputs (all, or those named)."""
+        if not isinstance(feeds, Mapping):
+            raise InputTypeError(f"run() takes its inputs as a dict of name -> array, got "
+                                 f"{type(feeds).__name__}; inputs are {self.input_names}")
+        outs = self(**dict(feeds))
+        if output_names is None:
+            return list(outs)
+        pos = {n: i for i, n in enumerate(self.output_names)}
+        missing = [n for n in output_names if n not in pos]
+        if missing:
+            raise InputError(f"unknown output name(s) {missing}; outputs are "
+                             f"{self.output_names}")
+        return [outs[pos[n]] for n in output_names]
 
     @property
     def inputs(self) -> list[NodeArg]:

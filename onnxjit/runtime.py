@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +23,7 @@ from onnxjit import cache as cache_mod
 from onnxjit import digest
 from onnxjit.artifact import Artifact, sized_for_call
 from onnxjit.entries import ensure_pool, layout_ok
-from onnxjit.errors import InputError, InputTypeError, OnnxJitError, add_context
+from onnxjit.errors import InputError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
 from onnxjit.memory_cache import LIMIT, LOCK, MEMORY, StageLookups
 from onnxjit.model_info import Interface
@@ -113,10 +112,9 @@ class CompiledModel(Interface, StageLookups):
         entry = self._disk.get(self._model_key())
         if entry is not None and "required" in entry.meta:
             return entry.meta
-        if self.options.tiered and self.options.cache_dir is not None:
-            from onnxjit.tiered import background  # a model new to the cache: its first
+        from onnxjit.tiered.tier import prewarm
 
-            background.prewarm()  # call will want a compile process (tiered.tier)
+        prewarm(self.options)  # new to the cache: its first call will want a compile process
         model = self._graph()
         decl = _declared(model)
         meta = {"inputs": [n for n, _, _ in decl], "outputs": list(model.graph.output_names),
@@ -196,21 +194,6 @@ class CompiledModel(Interface, StageLookups):
         # art keeps the builtin's context alive
         self._fastcall = _NO_FASTCALL if fast is None else (fast.fn, art.messages, art)
         return art.run(args)
-
-    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, Any]) -> list:
-        """onnxruntime-style: `run(None, {"x": x})` -> list of outputs (all, or those named)."""
-        if not isinstance(feeds, Mapping):
-            raise InputTypeError(f"run() takes its inputs as a dict of name -> array, got "
-                                 f"{type(feeds).__name__}; inputs are {self.input_names}")
-        outs = self(**dict(feeds))
-        if output_names is None:
-            return list(outs)
-        pos = {n: i for i, n in enumerate(self.output_names)}
-        missing = [n for n in output_names if n not in pos]
-        if missing:
-            raise InputError(f"unknown output name(s) {missing}; outputs are "
-                             f"{self.output_names}")
-        return [outs[pos[n]] for n in output_names]
 
     def _order(self, args: tuple, kwargs: dict) -> tuple:
         """All graph inputs in order: positional arguments are the required inputs, keywords

@@ -1,8 +1,9 @@
 """Tier 0's numpy kernels against onnxruntime on the cases their fast paths take: convolutions
 on flat columns (stride 1, 32 or more channels a group: `kernels_nn._conv_flat`), depthwise
-taps (channels last, or flat columns on large maps of stride 1), im2col, Softmax/LogSoftmax and LayerNormalization
-computed in place, and shape ops that read a constant shape input once (`kernels_shape._ints_of`)
-while still reading an overridden default as it comes. No kernel writes into its inputs."""
+taps (channels last, or flat columns on large maps of stride 1), im2col, Softmax/LogSoftmax
+and LayerNormalization computed in place, and shape ops that read a constant shape input once
+(`kernels_shape._ints_of`) while still reading an overridden default as it comes. No kernel
+writes into its inputs."""
 
 from __future__ import annotations
 

@@ -56,6 +56,15 @@ def info(owner: Any) -> dict[str, Any]:
     return owner._tier.info()
 
 
+def prewarm(options: Any) -> None:
+    """A model new to the disk cache: its first call will want a compile process, which can
+    start now (`background.prewarm`) when tiering is on."""
+    if options.tiered and options.cache_dir is not None:
+        from onnxjit.tiered import background
+
+        background.prewarm()
+
+
 def _discard_spare() -> None:
     from onnxjit.tiered import background
 
