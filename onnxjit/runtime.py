@@ -112,9 +112,6 @@ class CompiledModel(Interface, StageLookups):
         entry = self._disk.get(self._model_key())
         if entry is not None and "required" in entry.meta:
             return entry.meta
-        from onnxjit.tiered.tier import prewarm
-
-        prewarm(self.options)  # new to the cache: its first call will want a compile process
         model = self._graph()
         decl = _declared(model)
         meta = {"inputs": [n for n, _, _ in decl], "outputs": list(model.graph.output_names),

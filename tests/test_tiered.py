@@ -179,38 +179,6 @@ def test_small_graphs_and_disabled_caches_compile_at_once(tmp_path):
     assert onnx.load_from_string(_mlp()).graph.node  # the model itself is untouched
 
 
-def test_a_model_new_to_the_cache_starts_its_compile_process_early(tmp_path):
-    """compile() of a model the disk cache does not know starts a worker (it imports the
-    compiler meanwhile), the first job takes it, and a graph too small for tier 0 kills it."""
-    from onnxjit.tiered import background
-
-    for job in background.active():  # earlier tests' jobs: one starting would take the spare
-        job.wait(300)
-    background.discard_spare()
-    data = _mlp()
-    fn = onnxjit.compile(data, cache_dir=tmp_path, tiered=True)
-    spare = background._spare
-    assert spare is not None and spare.poll() is None
-    f = _feeds(4)
-    np.testing.assert_allclose(fn(**f)[0], _reference(data, f), rtol=1e-5, atol=1e-5)
-    (job,) = fn._tier.jobs.values()
-    assert job.proc is spare
-    assert fn.wait_compiled(timeout=300) and job.error is None
-    background.discard_spare()
-    onnxjit.compile(data, cache_dir=tmp_path, tiered=True)  # known to the cache now
-    assert background._spare is None
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    small = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    small.ir_version = 8
-    fn = onnxjit.compile(small.SerializeToString(), cache_dir=tmp_path, tiered=True)
-    spare = background._spare
-    assert spare is not None
-    fn(np.ones(2, np.float32))
-    assert background._spare is None and spare.wait(timeout=60) is not None
-
-
 def _child_call(fn, q):
     f = _feeds(3, 9)
     q.put((fn(**f)[0], fn.tier_info()["jobs"]))

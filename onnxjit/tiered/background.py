@@ -10,15 +10,6 @@ short numpy calls, and a process uses the second core while this one interprets.
 stores its program in the disk cache like any compile (atomic writes), so the caller's usual
 lookup finds it there; a waiter thread marks the job done when the process exits.
 
-A worker's start-up (a Python process importing the compiler, about a third of a second)
-need not wait for its job: `prewarm` starts one that imports and then waits for its request
-(the caller's model import and first tier-0 call run meanwhile), and a job takes that spare
-when it is there. A model new to the disk cache prewarms at `compile` (`runtime`); a
-signature job starting keeps one spare, since a second shape brings the symbolic job that
-supersedes it. A spare is killed when no job will come (the first call found its code
-compiled, or the graph is too small for tier 0: `tier`), when the last queued job ends, at
-exit, and with its parent.
-
 Jobs run one at a time per process (`start` queues the rest): the machine's cores are shared
 with the interpreting caller. `cancel` kills a queued or running job whose program is no longer
 wanted (a symbolic one superseding a shape's). When the interpreter exits, the jobs still
@@ -39,12 +30,11 @@ import threading
 import weakref
 from typing import Any
 
-__all__ = ["Job", "start", "cancel", "active", "prewarm", "discard_spare"]
+__all__ = ["Job", "start", "cancel", "active"]
 
 _lock = threading.Lock()
 _queue: list[Job] = []
 _running: Job | None = None
-_spare: subprocess.Popen | None = None  # a started worker waiting for its request
 _all: weakref.WeakSet[Job] = weakref.WeakSet()
 
 
@@ -101,54 +91,17 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def _spawn() -> subprocess.Popen:
-    env = dict(os.environ, ONNXJIT_TIERED="0", ONNXJIT_PROGRESS="0")
-    return subprocess.Popen([sys.executable, "-m", "onnxjit.tiered.worker"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, start_new_session=True)
-
-
-def _prewarm_locked() -> None:
-    global _spare
-    if _spare is None or _spare.poll() is not None:
-        try:
-            _spare = _spawn()
-        except Exception:  # noqa: BLE001 - a job then starts its own process
-            _spare = None
-
-
-def prewarm() -> None:
-    """Start a worker ahead of its job (module docstring)."""
-    with _lock:
-        _prewarm_locked()
-
-
-def discard_spare() -> None:
-    """Kill the waiting worker, if any (no job is coming: a graph too small for tier 0)."""
-    global _spare
-    with _lock:
-        proc, _spare = _spare, None
-    if proc is not None and proc.poll() is None:
-        _kill(proc)
-        proc.wait()
-
-
-def _take_spare_locked() -> subprocess.Popen | None:
-    global _spare
-    proc, _spare = _spare, None
-    return proc if proc is not None and proc.poll() is None else None
-
-
 def _next_locked() -> None:
     global _running
     if _running is not None or not _queue:
         return
     job = _running = _queue.pop(0)
+    env = dict(os.environ, ONNXJIT_TIERED="0", ONNXJIT_PROGRESS="0")
     try:
         job.payload = pickle.dumps(job.request)
-        job.proc = _take_spare_locked() or _spawn()
-        if job.request["job"][0] == "signature":
-            _prewarm_locked()
+        job.proc = subprocess.Popen([sys.executable, "-m", "onnxjit.tiered.worker"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env, start_new_session=True)
     except Exception as e:  # noqa: BLE001 - the call then compiles in its own process
         job.error = f"could not start a compile process: {e}"
         _running = None
@@ -175,22 +128,16 @@ def _wait(job: Job) -> None:
             _running = None
             job.done.set()
             _next_locked()
-            # the last job ended: no shape is waiting for a spare
-            spare = _take_spare_locked() if _running is None else None
-        if spare is not None:
-            _kill(spare)
-            spare.wait()
 
 
 def _forked_child() -> None:
     """In a forked child the jobs' processes and waiter threads are the parent's: every
     unfinished job is over here (its calls compile in the child, or find the parent's
     program on disk)."""
-    global _lock, _running, _spare
+    global _lock, _running
     _lock = threading.Lock()
     _queue.clear()
     _running = None
-    _spare = None  # the parent's
     for job in list(_all):
         if not job.done.is_set():
             job.error, job.proc = "the compile process belongs to the parent process", None
@@ -206,7 +153,6 @@ def _finish_at_exit() -> None:
     """Let the compiles still wanted finish before the interpreter exits, so their programs
     are on disk for the next process (a short script's stream may end before its compile);
     Ctrl-C stops them (a killed worker leaves no partial entry: writes are atomic)."""
-    discard_spare()
     jobs = active()
     if not jobs:
         return

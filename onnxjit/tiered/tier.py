@@ -56,21 +56,6 @@ def info(owner: Any) -> dict[str, Any]:
     return owner._tier.info()
 
 
-def prewarm(options: Any) -> None:
-    """A model new to the disk cache: its first call will want a compile process, which can
-    start now (`background.prewarm`) when tiering is on."""
-    if options.tiered and options.cache_dir is not None:
-        from onnxjit.tiered import background
-
-        background.prewarm()
-
-
-def _discard_spare() -> None:
-    from onnxjit.tiered import background
-
-    background.discard_spare()
-
-
 class Interpreted:
     """One call's tier-0 artifact (never kept for the signature: the next call looks again)."""
 
@@ -127,8 +112,6 @@ class Tier:
                         except NotPlannable as e:
                             self.why_not = str(e)
                     self._planned = True
-                    if self.plan is None:  # every call compiles here: no job will come
-                        _discard_spare()
         return self.plan
 
     def artifact(self, sig: tuple) -> Any:
@@ -140,8 +123,6 @@ class Tier:
         found = owner._lookup(sig, what, compile=False)
         if found is not None and not isinstance(found, Pending):
             self.waiting.pop(sig, None)
-            if not self.jobs:  # found compiled (memory, disk): the prewarmed worker is idle
-                _discard_spare()
             return found
         if self._plan() is None:
             return owner._artifact(sig)
@@ -166,16 +147,15 @@ class Tier:
         from onnxjit.tiered import background
 
         owner = self.owner
+        if what[0] == "symbolic":  # the symbolic program serves the shapes' calls too
+            for other in self.jobs.values():
+                if other.request["job"][0] == "signature" and not other.done.is_set():
+                    background.cancel(other)
         cache_mod.STATS.misses += 1
         options = owner.options.replace(progress=False)
         request = {"data": owner._data, "hash": owner._hash, "options": options,
                    "base_dir": owner._base_dir, "name": owner._source_name, "job": what}
-        job = background.start(background.Job(key, request))
-        if what[0] == "symbolic":  # the symbolic program serves the shapes' calls too; queued
-            for other in self.jobs.values():  # first, it takes the spare when they end
-                if other.request["job"][0] == "signature" and not other.done.is_set():
-                    background.cancel(other)
-        return job
+        return background.start(background.Job(key, request))
 
     def info(self) -> dict[str, Any]:
         """`CompiledModel.tier_info` of a model with tiering on."""

@@ -8,11 +8,6 @@ stores what it builds in the disk cache, which is the whole result; the exit sta
 whether it worked and stderr's last line why not. A thread exits the process when its parent
 is gone, so an orphaned compile does not run on. The process lowers its priority (`NICE`): the
 caller's calls, answered by tier 0 meanwhile, come first on a busy machine.
-
-The process imports the compiler (`_prepare`: the runtime, the passes of both pipelines, the
-code generator, LLVM's target) before it reads its request, so a worker started ahead of need
-(`background.prewarm`) has paid its start-up, about a third of a second, by the time a request
-arrives.
 """
 
 from __future__ import annotations
@@ -34,25 +29,12 @@ def _watch_parent(parent: int) -> None:
             os._exit(3)
 
 
-def _prepare() -> None:
-    """Import what every compile uses (see the module docstring)."""
-    import onnxjit.runtime  # noqa: F401
-    from onnxjit.codegen import jit, target  # noqa: F401
-    from onnxjit.driver import GRAPH_PIPELINE, SIGNATURE_PIPELINE
-    from onnxjit.passes import get_pass
-
-    for name in dict.fromkeys(GRAPH_PIPELINE + SIGNATURE_PIPELINE):
-        get_pass(name)
-    target.init()
-
-
 def main() -> int:
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     try:
         os.nice(NICE)  # the caller's calls (tier 0) come first
     except (AttributeError, OSError):
         pass
-    _prepare()
     req = pickle.loads(sys.stdin.buffer.read())
     from onnxjit.runtime import CompiledModel
 
