@@ -55,8 +55,10 @@ def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None,
     if pool_trace.enabled():  # a traced pool is built here, and never kept in an entry
         pool.parallel_for_address()
         return None
+    key = None  # the pool's own entry, looked for only when the artifact carries no copy
     if not pool.installed() and stored is None and disk is not None:
-        entry = disk.get(pool_key())
+        key = pool_key()
+        entry = disk.get(key)
         stored = entry.blobs.get("pool") if entry is not None else None
     if not pool.installed() and stored is not None:
         try:
@@ -67,7 +69,7 @@ def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None,
         pool.install(pool.compile_pool())
         code = pool.installed_code()
         if disk is not None and code is not None:
-            disk.put(pool_key(), cache_mod.Entry({"what": "worker pool"}, {"pool": code}))
+            disk.put(key or pool_key(), cache_mod.Entry({"what": "worker pool"}, {"pool": code}))
     return pool.installed_code()
 
 

@@ -242,10 +242,8 @@ def _depthwise(x: np.ndarray, w: np.ndarray, pads: list, k: tuple, strides: tupl
         flat, offs, length, wp = _flat_taps(_pad(x, pads), k, dil, out)
         wf = wt.reshape(-1, 1, c, 1)
         y = np.empty((n, c, out[0] * wp), x.dtype)
-        acc, tmp = y[:, :, :length], np.empty((n, c, length), x.dtype)
-        np.multiply(flat[:, :, offs[0]:offs[0] + length], wf[0], out=acc)
-        for t in range(1, len(offs)):
-            acc += np.multiply(flat[:, :, offs[t]:offs[t] + length], wf[t], out=tmp)
+        _tap_sum(((flat[:, :, o:o + length], wf[t]) for t, o in enumerate(offs)),
+                 y[:, :, :length])
         return y.reshape(n, c, out[0], wp)[:, :, :, :out[1]]
     if len(k) == 2:
         (t0, b0), (l0, r0) = pads
@@ -253,24 +251,25 @@ def _depthwise(x: np.ndarray, w: np.ndarray, pads: list, k: tuple, strides: tupl
         xl = np.zeros((n, h + t0 + b0, wd + l0 + r0, c), x.dtype)
         xl[:, t0:t0 + h, l0:l0 + wd] = x.transpose(0, 2, 3, 1)
         (oh, ow), (sh, sw) = out, strides
-        y = tmp = None
-        for t, (a, b) in enumerate(np.ndindex(*k)):
-            i, j = a * dil[0], b * dil[1]
-            win = xl[:, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw]
-            if y is None:
-                y = np.multiply(win, wt[t])
-                tmp = np.empty_like(y)
-            else:
-                y += np.multiply(win, wt[t], out=tmp)
-        return y.transpose(0, 3, 1, 2)
+        wins = (xl[:, a * dil[0]:a * dil[0] + sh * (oh - 1) + 1:sh,
+                   b * dil[1]:b * dil[1] + sw * (ow - 1) + 1:sw] for a, b in np.ndindex(*k))
+        return _tap_sum(zip(wins, wt)).transpose(0, 3, 1, 2)
     win = _windows(_pad(x, pads), k, strides, dil, out)
     wt = wt.reshape((-1, 1, c) + (1,) * len(out))
     lead = (slice(None), slice(None))
-    taps = list(np.ndindex(*k))
-    y = np.multiply(win[lead + taps[0]], wt[0])
-    tmp = np.empty_like(y)
-    for t in range(1, len(taps)):
-        y += np.multiply(win[lead + taps[t]], wt[t], out=tmp)
+    return _tap_sum((win[lead + tap], wt[t]) for t, tap in enumerate(np.ndindex(*k)))
+
+
+def _tap_sum(pairs: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """The sum of window * weight over (window, weight) pairs: the first product into `out`
+    (a fresh array when None), the others through one scratch array added in place."""
+    y = tmp = None
+    for win, wt in pairs:
+        if y is None:
+            y = np.multiply(win, wt, out=out)
+            tmp = np.empty_like(y)
+        else:
+            y += np.multiply(win, wt, out=tmp)
     return y
 
 
