@@ -108,8 +108,8 @@ def nll(node: Node, x: np.ndarray, target: np.ndarray, weight: np.ndarray | None
     picked = np.take_along_axis(x3, tc[:, None, :], axis=1)[:, 0, :]
     w = np.ones(t2.shape, x.dtype) if weight is None else weight[tc]
     w = np.where(ignored, 0, w).astype(x.dtype)
-    loss = (-picked * w).astype(x.dtype)
     with np.errstate(all="ignore"):
+        loss = np.where(ignored, 0, -picked * w).astype(x.dtype)
         if red == "none":
             return loss.reshape(target.shape)
         if red == "sum":
@@ -170,9 +170,11 @@ def _nll_lower(b: Builder, node: Node, x: Buffer, t: Buffer, w: Buffer | None, y
         tc = tv if ign is None else b.op("select", ign, i64(0), tv)
         v = b.load(x, b.iadd(b.imul(ni, c * d), b.iadd(b.imul(tc, d), di)))
         wv: Operand = one if w is None else b.load(w, tc)
-        if ign is not None:
+        loss = b.op("neg", b.op("mul", v, wv))
+        if ign is not None:  # zero, not x * 0: an ignored NaN or inf stays out of the sum
             wv = b.op("select", ign, zero, wv)
-        return b.op("neg", b.op("mul", v, wv)), wv
+            loss = b.op("select", ign, zero, loss)
+        return loss, wv
 
     if red == "none":
         with b.loop(0, n, parallel=True, hint="n") as ni:

@@ -323,6 +323,28 @@ def _conv(node: Node) -> Any:
     return run
 
 
+def _max_taps(win: np.ndarray, taps: list, pads: list, spatial: tuple, geo: tuple
+              ) -> np.ndarray:
+    """MaxPool's windows as the native code and onnxruntime take them: the first tap inside
+    the input, then each later tap that is greater. So a NaN counts only as a window's first
+    real tap (np.maximum would let any NaN win); padding taps never count."""
+    lead = (slice(None), slice(None))
+    if not any(b or e for b, e in pads):
+        y = np.array(win[lead + taps[0]])
+        for tap in taps[1:]:
+            t = win[lead + tap]
+            np.copyto(y, t, where=t > y)
+        return y
+    inside = _windows(_pad(np.ones((1, 1) + tuple(spatial), bool), pads), *geo)
+    y = np.full(win.shape[:2] + win.shape[2 + len(taps[0]):], -np.inf, win.dtype)
+    seen = np.zeros(y.shape[2:], bool)
+    for tap in taps:
+        t, v = win[lead + tap], inside[(0, 0) + tap]
+        np.copyto(y, t, where=v & (~seen | (t > y)))
+        seen |= v
+    return y
+
+
 @kernel("MaxPool", "AveragePool")
 def _pool(node: Node) -> Any:
     if len(node.outputs) > 1 or int(node.attr("ceil_mode", 0)) or node.version < 7:
@@ -339,12 +361,11 @@ def _pool(node: Node) -> Any:
         win = _windows(_pad(x, pads, fill), k, strides, dil, out)
         taps = list(np.ndindex(*k))
         lead = (slice(None), slice(None))
+        if is_max:
+            return [_max_taps(win, taps, pads, x.shape[2:], (k, strides, dil, out))]
         y = np.array(win[lead + taps[0]])
         for tap in taps[1:]:
-            if is_max:
-                np.maximum(y, win[lead + tap], out=y)
-            else:
-                y += win[lead + tap]
+            y += win[lead + tap]
         if not is_max:
             if include_pad or not any(map(any, pads)):
                 y /= x.dtype.type(math.prod(k))

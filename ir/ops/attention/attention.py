@@ -347,12 +347,12 @@ def _row(b: Builder, node: Node, at: Attrs, g: Geom, s: Buffer, row: Operand, bi
     total = sm.result()
     inv = b.op("div", const(1, pt), b.op("select", b.op("eq", total, const(0, pt)),
                                          const(1, pt), total))
-    if any_ok is not None:
-        inv = b.op("select", any_ok, inv, const(0, pt))
     inv_dt = b.cast(inv, dt)
     with b.loop(0, T, hint="j") as j:
         at_j = b.iadd(row, j)
         pv = b.op("mul", b.load(s, at_j), inv_dt)
+        if any_ok is not None:  # a fully masked row is 0, even where its scores are NaN
+            pv = b.op("select", any_ok, pv, const(0, dt))
         b.store(s, at_j, pv)
         if qk is not None and at.mode == 3:
             b.store(qk, b.iadd(qk_row, j), pv)

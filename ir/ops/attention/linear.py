@@ -12,11 +12,13 @@ Lowering: one kernel, a parallel loop over the B*Hkv independent states; inside 
 1) the f32 state (the present_state buffer itself when it is f32, else scratch) is set from
    past_state or zeros;
 2) a serial loop over the T steps, each:
-   - delta rules: ke = e * k_t into per-state scratch, then u = ke^T S as a one-row
-     `loops.Matmul` (the decayed state is never formed: (e*S)^T k = S^T (e*k)), then
+   - delta rules: S <- e * S in place when gated (formed, not folded into k as
+     S^T (e*k): the spec's order, whose rounding and overflow the references share), k_t
+     into per-state f32 scratch, then u = k^T S as a one-row `loops.Matmul`, then
      u <- beta * (v - u) in place;
-   - the rank-1 update S[i, j] = e_i * S[i, j] + k_i * u_j as one (dk x dv) loop nest (the
-     innermost loop runs along a contiguous row of S, so it vectorizes);
+   - the rank-1 update S[i, j] = e_i * S[i, j] + k_i * u_j (delta rules: S[i, j] + k_i * u_j)
+     as one (dk x dv) loop nest (the innermost loop runs along a contiguous row of S, so it
+     vectorizes);
    - the G query heads sharing this state read it with one Matmul (G x dk) x (dk x dv),
      alpha = scale, straight from the packed 3-D query into the packed 3-D output (the heads
      of a group are adjacent in the last dim); narrow types go through f32 scratch rows;
@@ -289,9 +291,13 @@ def _step(b: Builder, p: _Plan, bh: Operand, hi: Operand, row: Operand, s0: Oper
         assert p.ke is not None and p.u is not None and beta is not None
         ke0, u0 = b.imul(bh, dk), b.imul(bh, dv)
         with b.loop(0, dk, hint="i") as i:
-            kv = _f32(b, k, b.iadd(k_off, i))
+            b.store(p.ke, b.iadd(ke0, i), _f32(b, k, b.iadd(k_off, i)))
             e = gate(i)
-            b.store(p.ke, b.iadd(ke0, i), kv if e is None else b.op("mul", kv, e))
+            if e is not None:  # S <- e * S first, rounded as the spec's formula is
+                srow = b.iadd(s0, b.imul(i, dv))
+                with b.loop(0, dv, hint="j") as j:
+                    at_j = b.iadd(srow, j)
+                    b.store(p.state, at_j, b.op("mul", b.load(p.state, at_j), e))
         b.emit(Matmul(p.u, u0, dv, p.ke, ke0, dk, p.state, s0, dv, 1, dv, dk))
         bt = _f32(b, beta, head if g.beta_per_head else row)
         with b.loop(0, dv, hint="j") as j:
@@ -300,7 +306,7 @@ def _step(b: Builder, p: _Plan, bh: Operand, hi: Operand, row: Operand, s0: Oper
             b.store(p.u, at_j, b.op("mul", bt, diff))
     with b.loop(0, dk, hint="i") as i:
         ki = _f32(b, k, b.iadd(k_off, i))
-        e = gate(i)
+        e = None if at.delta else gate(i)  # the delta rules decayed S above
         srow = b.iadd(s0, b.imul(i, dv))
         with b.loop(0, dv, hint="j") as j:
             at_j = b.iadd(srow, j)

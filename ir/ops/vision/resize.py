@@ -148,9 +148,25 @@ def _request(node: Node, rank: int) -> Request:
     return Request(kind, pos, vals, axes)
 
 
+#: the most elements an output (or one of its dims, beside a 0 dim) may have: more (2^40
+#: float32 values are 4 TiB) is a scales or sizes value gone wrong, said as such rather than
+#: as a failed allocation
+MAX_ELEMENTS = 1 << 40
+
+
 def _out_dims(node: Node, shape: tuple[Dim, ...], req: Request, s: Settings
               ) -> tuple[list[Dim], list[float]]:
     """Output dims and per-axis scale factors (None dims when unknown)."""
+    out, scales = _dims_and_scales(node, shape, req, s)
+    known = [d for d in out if isinstance(d, int)]
+    if math.prod(known) > MAX_ELEMENTS or max(known, default=0) > MAX_ELEMENTS:
+        raise ModelError(f"output dims {out} exceed {MAX_ELEMENTS} elements: check the "
+                         f"{req.kind}", where=node)
+    return out, scales
+
+
+def _dims_and_scales(node: Node, shape: tuple[Dim, ...], req: Request, s: Settings
+                     ) -> tuple[list[Dim], list[float]]:
     out: list[Dim] = list(shape)
     scales = [1.0] * len(shape)
     if req.values is None:

@@ -1,0 +1,142 @@
+"""Wrong answers and unclean errors the third fuzz generator (`fuzz_backend`: the ONNX backend
+node cases with new values) found, each as a small model against onnxruntime and
+onnx.reference, which agree on all of them.
+
+1. NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss: an element whose target is
+   `ignore_index` contributes 0, not input * 0 (a NaN or inf input there made the loss NaN).
+2. Attention: a fully masked row is 0 even where its masked scores are NaN (the probabilities
+   were NaN * 0).
+3. Tier 0's MaxPool takes a window's first real tap, then each later tap that is greater, as
+   the native code and onnxruntime do: a NaN counts only as the first (numpy's maximum let any
+   NaN win).
+4. Resize with run-time scales that make an absurd output: an `InputError` naming the node, not
+   a failed allocation inside the compiler.
+5. LinearAttention (gated delta rule): the decayed state e * S is formed before u = S^T k, in
+   the spec's order, so an overflow there is the references' overflow (it was folded into
+   S^T (e * k), which stayed finite).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+from tier0_ref import Tier0
+
+import onnxjit
+
+
+def _model(nodes, inputs, outputs, opset, inits=()):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def _both(m: onnx.ModelProto, feeds: dict) -> list:
+    """The references' outputs, after checking that they agree."""
+    o = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds)
+    r = ReferenceEvaluator(m).run(None, feeds)
+    for a, b in zip(o, r):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+    return o
+
+
+def _check(m: onnx.ModelProto, feeds: dict) -> None:
+    want = _both(m, feeds)
+    fn = onnxjit.compile(m, cache_dir=False, tiered=False)
+    got = fn.run(None, feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("op", ["NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"])
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_ignored_target_keeps_nan_out_of_the_loss(op, reduction):
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    if op == "NegativeLogLikelihoodLoss":
+        x = -np.abs(x)
+    x[0, 0] = np.nan  # row 0 is ignored: its target is 2, the ignore_index
+    x[0, 3] = np.inf
+    y = np.array([2, 4, 3], np.int64)
+    node = helper.make_node(op, ["x", "y"], ["z"], reduction=reduction, ignore_index=2)
+    zshape = [3] if reduction == "none" else []
+    m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5]),
+                        helper.make_tensor_value_info("y", TensorProto.INT64, [3])],
+               [helper.make_tensor_value_info("z", TensorProto.FLOAT, zshape)], 13)
+    _check(m, {"x": x, "y": y})
+
+
+def test_fully_masked_row_is_zero_despite_nan_scores():
+    rng = np.random.default_rng(1)
+    q = rng.standard_normal((1, 2, 2, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 2, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 2, 8)).astype(np.float32)
+    k[0, 1, 0, 0] = np.nan  # head 1's scores against key 0 are NaN
+    k[0, 1, 1, 0] = -np.inf
+    mask = np.array([[False, True], [False, True]])  # with causal: query 0 sees no key
+    node = helper.make_node("Attention", ["Q", "K", "V", "M"], ["Y"], is_causal=1)
+    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, 2, 8])
+                        for n in "QKV"] + [
+        helper.make_tensor_value_info("M", TensorProto.BOOL, [2, 2])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2, 2, 8])], 23)
+    feeds = {"Q": q, "K": k, "V": v, "M": mask}
+    want = _both(m, feeds)[0]
+    assert not np.isnan(want[0, :, 0]).any() and (want[0, :, 0] == 0).all()
+    _check(m, feeds)
+
+
+@pytest.mark.parametrize("pads", [0, 1])
+def test_tier0_max_pool_takes_nan_as_the_native_code_does(pads):
+    x = np.arange(64, dtype=np.float32).reshape(1, 1, 4, 4, 4)
+    x[0, 0, 2, 0, 3] = np.nan  # a later tap: skipped
+    x[0, 0, 1, 1, 1] = np.nan  # the first (real) tap of a window: kept
+    x[0, 0, 3, 2, 3] = -np.inf
+    m = _model([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2, 2],
+                                 dilations=[2, 2, 2], pads=[pads] * 6)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], 12)
+    want = _both(m, {"x": x})[0]
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    got = Tier0(m).run([x])
+    assert got is not None, "tier 0 declined the call"
+    np.testing.assert_array_equal(got[0], want)
+    _check(m, {"x": x})
+
+
+def test_resize_to_an_absurd_size_is_an_input_error():
+    node = helper.make_node("Resize", ["X", "", "S"], ["Y"], mode="nearest")
+    m = _model([node], [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 2, 4]),
+                        helper.make_tensor_value_info("S", TensorProto.FLOAT, [4])],
+               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], 19)
+    fn = onnxjit.compile(m, cache_dir=False, tiered=False)
+    x = np.ones((1, 1, 2, 4), np.float32)
+    big = np.array([0.5, 1, 1, 3.4e38], np.float32)  # a 0 dim beside a 10^39 one
+    with pytest.raises(onnxjit.InputError, match=r"Resize.*exceed.*check the scales"):
+        fn(x, big)
+    assert fn(x, np.array([1, 1, 2, 2], np.float32))[0].shape == (1, 1, 4, 8)
+
+
+def test_gated_delta_state_decays_before_the_delta():
+    rng = np.random.default_rng(2)
+    b, t, h, dk = 1, 1, 1, 4
+    feeds = {"q": rng.standard_normal((b, t, h * dk)).astype(np.float32),
+             "k": rng.standard_normal((b, t, h * dk)).astype(np.float32),
+             "v": rng.standard_normal((b, t, h * dk)).astype(np.float32),
+             "past": rng.standard_normal((b, h, dk, dk)).astype(np.float32),
+             "decay": np.full((b, t, h * dk), 0.2, np.float32),  # e = 1.22
+             "beta": np.full((b, t, h), 0.5, np.float32)}
+    feeds["past"][0, 0, 3, 1] = 3.4e38  # e * S overflows; S^T (e * k) would not
+    node = helper.make_node("LinearAttention", ["q", "k", "v", "past", "decay", "beta"],
+                            ["y", "present"], q_num_heads=h, kv_num_heads=h)
+    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                        for n, a in feeds.items()],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                helper.make_tensor_value_info("present", TensorProto.FLOAT, None)], 27)
+    want = _both(m, feeds)
+    assert np.isinf(want[1]).any()
+    _check(m, feeds)
