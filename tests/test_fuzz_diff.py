@@ -17,6 +17,9 @@
 5. `test_corner_case_matches_references`: cases of the second generator (`fuzz_corners`: one
    op at its attribute corners, every int type, constants in place of inputs, symbolic dims;
    ONNXJIT_FUZZ_CORNERS of them, default 8), judged the same way.
+6. `test_backend_cases_with_new_values_match_references`: cases of the third generator
+   (`fuzz_backend`: onnx's backend node cases with new values, extremes among them, and
+   symbolic dims; ONNXJIT_FUZZ_BACKEND of them, default 8), judged the same way.
 """
 
 from __future__ import annotations
@@ -62,6 +65,43 @@ def test_corner_case_matches_references(seed):
     assert v.status not in FAILING, (
         f"corner case {seed} ({case.ops}): {v.status}: {v.detail}\nnotes: {v.notes}\n"
         f"localize: python tools/fuzz.py --mode corners --triage {seed}")
+
+
+BACKEND_COUNT = int(os.environ.get("ONNXJIT_FUZZ_BACKEND", "8"))
+
+
+def test_backend_cases_with_new_values_match_references():
+    """The third generator (`fuzz_backend`: onnx's node cases with new values, half of them
+    with every input dim symbolic); one test for all its seeds, so that one worker pays for
+    collecting the cases (~10 s). Long runs: `tools/fuzz.py --mode backend`."""
+    from fuzz_backend import generate as generate_backend
+
+    bad = []
+    for seed in range(FIRST, FIRST + BACKEND_COUNT):
+        case = generate_backend(seed)
+        v = judge(case.model, case.feeds, case.symbolic, None)
+        if v.status in FAILING:
+            bad.append(f"backend case {seed} ({case.ops[-1]}): {v.status}: {v.detail}\n"
+                       f"localize: python tools/fuzz.py --mode backend --triage {seed}")
+    assert not bad, "\n".join(bad)
+
+
+def test_backend_generator_varies_values_and_shapes():
+    from fuzz_backend import cases
+    from fuzz_backend import generate as generate_backend
+
+    assert len(cases()) > 1000
+    picked = [generate_backend(s) for s in range(40)]
+    assert len({c.ops[-1] for c in picked}) > 30
+    assert any(c.symbolic for c in picked) and not all(c.symbolic for c in picked)
+    changed = 0
+    for c in picked:
+        base = {n: a for n, a in zip([i.name for i in c.model.graph.input],
+                                     next(k for k in cases() if k.name == c.ops[-1]
+                                          ).data_sets[0][0])}
+        changed += any(a.dtype.kind == "f" and not np.array_equal(a, base[n], equal_nan=True)
+                       for n, a in c.feeds[0].items())
+    assert changed > 20
 
 
 def test_corner_generator_reaches_its_entries():

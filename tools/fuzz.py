@@ -3,6 +3,7 @@
     python tools/fuzz.py --cases 3000 --seed 100000 --out /tmp/fuzz   # a long run
     python tools/fuzz.py --triage 1234                 # where case 1234 goes wrong
     python tools/fuzz.py --mode corners --cases 3000   # one op at a time, at its corners
+    python tools/fuzz.py --mode backend --cases 3000   # onnx's node cases, new values
 
 Algorithm: cases `seed .. seed+cases-1` (`tests/fuzz_graphs.generate`) are judged
 (`tests/fuzz_oracle.judge`) in child processes of `--batch` cases each, so a crash or hang in
@@ -19,7 +20,9 @@ the dims of its inputs, and the known bug it is put down to, if any; when no val
 first one where only one reference ran and onnxjit differs from it ("unconfirmed": onnxruntime
 has no kernel, or onnx.reference fails), which is no verdict but worth a look.
 `--mode corners` draws the cases from the second generator (`tests/fuzz_corners`: one op at
-its attribute corners, every int type) instead of the op chains of `tests/fuzz_graphs`.
+its attribute corners, every int type) instead of the op chains of `tests/fuzz_graphs`;
+`--mode backend` from the third (`tests/fuzz_backend`: onnx's backend node cases with new
+values and symbolic dims).
 """
 
 from __future__ import annotations
@@ -39,9 +42,12 @@ COUNTED = ("pass", "unsupported", "precision")
 
 
 def generator(mode: str):
-    """The case generator of a mode: "chains" (`fuzz_graphs`) or "corners" (`fuzz_corners`)."""
+    """The case generator of a mode: "chains" (`fuzz_graphs`), "corners" (`fuzz_corners`) or
+    "backend" (`fuzz_backend`)."""
     if mode == "corners":
         from fuzz_corners import generate
+    elif mode == "backend":
+        from fuzz_backend import generate
     else:
         from fuzz_graphs import generate
     return generate
@@ -173,9 +179,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=50, help="cases per child process")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per batch")
     ap.add_argument("--triage", type=int, help="localize the failure of one case")
-    ap.add_argument("--mode", choices=("chains", "corners"), default="chains",
-                    help="the generator: op chains (fuzz_graphs) or one op at its attribute "
-                    "corners (fuzz_corners)")
+    ap.add_argument("--mode", choices=("chains", "corners", "backend"), default="chains",
+                    help="the generator: op chains (fuzz_graphs), one op at its attribute "
+                    "corners (fuzz_corners), or the onnx backend node cases with new values "
+                    "(fuzz_backend)")
     ap.add_argument("--child", nargs=2, type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
     os.environ.setdefault("ONNXJIT_CACHE_DIR", "")
