@@ -14,6 +14,9 @@ onnx.reference, which agree on all of them.
 5. LinearAttention (gated delta rule): the decayed state e * S is formed before u = S^T k, in
    the spec's order, so an overflow there is the references' overflow (it was folded into
    S^T (e * k), which stayed finite).
+6. Cast of NaN, inf or out-of-range floats to ints, and Pow of an int base with such a power:
+   what onnxruntime and numpy give (C on x86-64: the int's minimum, wrapped), not a
+   saturated value (NaN was 0, +inf the maximum).
 """
 
 from __future__ import annotations
@@ -140,3 +143,43 @@ def test_gated_delta_state_decays_before_the_delta():
     want = _both(m, feeds)
     assert np.isinf(want[1]).any()
     _check(m, feeds)
+
+
+CAST_VALUES = [np.nan, np.inf, -np.inf, 1e10, -1e10, 300, -300, 70000, -1, 2.5e9, 5e9, -2.5e9,
+               1e20, -0.5, 1.5e19, 2147483520.0, -2147483648.0, 4294967040.0, 65504, -65504]
+
+
+@pytest.mark.parametrize("src", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("to", [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.int64,
+                                np.uint64, np.uint32])
+def test_cast_float_to_int_out_of_range_as_onnxruntime(src, to):
+    """NaN, inf and out-of-range floats cast to ints as onnxruntime and numpy give them (C on
+    x86-64), natively, folded, and through Pow with an int base; uint32 from float32/64 only
+    where onnxruntime follows the documented rule (in range of int32, and not NaN)."""
+    x = np.array(CAST_VALUES, src)
+    if to == np.uint32 and src != np.float16:
+        x = x[np.isfinite(x) & (x.astype(np.float64) >= -2**31) & (x.astype(np.float64) < 2**32)]
+    to_t = helper.np_dtype_to_tensor_dtype(np.dtype(to))
+    node = helper.make_node("Cast", ["x"], ["y"], to=to_t)
+    m = _model([node], [helper.make_tensor_value_info(
+        "x", helper.np_dtype_to_tensor_dtype(np.dtype(src)), ["n"])],
+        [helper.make_tensor_value_info("y", to_t, ["n"])], 19)
+    want = _both(m, {"x": x})[0]
+    fn = onnxjit.compile(m, cache_dir=False, tiered=False)
+    np.testing.assert_array_equal(fn(x)[0], want)
+    np.testing.assert_array_equal(np.concatenate([fn(x[i:i + 1])[0] for i in range(len(x))]),
+                                  want)
+    from onnxjit.ir.ops.elementwise.cast import _numeric_cast  # the folding rule
+    from onnxjit.ir.types import DType
+
+    np.testing.assert_array_equal(_numeric_cast(x, DType.from_numpy(np.dtype(to)), True), want)
+
+
+def test_pow_of_an_int_base_with_a_nan_exponent():
+    x = np.array([1, 2, 3, 4], np.int32)
+    y = np.array([4.9, np.nan, 40.0, -np.inf], np.float32)
+    m = _model([helper.make_node("Pow", ["x", "y"], ["z"])],
+               [helper.make_tensor_value_info("x", TensorProto.INT32, [4]),
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+               [helper.make_tensor_value_info("z", TensorProto.INT32, [4])], 15)
+    _check(m, {"x": x, "y": y})

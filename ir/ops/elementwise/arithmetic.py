@@ -31,6 +31,7 @@ from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Operand
 from onnxjit.ir.opdef import op
+from onnxjit.ir.ops.elementwise.c_cast import c_float_to_int
 from onnxjit.ir.ops.elementwise.inference import (
     check_dtype,
     out_shape,
@@ -218,9 +219,10 @@ def _pow_infer(node: Node) -> list:
 def _pow(b: Builder, node: Node, a: list[Operand]) -> Operand:
     x, y = a
     if not x.dtype.is_float and y.dtype.is_float:
-        # An int base with a float exponent: the real power, truncated back to the base type.
+        # An int base with a float exponent: the real power, truncated back to the base type
+        # as Cast converts (NaN and out of range as onnxruntime's C cast gives them)
         r = b.op("pow", b.cast(x, D.DOUBLE), b.cast(y, D.DOUBLE))
-        return b.cast(r, x.dtype)
+        return c_float_to_int(b, r, x.dtype)
     wide = _pow_type(x.dtype, y.dtype)
     if wide != x.dtype:
         return b.cast(b.op("pow", b.cast(x, wide), b.cast(y, wide)), x.dtype)

@@ -1,14 +1,18 @@
 """Cast and CastLike: element type conversion, one scalar `cast` per element.
 
 The scalar `cast` gives ONNX's rules among the compute dtypes: float -> int truncates (and
-saturates out of range, where ONNX leaves the result undefined; NaN -> 0), int -> int wraps,
+saturates out of range; NaN -> 0: the safe rule for the compiler's own index arithmetic),
+int -> int wraps,
 anything -> bool is `x != 0`, bool -> number is 0/1. The cast-only types (float8, float4e2m1,
 4-/2-bit ints; `types.CAST_ONLY_DTYPES`) convert as `ir/narrow.py` says: round to nearest even,
 overflow to NaN/inf per type, sub-byte ints wrap. `saturate=1` (the default) on a float8 target
 is a clamp of the source to +-max before the cast (NaN stays NaN, inf becomes max), exactly
 onnx.numpy_helper.saturate_cast; float4 always saturates. float8e8m0 (once
 `types.CAST_ONLY_DTYPES` lists it) supports the defaults round_mode "up", saturate=1 only.
-Other types (strings, float6) are UnsupportedError.
+Other types (strings, float6) are UnsupportedError. The Cast op itself converts a float to
+an int type as onnxruntime and numpy do where ONNX leaves the result undefined (NaN, inf, out
+of range): as C compiles it for x86-64 (`c_float_to_int`), built from compares and selects
+around the scalar `cast`.
 CastLike is lowered and folded directly rather than through a scalar rule: its second input
 only lends its type, and a fused loop nest would load it. Cast to int64 keeps a shape value
 (`sym_value`) flowing, so Shape -> Cast -> Reshape resolves.
@@ -25,6 +29,7 @@ from onnxjit.ir.loops import Const, Operand, Var
 from onnxjit.ir.narrow import SATURATING, max_finite
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.elementwise.arithmetic import arity, int_attr
+from onnxjit.ir.ops.elementwise.c_cast import C_INTS, c_float_to_int
 from onnxjit.ir.ops.elementwise.inference import tensor
 from onnxjit.ir.ops.shape_utils import require_attr, tensor_input
 from onnxjit.ir.types import STORAGE_DTYPES, DType, supported_dtypes_text
@@ -41,9 +46,12 @@ def _computable(node: Node, dt: DType, what: str) -> DType:
 
 
 def emit_cast(b: Builder, x: Operand, target: DType, saturate: bool = True) -> Operand:
-    """`x` converted to `target`; a saturating float8 target first clamps to +-max."""
+    """`x` converted to `target`; a saturating float8 target first clamps to +-max; a float to
+    an int type converts as `c_float_to_int` says."""
     if x.dtype == target:
         return b.op("copy", x)
+    if x.dtype.is_float and target in C_INTS:
+        return c_float_to_int(b, x, target)
     if saturate and target in SATURATING and x.dtype != DType.BOOL:
         if not x.dtype.is_float:  # ints and small floats: clamp the f32 value cast converts
             x = b.cast(x, DType.FLOAT)
