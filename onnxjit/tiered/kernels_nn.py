@@ -323,12 +323,22 @@ def _conv(node: Node) -> Any:
     return run
 
 
-def _max_taps(win: np.ndarray, taps: list, pads: list, spatial: tuple, geo: tuple
-              ) -> np.ndarray:
-    """MaxPool's windows as the native code and onnxruntime take them: the first tap inside
-    the input, then each later tap that is greater. So a NaN counts only as a window's first
-    real tap (np.maximum would let any NaN win); padding taps never count."""
+def _max_taps(win: np.ndarray, taps: list, pads: list, spatial: tuple, geo: tuple,
+              drop: bool) -> np.ndarray:
+    """MaxPool's windows by the native code's NaN rule (`pooling.max_rule`): DROP (strides and
+    dilations all 1; `win` padded with NaN) is the max of the non-NaN taps, NaN when all are
+    NaN; FIRST (`win` padded with -inf) takes the first real tap, then each later tap that is
+    greater, so a NaN counts only as a window's first real tap. A window of padding only
+    gives -inf."""
     lead = (slice(None), slice(None))
+    if drop:
+        y = np.array(win[lead + taps[0]])
+        for tap in taps[1:]:
+            np.fmax(y, win[lead + tap], out=y)
+        if any(b or e for b, e in pads):  # a window of padding only
+            inside = _windows(_pad(np.ones((1, 1) + tuple(spatial), bool), pads), *geo)
+            y[..., ~inside.any(axis=tuple(range(2, 2 + len(taps[0]))))[0, 0]] = -np.inf
+        return y
     if not any(b or e for b, e in pads):
         y = np.array(win[lead + taps[0]])
         for tap in taps[1:]:
@@ -357,12 +367,13 @@ def _pool(node: Node) -> Any:
     def run(x: np.ndarray) -> list:
         _floats(x)
         pads, k, strides, dil, out, _ = _geometry(node, x, None)
-        fill = -np.inf if is_max else 0.0
+        drop = all(v == 1 for v in strides) and all(v == 1 for v in dil)
+        fill = (np.nan if drop else -np.inf) if is_max else 0.0
         win = _windows(_pad(x, pads, fill), k, strides, dil, out)
         taps = list(np.ndindex(*k))
         lead = (slice(None), slice(None))
         if is_max:
-            return [_max_taps(win, taps, pads, x.shape[2:], (k, strides, dil, out))]
+            return [_max_taps(win, taps, pads, x.shape[2:], (k, strides, dil, out), drop)]
         y = np.array(win[lead + taps[0]])
         for tap in taps[1:]:
             y += win[lead + tap]
