@@ -5,7 +5,8 @@ onnx.reference, which agree on all of them.
 1. NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss: an element whose target is
    `ignore_index` contributes 0, not input * 0 (a NaN or inf input there made the loss NaN).
 2. Attention: a fully masked row is 0 even where its masked scores are NaN (the probabilities
-   were NaN * 0).
+   were NaN * 0); Q is scaled before Q K^T, so a key near float max overflows where the
+   references' (sqrt(s) Q)(sqrt(s) K)^T does (q . k overflowed first: inf - inf = NaN).
 3. Tier 0's MaxPool follows the native code's NaN rule (`pooling.max_rule`, onnx.reference's):
    numpy's maximum let any NaN win.
 4. Resize with run-time scales that make an absurd output: an `InputError` naming the node, not
@@ -195,3 +196,25 @@ def test_pow_of_an_int_base_with_a_nan_exponent():
                 helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
                [helper.make_tensor_value_info("z", TensorProto.INT32, [4])], 15)
     _check(m, {"x": x, "y": y})
+
+
+def test_attention_scales_before_a_key_near_float_max_overflows():
+    """q . k of a key near float max overflows to inf (NaN after the softmax) unless the scale
+    comes first, as in the references' (sqrt(s) Q) (sqrt(s) K)^T."""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 1, 2, 4)).astype(np.float32)
+    k = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
+    q[..., 0] = 1.5
+    k[0, 0, 0, 0] = 3.4e38  # 1.5 * 3.4e38 overflows; 0.75 * 3.4e38 does not
+    node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"])
+    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                        for n, a in zip("QKV", (q, k, v))],
+               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 2, 4])], 23)
+    feeds = {"Q": q, "K": k, "V": v}
+    want = _both(m, feeds)[0]
+    assert np.isfinite(want).all()
+    _check(m, feeds)
+    got = Tier0(m).run([q, k, v])
+    assert got is not None
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
