@@ -199,18 +199,21 @@ def test_pow_of_an_int_base_with_a_nan_exponent():
 
 
 def test_attention_scales_before_a_key_near_float_max_overflows():
-    """q . k of a key near float max overflows to inf (NaN after the softmax) unless the scale
-    comes first, as in the references' (sqrt(s) Q) (sqrt(s) K)^T."""
+    """A key holding -inf and float max: the references score it -inf (onnx.reference's
+    (sqrt(s) q) . (sqrt(s) k) stays finite but for the -inf term; onnxruntime's sequential
+    FMAs never round the big product); onnxjit's vector partial sums overflowed q . k to
+    inf - inf = NaN before the scale, unless Q is scaled first (fuzz case 7100744)."""
     rng = np.random.default_rng(3)
-    q = rng.standard_normal((1, 1, 2, 4)).astype(np.float32)
-    k = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
-    v = rng.standard_normal((1, 1, 3, 4)).astype(np.float32)
-    q[..., 0] = 1.5
-    k[0, 0, 0, 0] = 3.4e38  # 1.5 * 3.4e38 overflows; 0.75 * 3.4e38 does not
-    node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"])
+    q = rng.uniform(0.1, 1, (1, 1, 4, 8)).astype(np.float32)
+    k = rng.uniform(0.1, 1, (1, 1, 6, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 1, 6, 8)).astype(np.float32)
+    q[..., 7] = 2.0
+    k[0, 0, 2, 4] = -np.inf
+    k[0, 0, 2, 7] = 3.4e38  # 2 * 3.4e38 overflows; 2 / sqrt(8) * 3.4e38 does not
+    node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"], is_causal=1)
     m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
                         for n, a in zip("QKV", (q, k, v))],
-               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 2, 4])], 23)
+               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 4, 8])], 23)
     feeds = {"Q": q, "K": k, "V": v}
     want = _both(m, feeds)[0]
     assert np.isfinite(want).all()
