@@ -23,10 +23,13 @@ Algorithm (kernel `trees`):
    on the leaf. The lanes are independent, so the CPU overlaps their load chains instead of
    waiting on one walk at a time (a single row still has G lanes). `cut` is the group's
    depth (its deepest tree) when the trees are balanced; for trees grown leaf-wise (LightGBM:
-   63 leaves reach depth 15-25 while a row's path is ~8 nodes) it is the group's mean leaf
-   depth, and a second phase gathers the lanes not yet on a leaf (a leaf's word has its sign
-   bit set) into a list, branch-free, and walks only those for the remaining depth: most
-   lanes no longer spend half their steps standing on a leaf;
+   63 leaves reach depth 15-25 while a row's path is ~5-8 nodes) it is the group's mean leaf
+   depth less CUT_SLACK, and a second phase gathers the lanes not yet on a leaf (a leaf's word
+   has its sign bit set) into contiguous lists (lane, row offset, node), branch-free, then
+   steps the list like the lanes (a loop that vectorizes as the first phase's does) and after
+   each step writes the nodes back to their lanes and compacts the list to the lanes still
+   inside: most lanes no longer spend half their steps standing on a leaf, and the few deep
+   paths cost only their own steps;
 4) each lane adds its leaf's weights (a dense [nodes, targets] table) to the row's
    accumulator (float64); MIN/MAX aggregates take min/max instead.
 The step is branch-free (its select is a cmov: loop-IR selects are unpredictable), and the
@@ -68,11 +71,14 @@ def _shape_rf(shape: tuple) -> tuple[Size, int]:
 #: (`onnxjit/bench/trees.py`)
 GROUP = 32
 ROWS = 4
-#: steps past a group's mean leaf depth before the second phase: measured on a trained
-#: LightGBM (500 trees, 63 leaves; 1 thread, 10,000 rows, three runs): 0 was 1.14-1.33x
-#: faster than one phase (the deepest tree's depth for every lane), 1 about the same, -1
-#: slower
-CUT_SLACK = 0
+#: steps past a group's mean leaf depth before the second phase, in groups that have one
+#: (the mean is below the deepest tree's depth; balanced trees walk their depth in one
+#: phase). With the second phase stepping a compacted list (`_second_phase`), -2 against 0,
+#: 10,000 rows on 2 threads, interleaved on a Zen 3 host: trained LightGBM regressor (500
+#: trees, 63 leaves) 1.05-1.12x faster, binary classifier (300 trees) 1.03-1.3x, 3-class (200
+#: trees) even, ExtraTrees 1.1-1.2x, the bench's 500-tree model 1.1-1.15x; XGBoost (depth
+#: 6) and random forests unchanged (one phase). -1 and -3 were within noise of -2, -4 slower
+CUT_SLACK = -2
 #: tree parts: with at least PART_GROUPS groups, the groups are cut into PARTS halves, each a
 #: parallel task with its own accumulators (combined by `tree_finish`), so a single row uses
 #: both cores as onnxruntime does. Measured on a 900-tree LightGBM at one row, 2 threads, on
@@ -169,7 +175,8 @@ class _Walk:
         self.double = f.thr_dtype == np.float64
         self.rw, self.fbits = lay.words, lay.fbits  # record size in i32 words; compact?
         self.depth_c = ctx.constant("tree_group_depth", self.depths)
-        self.cuts = np.minimum(self.depths, _group_cuts(f, roots, g))
+        cuts = _group_cuts(f, roots, g)  # CUT_SLACK only where the group has a second phase
+        self.cuts = np.where(cuts < self.depths, np.maximum(cuts + CUT_SLACK, 1), self.depths)
         self.cut_c = ctx.constant("tree_group_cut", self.cuts)
         self.two_phase = bool((self.cuts < self.depths).any())
         inner = f.true_child != np.arange(len(f.mode))
@@ -182,9 +189,9 @@ class _Walk:
 
 
 def _group_cuts(f: F.Forest, roots: np.ndarray, g: int) -> np.ndarray:
-    """Steps every lane of a group takes before the lanes still inside their trees are
-    gathered and walked on alone: the group's mean leaf depth, rounded up, plus CUT_SLACK
-    (leaf depths level by level from the roots, like `forest._depths`)."""
+    """The group's mean leaf depth, rounded up (leaf depths level by level from the roots,
+    like `forest._depths`): where it is below the group's depth, the steps every lane takes
+    (with CUT_SLACK) before the lanes still inside their trees are walked on alone."""
     leaf = f.true_child == np.arange(len(f.true_child))
     depth = np.zeros(len(leaf), dtype=np.int64)
     tree = np.full(len(leaf), -1)
@@ -205,7 +212,7 @@ def _group_cuts(f: F.Forest, roots: np.ndarray, g: int) -> np.ndarray:
     grp = np.arange(len(roots)) // g
     mean = np.bincount(grp, sums, minlength=len(roots) // g) / np.maximum(
         np.bincount(grp, counts, minlength=len(roots) // g), 1)
-    return np.ceil(mean).astype(np.int64) + CUT_SLACK
+    return np.ceil(mean).astype(np.int64)
 
 
 def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int, parts: int) -> None:
@@ -227,6 +234,7 @@ def _walk_kernel(ctx, f: F.Forest, xb, acc, n: Size, nf: int, parts: int) -> Non
     lanes = lane_buf("tree_lanes", DType.INT32)
     if w.two_phase:
         w.open, w.open_x = lane_buf("tree_open", DType.INT32), lane_buf("tree_open_x", DType.INT64)
+        w.open_node = lane_buf("tree_open_node", DType.INT32)
     b = Builder()
     with b.loop(0, chunks, parallel=True, hint="task") as task:
         ch = b.op("div", task, i64(parts), hint="chunk") if parts > 1 else task
@@ -294,9 +302,14 @@ def _walk_group(b: Builder, w: _Walk, lanes, r0: Operand, r_blk: int, lane0: Ope
 
 def _step(b: Builder, w: _Walk, lanes, li: Operand, xrow: Operand) -> None:
     """One step of lane `li` (its row starts at element `xrow` of X)."""
+    b.store(lanes, li, _next(b, w, b.load(lanes, li, hint="node"), xrow))
+
+
+def _next(b: Builder, w: _Walk, nd32: Operand, xrow: Operand) -> Operand:
+    """The node (i32) after node `nd32` for the row starting at element `xrow` of X."""
     thr_words = 2 if w.double else 1  # threshold size in i32 words
     thr_at = 1 if w.fbits is not None else 2 if w.double else 3  # in thresholds
-    nd = b.cast(b.load(lanes, li, hint="node"), DType.INT64)
+    nd = b.cast(nd32, DType.INT64)
     at = b.imul(nd, w.rw)
     packed = b.load(w.words, at, hint="packed")
     t = b.load(w.thr, b.iadd(b.imul(nd, w.rw // thr_words), i64(thr_at)))
@@ -308,18 +321,18 @@ def _step(b: Builder, w: _Walk, lanes, li: Operand, xrow: Operand) -> None:
         bits = b.op("and", packed, const(tree_layout.FEATURE_MASK, DType.INT32))
         dist = b.op("div", bits, const(1 << w.fbits, DType.INT32))  # a shift: bits >= 0
         hop = b.op("select", go, const(1, DType.INT32), dist, hint="hop")
-        b.store(lanes, li, b.op("add", b.cast(nd, DType.INT32), hop))
-        return
+        return b.op("add", nd32, hop)
     # the child is word 1 + go: an address, not a select (tree_layout)
     child = b.iadd(b.iadd(at, i64(1)), b.cast(go, DType.INT64))
-    b.store(lanes, li, b.load(w.words, child, hint="next"))
+    return b.load(w.words, child, hint="next")
 
 
 def _second_phase(b: Builder, w: _Walk, lanes, r0: Operand, r_blk: int, lane0: Operand,
                   grp: Operand) -> None:
-    """Gather the lanes not on a leaf (lane and row offset, appended branch-free: always
-    written, the count advances only for an open lane), then walk them alone for the
-    group's remaining depth."""
+    """Gather the lanes not on a leaf into lists (lane, row offset, node; appended branch-free:
+    always written, the count advances only for an open lane), then for the group's remaining
+    depth: step every listed node (contiguous, so the loop vectorizes), then write each node
+    back to its lane and keep in the list only those still inside their trees."""
     g = w.g
     count = b.var(i64(0), hint="open")
     with b.loop(0, r_blk, hint="r") as r:
@@ -327,20 +340,36 @@ def _second_phase(b: Builder, w: _Walk, lanes, r0: Operand, r_blk: int, lane0: O
         xrow = b.imul(b.iadd(r0, r), w.nf)
         with b.loop(0, g, hint="j") as j:
             li = b.iadd(lr, j)
-            nd = b.cast(b.load(lanes, li, hint="node"), DType.INT64)
-            packed = b.load(w.words, b.imul(nd, w.rw), hint="packed")
+            nd = b.load(lanes, li, hint="node")
             at = b.iadd(lane0, count)
             b.store(w.open, at, b.cast(li, DType.INT32))
             b.store(w.open_x, at, xrow)
-            inside = b.op("ge", packed, const(0, DType.INT32))
-            b.assign(count, "add", count, b.cast(inside, DType.INT64))
+            b.store(w.open_node, at, nd)
+            b.assign(count, "add", count, b.cast(_inside(b, w, nd), DType.INT64))
     depth = b.load(w.depth_c, grp, hint="depth")
     cut = b.load(w.cut_c, grp, hint="cut")
     with b.loop(cut, depth, hint="d"):
+        with b.loop(0, count, hint="k") as k, b.keep_rolled():
+            at = b.iadd(lane0, k)
+            b.store(w.open_node, at, _next(b, w, b.load(w.open_node, at),
+                                           b.load(w.open_x, at)))
+        kept = b.var(i64(0), hint="kept")
         with b.loop(0, count, hint="k") as k:
             at = b.iadd(lane0, k)
-            li = b.cast(b.load(w.open, at), DType.INT64)
-            _step(b, w, lanes, li, b.load(w.open_x, at))
+            nd, li = b.load(w.open_node, at), b.load(w.open, at)
+            b.store(lanes, b.cast(li, DType.INT64), nd)
+            to = b.iadd(lane0, kept)
+            b.store(w.open, to, li)
+            b.store(w.open_x, to, b.load(w.open_x, at))
+            b.store(w.open_node, to, nd)
+            b.assign(kept, "add", kept, b.cast(_inside(b, w, nd), DType.INT64))
+        b.assign(count, "copy", kept)
+
+
+def _inside(b: Builder, w: _Walk, nd32: Operand) -> Operand:
+    """Whether node `nd32` is not a leaf (a leaf's packed word has its sign bit set)."""
+    packed = b.load(w.words, b.imul(b.cast(nd32, DType.INT64), w.rw), hint="packed")
+    return b.op("ge", packed, const(0, DType.INT32))
 
 
 def _test(b: Builder, x: Operand, t: Operand, modes: list[int], any_nan: bool,
