@@ -356,8 +356,10 @@ def test_bitshift_signed_and_unsigned():
 
 def test_cast_float_to_int_and_bool():
     x = np.array([2.7, -2.7, np.nan, 1e10, -0.0], np.float32)
+    # NaN and out of range: C's x86-64 conversion, as onnxruntime and numpy give it (the
+    # cases are in test_fuzz_backend_found)
     np.testing.assert_array_equal(run("Cast", [x], I32, to=I32),
-                                  [2, -2, 0, 2147483647, 0])
+                                  [2, -2, -2147483648, -2147483648, 0])
     np.testing.assert_array_equal(run("Cast", [x], BOOL, to=BOOL), [1, 1, 1, 1, 0])
     np.testing.assert_array_equal(
         run("Cast", [np.array([200, -1], np.int32)], onnx.TensorProto.UINT8,

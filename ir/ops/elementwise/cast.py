@@ -45,12 +45,13 @@ def _computable(node: Node, dt: DType, what: str) -> DType:
     return dt
 
 
-def emit_cast(b: Builder, x: Operand, target: DType, saturate: bool = True) -> Operand:
+def emit_cast(b: Builder, x: Operand, target: DType, saturate: bool = True,
+              c_rule: bool = True) -> Operand:
     """`x` converted to `target`; a saturating float8 target first clamps to +-max; a float to
-    an int type converts as `c_float_to_int` says."""
+    an int type converts as `c_float_to_int` says (`c_rule`), else saturating."""
     if x.dtype == target:
         return b.op("copy", x)
-    if x.dtype.is_float and target in C_INTS:
+    if c_rule and x.dtype.is_float and target in C_INTS:
         return c_float_to_int(b, x, target)
     if saturate and target in SATURATING and x.dtype != DType.BOOL:
         if not x.dtype.is_float:  # ints and small floats: clamp the f32 value cast converts
@@ -123,15 +124,18 @@ def _string_cast(node: Node, x: np.ndarray, target: DType) -> np.ndarray:
 
     if target == DType.STRING:
         return to_strings(x)
-    return _numeric_cast(parse_numbers(x, target, node), target, _saturate(node))
+    # numbers read from text saturate, as an integer parse does ("9223372036854775807" reads
+    # as 2^63 in float64: INT64_MAX, not C's overflow value)
+    return _numeric_cast(parse_numbers(x, target, node), target, _saturate(node), c_rule=False)
 
 
-def _numeric_cast(x: np.ndarray, target: DType, saturate: bool) -> np.ndarray:
+def _numeric_cast(x: np.ndarray, target: DType, saturate: bool, c_rule: bool = True
+                  ) -> np.ndarray:
     from onnxjit.ir.scalar_eval import run_ops
 
     b = Builder()
     var = Var(DType.from_numpy(x.dtype), "x")
-    res = emit_cast(b, var, target, saturate)
+    res = emit_cast(b, var, target, saturate, c_rule)
     env = {var: x}
     run_ops(b.body, env)
     return np.asarray(env[res], order="C").reshape(x.shape)  # type: ignore[index]
