@@ -48,6 +48,9 @@ ATTR_REF_KINDS = frozenset({
     "strings", "tensors", "graphs", "sparse_tensors", "type_protos"})
 _SYM_ARITY = {"add": None, "mul": None, "floordiv": 2, "max": 2, "min": 2}
 
+#: long plain tuple attributes already verified, by identity (values kept alive)
+_PLAIN: dict[int, tuple] = {}
+
 
 def verify_model(model: Model) -> None:
     """Raise ModelError if `model` breaks the ONNX IR rules or the graph IR's invariants."""
@@ -301,8 +304,15 @@ class _Verifier:
         kind = self._attr_kind(a, what, node)
         if kind == "tuple":
             # Tree ensembles carry lists of 10^5-10^6 numbers: decide plain lists by their
-            # element types (a C-level pass) before checking element by element.
+            # element types (a C-level pass) before checking element by element; a long one
+            # once per process (the clones of a graph share their attribute values)
+            if _PLAIN.get(id(a)) is a:
+                return
             if set(map(type, a)) in ({int}, {float}, {str}):
+                if len(a) >= 4096:
+                    if len(_PLAIN) > 64:
+                        _PLAIN.clear()
+                    _PLAIN[id(a)] = a
                 return
             kinds = {self._attr_kind(x, what, node) for x in a}
             if "tuple" in kinds or "ref" in kinds or len(kinds) > 1:
