@@ -165,8 +165,9 @@ class _Verifier:
         for k, v in enumerate(graph.outputs):
             what = f"output {k} of {_gdesc(graph)}"
             self._use(v, what, None, graph)
-            if not nested:  # typed; its shape may be left to inference (the spec's rule)
-                self._value(v, what, nested)
+            if not nested:  # typed, unless a node computes it (inference types it then, as
+                # onnxruntime does); its shape may be left to inference (the spec's rule)
+                self._value(v, what, v.producer is not None)
         for v in opened:
             self.visible.discard(v)
         for v in marked:

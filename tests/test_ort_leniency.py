@@ -6,7 +6,9 @@ checked against onnxruntime itself: the same calls must run (and match) or fail 
 - an input declared as a scalar takes an array of any shape (a VAD model's sample rate passed
   as np.array([16000])); the program runs on the shape given, as onnxruntime's does;
 - an input declared without a shape takes any shape;
-- an output whose value_info entry has no shape.
+- an output whose value_info entry has no shape, and a graph output with no type at all (an
+  empty TypeProto) when a node computes it: inference types it, and the session reports
+  the inferred type, as onnxruntime's does.
 Still refused, by both: another rank or size for an input declared with dims, another dtype.
 """
 
@@ -126,6 +128,18 @@ def test_output_value_info_without_shape() -> None:
                value_info=[helper.make_tensor_value_info("y", T.FLOAT, None),
                            helper.make_tensor_value_info("t", T.FLOAT, None)])
     _same(m, {"x": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)})
+
+
+def test_untyped_graph_output_computed_by_a_node() -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Cast", ["t"], ["y"],
+                                                                       to=T.INT64)]
+    m = _model(nodes, [helper.make_tensor_value_info("x", T.FLOAT, [2, 3])],
+               [helper.make_value_info("y", onnx.TypeProto())])
+    _same(m, {"x": np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)})
+    (out,) = onnxjit.InferenceSession(m, cache_dir=False).get_outputs()
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).get_outputs()[0]
+    assert (out.name, out.type) == (want.name, want.type) == ("y", "tensor(int64)")
 
 
 def test_what_onnxruntime_refuses_stays_refused() -> None:
