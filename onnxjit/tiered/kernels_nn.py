@@ -17,12 +17,14 @@ Softmax and LayerNormalization make one fresh array and run their other passes i
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from onnxjit.ir.graph import Node
+from onnxjit.ir.ops.pooling.max_rule import drops_nan
 from onnxjit.tiered.kernels import _floats
 from onnxjit.tiered.kernels_shape import _ints
 from onnxjit.tiered.registry import Decline, kernel
@@ -323,6 +325,12 @@ def _conv(node: Node) -> Any:
     return run
 
 
+def _inside(spatial: tuple, pads: list, geo: tuple, dtype: Any = bool) -> np.ndarray:
+    """The windows (`_windows` of geometry `geo` = (k, strides, dil, out)) of a padded map of
+    ones: 1 where a tap is inside the input, 0 on padding."""
+    return _windows(_pad(np.ones((1, 1) + tuple(spatial), dtype), pads), *geo)
+
+
 def _max_taps(win: np.ndarray, taps: list, pads: list, spatial: tuple, geo: tuple,
               drop: bool) -> np.ndarray:
     """MaxPool's windows by the native code's NaN rule (`pooling.max_rule`): DROP (strides and
@@ -336,7 +344,7 @@ def _max_taps(win: np.ndarray, taps: list, pads: list, spatial: tuple, geo: tupl
         for tap in taps[1:]:
             np.fmax(y, win[lead + tap], out=y)
         if any(b or e for b, e in pads):  # a window of padding only
-            inside = _windows(_pad(np.ones((1, 1) + tuple(spatial), bool), pads), *geo)
+            inside = _inside(spatial, pads, geo)
             y[..., ~inside.any(axis=tuple(range(2, 2 + len(taps[0]))))[0, 0]] = -np.inf
         return y
     if not any(b or e for b, e in pads):
@@ -345,7 +353,7 @@ def _max_taps(win: np.ndarray, taps: list, pads: list, spatial: tuple, geo: tupl
             t = win[lead + tap]
             np.copyto(y, t, where=t > y)
         return y
-    inside = _windows(_pad(np.ones((1, 1) + tuple(spatial), bool), pads), *geo)
+    inside = _inside(spatial, pads, geo)
     y = np.full(win.shape[:2] + win.shape[2 + len(taps[0]):], -np.inf, win.dtype)
     seen = np.zeros(y.shape[2:], bool)
     for tap in taps:
@@ -367,7 +375,7 @@ def _pool(node: Node) -> Any:
     def run(x: np.ndarray) -> list:
         _floats(x)
         pads, k, strides, dil, out, _ = _geometry(node, x, None)
-        drop = all(v == 1 for v in strides) and all(v == 1 for v in dil)
+        drop = drops_nan(SimpleNamespace(strides=strides, dilations=dil))
         fill = (np.nan if drop else -np.inf) if is_max else 0.0
         win = _windows(_pad(x, pads, fill), k, strides, dil, out)
         taps = list(np.ndindex(*k))
@@ -381,9 +389,8 @@ def _pool(node: Node) -> Any:
             if include_pad or not any(map(any, pads)):
                 y /= x.dtype.type(math.prod(k))
             else:
-                ones = _pad(np.ones((1, 1) + x.shape[2:], x.dtype), pads)
-                cnt = _windows(ones, k, strides, dil, out).sum(axis=tuple(range(2, 2 + len(k))))
-                y /= cnt
+                inside = _inside(x.shape[2:], pads, (k, strides, dil, out), x.dtype)
+                y /= inside.sum(axis=tuple(range(2, 2 + len(k))))
         return [y]
     return run
 

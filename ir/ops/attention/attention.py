@@ -27,7 +27,6 @@ For float16/bfloat16, steps 1 and 3 follow the reference's rounding order exactl
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
@@ -201,19 +200,6 @@ class _Src:
         return b.iadd(b.imul(bi, self.sb), b.imul(hi, self.sh))
 
 
-def _scaled_copy(ctx: LowerContext, src: _Src, scale: float) -> _Src:
-    """A copy of operand `src` (same layout) times `scale`, in scratch."""
-    b = Builder()
-    cp = ctx.scratch("q_scaled", src.buf.dtype, src.buf.shape)
-    c = const(scale, src.buf.dtype)
-    with b.loop(0, src.buf.numel, hint="e") as e:
-        b.store(cp, e, b.op("mul", b.load(src.buf, e), c))
-    ctx.kernel("attention_scale_q", b.body)
-    twin = copy.copy(src)
-    twin.buf = cp
-    return twin
-
-
 def _present(ctx: LowerContext, b: Builder, node: Node, g: Geom, i: int, d: int) -> _Src:
     """The keys (i=1) or values (i=2) as one (B, Hkv, T, d) operand: the input itself when
     there is no cache, else present = concat(past, new) in the present output (or scratch)."""
@@ -266,13 +252,13 @@ def _lower(ctx: LowerContext, node: Node) -> None:
     scale = at.scale if at.scale is not None else 1.0 / math.sqrt(g.dh) if g.dh else 1.0
     groups = g.hq // g.hkv
     if dt in NARROW_FLOATS and T and g.dh:  # the reference's rounding order (narrow_floats)
-        qs, ks = prescaled(ctx, qs, ks, scale_root(at.scale, g.dh))
+        qs, ks = prescaled(ctx, (qs, ks), scale_root(at.scale, g.dh))
         scale = 1.0
     elif T and g.dh and scale != 1.0 and q.numel:
         # scale Q before the product, not the sums after it: the reference's (Q sqrt(s)) .
         # (K sqrt(s)) overflows where q . k * s does, while q . k alone overflows sooner (a
         # key near float max gave inf - inf = NaN where the references have a finite score)
-        qs = _scaled_copy(ctx, qs, scale)
+        (qs,) = prescaled(ctx, (qs,), scale)
         scale = 1.0
     b = Builder()
     with b.loop(0, g.b * g.hq, parallel=True, hint="bh") as bh:

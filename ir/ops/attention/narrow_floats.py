@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
 
 import numpy as np
 
@@ -49,22 +48,23 @@ def scale_root(scale: float | None, dh: int) -> float:
     return float(np.sqrt(np.float32(scale)))
 
 
-def prescaled(ctx: LowerContext, qs: Any, ks: Any, root: float) -> tuple[Any, Any]:
-    """Copies of the Q and K operands (`attention.attention._Src`) multiplied by `root` rounded to
-    their type, each product rounded (step 1), in scratch buffers of the same layout."""
+def prescaled(ctx: LowerContext, srcs: tuple, factor: float) -> tuple:
+    """Copies of the operands `srcs` (`attention.attention._Src`) multiplied by `factor`
+    rounded to their type, each product rounded, in scratch buffers of the same layout: Q and
+    K by sqrt(scale) here (step 1), Q alone by the scale for f32/f64 (`attention._lower`)."""
     b = Builder()
     out = []
-    for src in (qs, ks):
+    for src in srcs:
         buf = src.buf
         cp = ctx.scratch("scaled", buf.dtype, buf.shape)
-        c = const(root, buf.dtype)
+        c = const(factor, buf.dtype)
         with b.loop(0, buf.numel, parallel=True, hint="e") as e:
             b.store(cp, e, b.op("mul", b.load(buf, e), c))
         twin = copy.copy(src)
         twin.buf = cp
         out.append(twin)
     ctx.kernel("attention_prescale", b.body)
-    return out[0], out[1]
+    return tuple(out)
 
 
 def softmax_row(b: Builder, s: Buffer, row: Operand, T: int, pt: DType,

@@ -45,7 +45,7 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, 
         if is_narrow_array(q):  # the reference's rounding order (attention.narrow_floats)
             r = q.dtype.type(scale_root(at.scale, dh))
             s = np.matmul(q * r, (k * r).transpose(0, 1, 3, 2)).astype(q.dtype)
-        else:  # Q scaled first, as the native code (`attention._scaled_copy`) does
+        else:  # Q scaled first, as the native code (`narrow_floats.prescaled` of Q) does
             s = (q * q.dtype.type(scale)) @ k.transpose(0, 1, 3, 2)
         raw = s
         if at.softcap > 0:
