@@ -7,18 +7,20 @@ channel counts. Code generation already gives kernels with equal canonical text 
 makes such layers twins, so LLVM compiles one function where it compiled one per layer.
 
 Algorithm (the last pass on the loop IR):
-1) the slots of a kernel are its i64 constants that may become run-time values without
-   changing how well LLVM compiles it: outside innermost loops (INNER_CONSTANT), the bounds
-   of loops of MIN_TRIP trips or more, Load/Store indices and the operands of index
-   arithmetic and comparisons (`PARAM_OPS`; never a divisor: a division by a run-time value
-   is a real division, not a shift or a multiply). An innermost loop keeps its bounds and
-   body: its trip count decides its vector form, and its clamps and strides fold away when
-   constant (measured, Inception-v2, one thread: with those as parameters its Winograd input
-   transforms ran 2.1x and its max pools 1.5x slower). Of a float Matmul, the depth, leading
-   dims and offsets are slots (`MATMUL_FIELDS`: the tiled GEMM runs its depth in blocks
-   whatever it is, and its row split estimates a run-time depth by its hint), never m and n
-   (the driver's tiles and tails are chosen for them); integer products are left alone
-   (their AMX and VNNI kernels want a constant depth);
+1) the slots of a kernel are its i64 constants that may become run-time values without changing
+   how well LLVM compiles it: outside innermost loops (INNER_CONSTANT), the bounds of loops of
+   MIN_TRIP trips or more, Load/Store indices and the operands of index arithmetic and
+   comparisons (`PARAM_OPS`), and divisors at most DIVIDE_DEPTH loops deep (a division by a
+   run-time value is a real division, not a shift or a multiply: once per channel plane, where a
+   symbolic program's depthwise conv takes the channel back from its batch x channels loop, it
+   costs nothing; per element it would). An innermost loop keeps its bounds and body: its trip
+   count decides its vector form, and its clamps and strides fold away when constant (measured,
+   Inception-v2, one thread: with those as parameters its Winograd input transforms ran 2.1x and
+   its max pools 1.5x slower). Of a float Matmul, the depth, leading dims and offsets are slots
+   (`MATMUL_FIELDS`: the tiled GEMM runs its depth in blocks whatever it is, and its row split
+   estimates a run-time depth by its hint), never m and n (the driver's tiles and tails are
+   chosen for them); integer products are left alone (their AMX and VNNI kernels want a constant
+   depth);
 2) a kernel's skeleton is its canonical text (`ir.loop_canon.kernel_key`, buffers named by
    argument, no shapes) with every slot replaced by a placeholder variable; kernels without a
    `Check` and with equal skeletons form a group;
@@ -31,7 +33,10 @@ The parameters' values are the members' size hints (`Kernel.size_hints`), so cos
 (the parallel grain) stay those of the first member, whose function the group calls.
 Measured (this Intel guest, fresh processes): DenseNet-121 137 -> 30 kernel functions, LLVM IR
 3.3 -> 1.6 MB, cold compile + first call 7.0-8.5 s -> 4.6-5.0 s; steady state within 2% on
-DenseNet-121 and Inception-v1/v2 (same process, alternated).
+DenseNet-121 and Inception-v1/v2 (same process, alternated). Divisors as parameters (this
+Zen 3 guest, symbolic programs): an OCR recognizer's 7 depthwise kernels become 2 functions,
+its compile 4.7-5.6 -> 3.2 s, an OCR detector's 8.2-10.0 -> 6.3-7.1 s; steady state of both,
+MiniLM and the decoder within noise (0.96-1.04x, alternated).
 """
 
 from __future__ import annotations
@@ -64,9 +69,13 @@ name = "parametrize-kernels"
 level = "loops"
 
 #: ops whose i64 constant operands may be parameters: index arithmetic and comparisons
-#: (not div/rem: see the module docstring; not bitwise ops, casts or math)
+#: (div/rem only as DIVIDE_OPS below; not bitwise ops, casts or math)
 PARAM_OPS = frozenset({"add", "sub", "mul", "min", "max", "select", "copy",
                        "eq", "ne", "lt", "le", "gt", "ge"})
+#: div/rem whose constant operands may be parameters when at most DIVIDE_DEPTH loops enclose
+#: them, never in an innermost loop (a run-time divisor is a real division: fine once per
+#: plane or row block, not per element)
+DIVIDE_OPS, DIVIDE_DEPTH = frozenset({"div", "rem"}), 2
 #: members a group needs before it is worth a parameter buffer per member
 MIN_GROUP = 2
 #: a loop of fewer constant trips keeps its bounds: LLVM unrolls such loops, and a vector
@@ -97,8 +106,8 @@ def _is_slot(x: object) -> bool:
     return isinstance(x, Const) and x.dtype == DType.INT64 and not isinstance(x.value, bool)
 
 
-def _op_slots(s: Op, out: list[_Slot]) -> None:
-    if s.op not in PARAM_OPS:
+def _op_slots(s: Op, out: list[_Slot], depth: int) -> None:
+    if s.op not in PARAM_OPS and not (s.op in DIVIDE_OPS and depth <= DIVIDE_DEPTH):
         return
     for i, a in enumerate(s.args):
         if _is_slot(a):
@@ -111,16 +120,16 @@ def _innermost(loop: Loop) -> bool:
     return not any(isinstance(s, Loop) for s in loop.body)
 
 
-def _slots(body: list[Stmt], out: list[_Slot], inner: bool = False) -> None:
+def _slots(body: list[Stmt], out: list[_Slot], inner: bool = False, depth: int = 0) -> None:
     """The slots of `body` in program order (loop bounds before the loop's body); nothing
     in or bounding an innermost loop when INNER_CONSTANT (`inner`: body is one)."""
     for s in body:
         if inner and INNER_CONSTANT:
             if isinstance(s, Loop):
-                _slots(s.body, out, _innermost(s))
+                _slots(s.body, out, _innermost(s), depth + 1)
             continue
         if isinstance(s, Op):
-            _op_slots(s, out)
+            _op_slots(s, out, depth)
         elif isinstance(s, (Load, Store)) and _is_slot(s.index):
             out.append(_Slot(s.index, lambda v, s=s: setattr(s, "index", v)))  # type: ignore[arg-type]
         elif isinstance(s, Loop):
@@ -131,7 +140,7 @@ def _slots(body: list[Stmt], out: list[_Slot], inner: bool = False) -> None:
                 x = getattr(s, f)
                 if _is_slot(x):
                     out.append(_Slot(x, lambda v, s=s, f=f: setattr(s, f, v)))
-            _slots(s.body, out, innermost)
+            _slots(s.body, out, innermost, depth + 1)
 
 
 def _matmul_slots(products: list[Matmul], out: list[_Slot]) -> None:

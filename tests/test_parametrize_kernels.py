@@ -144,3 +144,23 @@ def test_share_keys_name_equal_canonical_texts(monkeypatch, build):
     assert shared
     for ks in shared:
         assert len({kernel_key(k) for k in ks}) == 1
+
+
+@pytest.mark.parametrize("depth", [-1, parametrize_kernels.DIVIDE_DEPTH])
+def test_channel_divisors_become_parameters(monkeypatch, depth):
+    """A symbolic program's depthwise convs loop over batch x channels and take the channel
+    back by div/rem: outside the inner loops those divisors are parameters, so layers of
+    other channel counts share a function (fewer than without), and still match
+    onnxruntime; with no divisor a parameter (depth -1) they stay apart."""
+    model, x = _depthwise_chain(channels=(16, 32, 64))
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    monkeypatch.setattr(parametrize_kernels, "DIVIDE_DEPTH", depth)
+    model.doc_string = f"divisors {depth}"  # another model: no in-memory cache hit
+    fn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
+    for n in (1, 2):
+        xs = np.concatenate([x] * n)
+        np.testing.assert_allclose(fn(xs)[0], np.concatenate([want] * n), rtol=1e-4, atol=1e-4)
+    depthwise = re.findall(r'^define [^@]*@"[^"]*\.k\d+\.conv_depthwise\w*"\(', fn.ir("llvm"),
+                           re.M)
+    assert len(depthwise) == (1 if depth >= 1 else 3)
