@@ -2,8 +2,8 @@
 
 A `Plan` is a graph flattened once into steps over numbered slots: every value gets a slot, the
 initializers fill theirs at build time, and each node becomes `fn(*inputs) -> outputs` from the
-kernel table (`kernels`, `kernels_shape`, `kernels_nn`: numpy code with the node's attributes
-read once) or, for an op without one, from the op's own host evaluation
+kernel table (`kernels`, `kernels_shape`, `kernels_nn`, `kernels_upsample`: numpy code with
+the node's attributes read once) or, for an op without one, from the op's own host evaluation
 (`ir.host_eval.evaluate_node`, the numpy semantics constant folding uses). A kernel meeting a
 case it does not cover (an integer Div, a float16 sum) raises `Decline` and that call of the
 node takes the host evaluation.
@@ -62,7 +62,12 @@ def _host(node: Node) -> Callable[..., list]:
 
 def _step(node: Node) -> tuple[Callable[..., list], Callable[..., list]]:
     """(the node's kernel, its host evaluation): the second serves a `Decline` of the first."""
-    from onnxjit.tiered import kernels, kernels_nn, kernels_shape  # noqa: F401  (they fill KERNELS)
+    from onnxjit.tiered import (  # noqa: F401  (they fill KERNELS)
+        kernels,
+        kernels_nn,
+        kernels_shape,
+        kernels_upsample,
+    )
 
     host = _host(node)
     build = KERNELS.get((node.domain if node.domain != "ai.onnx" else "", node.op))
