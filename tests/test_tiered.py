@@ -253,3 +253,21 @@ def test_an_exiting_process_finishes_its_compile_first(tmp_path):
         "1", "1"]  # tier 0 answered, then the exit waited for the compile
     assert subprocess.run(run, capture_output=True, text=True, check=True).stdout.split() == [
         "0", "0"]  # the next process finds the program
+
+
+def test_request_frames_carry_the_model_out_of_band():
+    """The worker's request: a pickle with the model's bytes as a separate frame (no copy on
+    the calling thread), read back whole; a cut stream is an EOFError, not a bad model."""
+    import io
+
+    from onnxjit.tiered.background import frames, read_request
+
+    data = bytes(range(256)) * 4096
+    req = {"data": data, "hash": "h", "job": ("signature", ((np.float32, (2, 3)),))}
+    parts = frames(req)
+    assert any(isinstance(p, memoryview) and p.obj is data for p in parts)  # not copied
+    stream = b"".join(bytes(p) for p in parts)
+    back = read_request(io.BytesIO(stream))
+    assert bytes(back["data"]) == data and back["job"] == req["job"] and back["hash"] == "h"
+    with pytest.raises(EOFError):
+        read_request(io.BytesIO(stream[:-10]))

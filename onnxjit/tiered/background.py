@@ -1,7 +1,8 @@
 """Compiles in a background process, which leaves its program in the disk cache.
 
 A `Job` is one compile that a tier-0 call asked for: the model's bytes, its options and what to
-compile (a signature's program, or a symbolic program: `worker`), pickled to a fresh
+compile (a signature's program, or a symbolic program: `worker`), written (`frames`: a pickle,
+the model's bytes out of band, so never copied) to a fresh
 `python -m onnxjit.tiered.worker` on its stdin, in a session of its own (Ctrl-C at the
 terminal reaches the caller, which decides; a kill takes the worker's code generation workers
 with it). A process rather than a thread: the compile is
@@ -24,6 +25,7 @@ import atexit
 import os
 import pickle
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -36,6 +38,7 @@ _lock = threading.Lock()
 _queue: list[Job] = []
 _running: Job | None = None
 _all: weakref.WeakSet[Job] = weakref.WeakSet()
+_U64 = struct.Struct("<Q")
 
 
 class Job:
@@ -48,7 +51,7 @@ class Job:
         self.error: str | None = None
         self.cancelled = False
         self.proc: subprocess.Popen | None = None
-        self.payload = b""  # the pickled request, while it is being sent
+        self.payload: list = []  # the framed request (`frames`), while it is being sent
         _all.add(self)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -98,9 +101,9 @@ def _next_locked() -> None:
     job = _running = _queue.pop(0)
     env = dict(os.environ, ONNXJIT_TIERED="0", ONNXJIT_PROGRESS="0")
     try:
-        job.payload = pickle.dumps(job.request)
+        job.payload = frames(job.request)
         job.proc = subprocess.Popen([sys.executable, "-m", "onnxjit.tiered.worker"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
     except Exception as e:  # noqa: BLE001 - the call then compiles in its own process
         job.error = f"could not start a compile process: {e}"
@@ -115,8 +118,8 @@ def _wait(job: Job) -> None:
     global _running
     assert job.proc is not None
     try:
-        _, err = job.proc.communicate(job.payload)
-        job.payload = b""
+        err = _send(job.proc, job.payload)
+        job.payload = []
         if job.proc.returncode != 0:
             lines = err.decode(errors="replace").strip().splitlines()
             job.error = ("cancelled" if job.cancelled else lines[-1] if lines else
@@ -128,6 +131,47 @@ def _wait(job: Job) -> None:
             _running = None
             job.done.set()
             _next_locked()
+
+
+def frames(request: dict[str, Any]) -> list:
+    """The request as the worker reads it (`read_request`): a u64 count of buffers, then
+    length-prefixed frames, the pickle first and the model's bytes after it, out of band
+    (protocol 5): no copy of a model of tens of MB on the calling thread (15 ms for 19 MB)."""
+    bufs: list = []
+    head = pickle.dumps(dict(request, data=pickle.PickleBuffer(request["data"])), protocol=5,
+                        buffer_callback=bufs.append)
+    parts = [head, *(b.raw() for b in bufs)]
+    out: list = [_U64.pack(len(parts))]
+    for part in parts:
+        out += [_U64.pack(part.nbytes if isinstance(part, memoryview) else len(part)), part]
+    return out
+
+
+def read_request(stream: Any) -> dict[str, Any]:
+    """The request `frames` wrote to `stream` (a binary file)."""
+    def exactly(n: int) -> bytes:
+        data = stream.read(n)
+        if len(data) != n:
+            raise EOFError(f"request cut short: {len(data)} of {n} bytes")
+        return data
+
+    count = _U64.unpack(exactly(8))[0]
+    parts = [exactly(_U64.unpack(exactly(8))[0]) for _ in range(count)]
+    return pickle.loads(parts[0], buffers=parts[1:])
+
+
+def _send(proc: subprocess.Popen, payload: list) -> bytes:
+    """Write the request, then wait for the worker's exit; its stderr."""
+    assert proc.stdin is not None and proc.stderr is not None
+    try:
+        for part in payload:
+            proc.stdin.write(part)
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):  # the worker died (killed): its status says so
+        pass
+    err = proc.stderr.read()
+    proc.wait()
+    return err
 
 
 def _forked_child() -> None:

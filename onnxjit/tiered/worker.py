@@ -1,19 +1,18 @@
 """The background compile process: `python -m onnxjit.tiered.worker`, a request on stdin.
 
-The request (pickled by `background.Job`) holds the model's bytes and hash, its options (with
-progress off and tiering off), its base folder and source name, and what to compile:
-`("signature", sig)` builds the program of one signature as a first call would,
-`("symbolic", ssig, hints)` the symbolic program of `ssig` as the specializer would. Either
-stores what it builds in the disk cache, which is the whole result; the exit status says
-whether it worked and stderr's last line why not. A thread exits the process when its parent
-is gone, so an orphaned compile does not run on. The process lowers its priority (`NICE`): the
-caller's calls, answered by tier 0 meanwhile, come first on a busy machine.
+The request (framed by `background.frames`: a pickle, the model's bytes out of band) holds the
+model's bytes and hash, its options (with progress off and tiering off), its base folder and
+source name, and what to compile: `("signature", sig)` builds the program of one signature as a
+first call would, `("symbolic", ssig, hints)` the symbolic program of `ssig` as the specializer
+would. Either stores what it builds in the disk cache, which is the whole result; the exit
+status says whether it worked and stderr's last line why not. A thread exits the process when
+its parent is gone, so an orphaned compile does not run on. The process lowers its priority
+(`NICE`): the caller's calls, answered by tier 0 meanwhile, come first on a busy machine.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import sys
 import threading
 import time
@@ -35,7 +34,9 @@ def main() -> int:
         os.nice(NICE)  # the caller's calls (tier 0) come first
     except (AttributeError, OSError):
         pass
-    req = pickle.loads(sys.stdin.buffer.read())
+    from onnxjit.tiered.background import read_request
+
+    req = read_request(sys.stdin.buffer)
     from onnxjit.runtime import CompiledModel
 
     cm = CompiledModel(req["data"], req["hash"], req["options"], req["base_dir"], req["name"])
