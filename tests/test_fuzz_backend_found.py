@@ -17,6 +17,12 @@ onnx.reference, which agree on all of them.
 6. Cast of NaN, inf or out-of-range floats to ints, and Pow of an int base with such a power:
    what onnxruntime and numpy give (C on x86-64: the int's minimum, wrapped), not a
    saturated value (NaN was 0, +inf the maximum).
+7. DynamicQuantizeLinear of an input holding -inf: the scale is inf and -min / scale NaN,
+   which C++'s std::min(255, NaN) (onnxruntime) and Python's min (onnx.reference) turn into
+   a zero point of 255; it was 0.
+8. Attention with a float mask holding +inf where the causal rule masks the key: the
+   references add the rule's -inf to the mask (NaN) rather than select it, so such a row is
+   NaN; it was finite.
 """
 
 from __future__ import annotations
@@ -221,3 +227,65 @@ def test_attention_scales_before_a_key_near_float_max_overflows():
     got = Tier0(m).run([q, k, v])
     assert got is not None
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_dynamic_quantize_with_minus_inf_takes_the_references_zero_point(folded):
+    """Native code and the host evaluation (constant folding) alike; +inf and NaN-free
+    inputs keep their zero points."""
+    for x in ([-3.0, 7.5, 0.4, 2.5, -np.inf], [-3.0, np.inf, 0.4], [-2.0, 0.0, 5.0]):
+        x = np.asarray(x, np.float32)
+        node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+        outs = [helper.make_tensor_value_info(n, t, None) for n, t in
+                (("y", TensorProto.UINT8), ("s", TensorProto.FLOAT), ("z", TensorProto.UINT8))]
+        if folded:
+            init = onnx.numpy_helper.from_array(x, "x")
+            m = _model([node], [], outs, 11, [init])
+            want = _both(m, {})
+            got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, {})
+        else:
+            m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(x)])],
+                       outs, 11)
+            want = _both(m, {"x": x})
+            got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, {"x": x})
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_attention_mask_inf_under_the_causal_rule_is_nan(dtype):
+    """A sliding window over an external cache (opset 25, nonpad_kv_seqlen), the fuzz case:
+    every row has the +inf either at a key it sees or at one a rule masks, and both
+    references give NaN everywhere. With is_causal alone onnxruntime masks by select (a
+    finite row) while onnx.reference, the spec's function body, adds (NaN): onnxjit follows
+    the spec there. Native code and tier 0 (float32) alike."""
+    tp = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    rng = np.random.default_rng(3)
+    shapes = {"Q": (2, 3, 4, 8), "K": (2, 3, 8, 8), "V": (2, 3, 8, 8), "M": (1, 8)}
+    feeds = {k: rng.standard_normal(v).astype(dtype) for k, v in shapes.items()}
+    feeds["M"][0, 3] = np.inf
+    feeds["L"] = np.array([6, 7], np.int64)
+    node = helper.make_node("Attention", ["Q", "K", "V", "M", "", "", "L"], ["Y"],
+                            is_causal=1, left_window_size=2)
+    ins = [helper.make_tensor_value_info(k, tp, v) for k, v in shapes.items()]
+    ins.append(helper.make_tensor_value_info("L", TensorProto.INT64, [2]))
+    m = _model([node], ins, [helper.make_tensor_value_info("Y", tp, None)], 25)
+    want = _both(m, feeds)[0]
+    assert np.isnan(want).all()
+    got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, feeds)[0]
+    assert np.isnan(got).all()
+    if dtype == np.float32:  # tier 0 leaves float16 to the native code
+        assert np.isnan(Tier0(m).run([feeds[k] for k in [*shapes, "L"]])[0]).all()
+
+    # is_causal alone: onnx.reference's (the spec's) NaN rows 0-2, row 3 finite
+    feeds = {k: rng.standard_normal(v).astype(dtype) for k, v in
+             {"Q": (1, 2, 4, 8), "K": (1, 2, 5, 8), "V": (1, 2, 5, 8), "M": (4, 5)}.items()}
+    feeds["M"][:3, 3] = np.inf  # causal offset 1: row i sees keys j <= i + 1
+    node = helper.make_node("Attention", ["Q", "K", "V", "M"], ["Y"], is_causal=1)
+    m = _model([node], [helper.make_tensor_value_info(k, tp, v.shape) for k, v in feeds.items()],
+               [helper.make_tensor_value_info("Y", tp, None)], 23)
+    with np.errstate(invalid="ignore"):
+        want = ReferenceEvaluator(m).run(None, feeds)[0]
+    got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, feeds)[0]
+    assert np.isnan(want[0, :, :3]).all() and not np.isnan(want[0, :, 3]).any()
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3, equal_nan=True)

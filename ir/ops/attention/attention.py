@@ -10,12 +10,13 @@ Per (b, h) the algorithm (matching the ONNX reference) is:
    defaults to 1/sqrt(Dh); scaling Q first overflows where the reference's (sqrt(scale) Q)
    (sqrt(scale) K)^T does);
 2) per row i, per key j: v = softcap * tanh(v / softcap) when softcap > 0; the bias is the mask
-   value (bool: 0 / -inf; float: added; keys past the mask's last dim: -inf) or -inf where the
-   causal rule (j <= i + offset), the sliding window (opset 25) or nonpad_kv_seqlen (j <
-   nonpad[b], opset 24+) forbids the key; offset = P with a cache, nonpad[b] - Sq with
-   nonpad_kv_seqlen, else 0;
+   value (bool: 0 / -inf; float: added; keys past the mask's last dim: -inf) plus -inf where
+   the causal rule (j <= i + offset), the sliding window (opset 25) or nonpad_kv_seqlen (j <
+   nonpad[b], opset 24+) forbids the key (added as the references add it: a float mask's +inf
+   there is NaN); offset = P with a cache, nonpad[b] - Sq with nonpad_kv_seqlen, else 0;
 3) a numerically stable softmax over the row (computed in f64 when softmax_precision asks for
-   it); a row whose bias is -inf everywhere (fully masked) becomes zeros, not NaN;
+   it); a row whose bias is -inf everywhere (fully masked) becomes zeros, not NaN (a NaN bias
+   is not masked: its row is NaN, as in the references);
 4) Y = P V (a second Matmul), written straight into the 3-D or 4-D output layout: Matmul windows
    take a leading dimension, so 3-D inputs/outputs need no transposes.
 qk_matmul_output (4th output) is S before softcap (mode 0), after softcap (1), after the bias
@@ -321,7 +322,7 @@ def _row(b: Builder, node: Node, at: Attrs, g: Geom, s: Buffer, row: Operand, bi
             if masked:
                 bias = _bias(b, at, dt, i, j, bi, mask, mask_base, offset, nonpad)
                 assert any_ok is not None
-                b.assign(any_ok, "or", any_ok, b.op("gt", bias, ninf))
+                b.assign(any_ok, "or", any_ok, b.op("ne", bias, ninf))  # NaN: not masked
                 v = b.op("add", v, bias)
             if qk is not None and at.mode == 2:
                 b.store(qk, b.iadd(qk_row, j), v)
@@ -373,6 +374,7 @@ def _bias(b: Builder, at: Attrs, dt: DType, i: Operand, j: Operand, bi: Operand,
     forbids the key (module docstring, step 2)."""
     bias: Operand = const(0, dt)
     ok: Operand = const(True, DType.BOOL)
+    ninf = const(-math.inf, dt)
     if mask is not None and mask.shape[-1] == 0:
         ok = const(False, DType.BOOL)  # an empty mask row pads to all -inf
     elif mask is not None:
@@ -381,8 +383,8 @@ def _bias(b: Builder, at: Attrs, dt: DType, i: Operand, j: Operand, bi: Operand,
         mv = b.load(mask, b.iadd(mask_base, b.op("min", j, i64(mlen - 1))))
         if mask.dtype == DType.BOOL:
             ok = b.op("and", in_mask, mv)
-        else:
-            ok, bias = in_mask, mv
+        else:  # the mask's value, -inf past its end; the rules below add their -inf to it
+            bias = b.op("select", in_mask, mv, ninf)
     if offset is not None:
         p = b.op("add", i, offset)
         if at.causal:
@@ -393,7 +395,8 @@ def _bias(b: Builder, at: Attrs, dt: DType, i: Operand, j: Operand, bi: Operand,
             ok = b.op("and", ok, b.op("le", b.op("sub", j, p), i64(at.right)))
     if nonpad is not None:
         ok = b.op("and", ok, b.op("lt", j, b.load(nonpad, bi)))
-    return b.op("select", ok, bias, const(-math.inf, dt))
+    # added, not selected: +inf in a float mask where a rule masks is NaN, as in the references
+    return b.op("add", bias, b.op("select", ok, const(0, dt), ninf))
 
 
 op("Attention", (23, 24, 25), infer=_infer, evaluate=_evaluate, lower=_lower,

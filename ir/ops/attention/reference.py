@@ -75,7 +75,8 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, 
                 ok &= j - p <= at.right
         if nonpad is not None:
             ok &= j < nonpad.reshape(-1, 1, 1, 1)
-        bias = np.where(ok, bias, -np.inf).astype(q.dtype)
+        with np.errstate(invalid="ignore"):  # +inf in a float mask where a rule masks: NaN
+            bias = (bias + np.where(ok, 0, -np.inf)).astype(q.dtype)
         s = s + bias
         biased = s
         pt = np.float64 if at.precision == 11 else q.dtype
@@ -87,7 +88,7 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: Any, 
         e = np.exp(sp - mx)
         tot = e.sum(axis=-1, keepdims=True)
         prob = e / np.where(tot == 0, 1, tot)
-        all_masked = ~np.any(bias > -np.inf, axis=-1, keepdims=True)
+        all_masked = ~np.any(bias != -np.inf, axis=-1, keepdims=True)  # a NaN bias counts
         prob = np.where(all_masked, 0, prob).astype(q.dtype)
         y = np.matmul(prob, v).astype(q.dtype)
     if rank == 3:

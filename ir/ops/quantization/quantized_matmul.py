@@ -3,8 +3,9 @@ QLinearMatMul.
 
 DynamicQuantizeLinear: a parallel max/min pass (16 partial results a chunk, `_range`) gives
 scale = (max(0, max x) - min(0, min x)) / 255 (1/255 when the range is empty) and
-zp = rint(clamp(-min / scale, 0, 255)); a second, parallel kernel quantizes x with them (read
-back from the outputs).
+zp = rint(max(0, min(255, -min / scale))), min and max as C++'s std::min/std::max (onnxruntime's,
+and Python's in onnx.reference): a NaN (-inf in x makes -min / scale inf / inf) gives 255; a
+second, parallel kernel quantizes x with them (read back from the outputs).
 QLinearMatMul (per-tensor scales and zero points): (a - azp) and (b - bzp) widened to int32 in
 scratch panels, one integer `loops.Matmul` per batch element, then y = clamp(rint(acc *
 m) + yzp) in f64, with m = as * bs / ys computed in the scales' type (f32, f16 or bf16, each
@@ -59,8 +60,10 @@ def _dyn_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     mx = np.float32(max(0.0, float(x.max()) if x.size else 0.0))
     mn = np.float32(min(0.0, float(x.min()) if x.size else 0.0))
     scale = np.float32(1.0 if mx == mn else mx - mn) / np.float32(255)
-    zp = np.rint(np.clip(np.float32(0) - mn / scale, 0, 255))
-    y = np.clip(np.rint(x / scale) + zp, 0, 255)
+    with np.errstate(invalid="ignore"):
+        v = np.float32(0) - mn / scale  # NaN when -inf makes the scale inf
+        zp = np.rint(np.float32(0) if v <= 0 else np.float32(255) if not v < 255 else v)
+        y = np.clip(np.rint(x / scale) + zp, 0, 255)
     return [y.astype(np.uint8), np.asarray(scale, np.float32), np.asarray(zp, np.uint8)]
 
 
@@ -111,8 +114,9 @@ def _dyn_lower(ctx: LowerContext, node: Node) -> None:
     mx, mn = _range(ctx, b, x)
     rng = b.op("select", b.op("eq", mx, mn), const(1, f), b.op("sub", mx, mn))
     scale = b.op("div", rng, const(255, f))
-    zp = rint(b, b.op("min", b.op("max", b.op("neg", b.op("div", mn, scale)), const(0, f)),
-                       const(255, f)))
+    v = b.op("neg", b.op("div", mn, scale))
+    v = b.op("select", b.op("lt", v, const(255, f)), v, const(255, f))  # NaN -> 255
+    zp = rint(b, b.op("select", b.op("gt", v, const(0, f)), v, const(0, f)))
     b.store(ys, i64(0), scale)
     b.store(yz, i64(0), b.cast(zp, D.UINT8))
     ctx.kernel("dynamic_quantize_range", b.body)
