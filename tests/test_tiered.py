@@ -271,3 +271,16 @@ def test_request_frames_carry_the_model_out_of_band():
     assert bytes(back["data"]) == data and back["job"] == req["job"] and back["hash"] == "h"
     with pytest.raises(EOFError):
         read_request(io.BytesIO(stream[:-10]))
+
+
+def test_a_worker_that_dies_unread_reports_through_its_status():
+    """A worker that exits without reading its request (a crash at start, a cancel): the
+    writer's broken pipe is swallowed and the exit status and stderr say what happened."""
+    from onnxjit.tiered.background import _send, frames
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stderr.write('boom');"
+                             "sys.exit(3)"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = _send(proc, frames({"data": b"x" * (4 << 20), "job": ("signature", ())}))
+    assert proc.returncode == 3 and err == b"boom"
+    assert proc.stdin.closed

@@ -166,9 +166,13 @@ def _send(proc: subprocess.Popen, payload: list) -> bytes:
     try:
         for part in payload:
             proc.stdin.write(part)
-        proc.stdin.close()
-    except (BrokenPipeError, OSError):  # the worker died (killed): its status says so
+    except OSError:  # the worker died (killed, cancelled): its exit status says so
         pass
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:  # a broken pipe's unwritten buffer
+            pass
     err = proc.stderr.read()
     proc.wait()
     return err
