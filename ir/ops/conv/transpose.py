@@ -28,6 +28,7 @@ Col2Im (opset 18) is step 3 alone on its input, after zero-filling the output: i
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -75,22 +76,32 @@ def conv_transpose_numpy(node: Node, x: np.ndarray, w: np.ndarray, bias: np.ndar
     out, begin = transpose_geometry(node, a, x.shape[2:])
     assert begin is not None
     ins = x.shape[2:]
-    ext = [max(int(o) + int(b), s * (d - 1) + dl * (k - 1) + 1)  # type: ignore[arg-type]
-           for o, b, s, d, dl, k in zip(out, begin, a.strides, ins, a.dilations, kshape)]
+    ext, at, crop = scatter_plan(a, ins, kshape, out, begin)
     y = np.zeros((n, g * mg, *ext), dtype=np.float64 if x.dtype.kind == "f" else x.dtype)
     xg = x.reshape(n, g, c // g, *ins)
     wg = w.reshape(g, c // g, mg, *kshape)
-    for koff in np.ndindex(*kshape):
+    for koff, tap in zip(np.ndindex(*kshape), at):
         wk = wg[(slice(None), slice(None), slice(None), *koff)]
-        t = np.einsum("ngc...,gcm->ngm...", xg, wk).reshape(n, g * mg, *ins)
-        sl = tuple(slice(kk * dl, kk * dl + (d - 1) * s + 1, s) for kk, dl, d, s
-                   in zip(koff, a.dilations, ins, a.strides))
-        y[(slice(None), slice(None), *sl)] += t
-    crop = tuple(slice(b, b + o) for b, o in zip(begin, out))  # type: ignore[misc]
-    y = y[(slice(None), slice(None), *crop)]
+        y[tap] += np.einsum("ngc...,gcm->ngm...", xg, wk).reshape(n, g * mg, *ins)
+    y = y[crop]
     if bias is not None:
         y = y + bias.reshape(1, -1, *([1] * len(ins)))
     return np.ascontiguousarray(y, dtype=dt)
+
+
+def scatter_plan(a: ConvAttrs, ins: Sequence[int], kshape: Sequence[int],
+                 out: Sequence[int], begin: Sequence[int]) -> tuple[list[int], list, tuple]:
+    """How a ConvTranspose scatters its taps: (the full output's spatial extent, each tap's
+    index into it in `np.ndindex(*kshape)` order, the crop to the output), the first two
+    axes (N, M) whole in every index."""
+    ext = [max(int(o) + int(b), s * (d - 1) + dl * (k - 1) + 1)  # type: ignore[arg-type]
+           for o, b, s, d, dl, k in zip(out, begin, a.strides, ins, a.dilations, kshape)]
+    whole = (slice(None), slice(None))
+    at = [whole + tuple(slice(kk * dl, kk * dl + (d - 1) * s + 1, s) for kk, dl, d, s
+                        in zip(koff, a.dilations, ins, a.strides))
+          for koff in np.ndindex(*kshape)]
+    crop = whole + tuple(slice(b, b + o) for b, o in zip(begin, out))  # type: ignore[misc]
+    return ext, at, crop
 
 
 def _infer(node: Node) -> list:
