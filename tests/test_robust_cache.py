@@ -285,8 +285,9 @@ def test_compiler_id_covers_the_op_families(monkeypatch):
     assert hostinfo.compiler_id.__wrapped__() != before
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 4099])
-def test_sum64_is_the_wrapping_sum_of_padded_words(n):
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 1000, 4099, 40961])
+def test_sum64_is_the_wrapping_sum_of_padded_words(n, monkeypatch):
+    monkeypatch.setattr(cache_mod, "SPLIT_SUM_BYTES", 4096)  # the two-thread sum from 4 KB
     data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
     padded = data + b"\0" * (-n % 8)
     words = [int.from_bytes(padded[i:i + 8], "little") for i in range(0, len(padded), 8)]
