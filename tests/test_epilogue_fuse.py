@@ -246,3 +246,21 @@ def test_transposed_operand_with_no_inner_dim_takes_no_epilogue(k) -> None:
     for spec in ("shape", "auto", "dynamic"):
         y, = onnxjit.compile(m, cache_dir=False, specialize=spec)(a, b)
         np.testing.assert_array_equal(y, np.full((2, 3), 0.5, np.float32), err_msg=spec)
+
+
+def test_short_epilogue_rows_stay_rolled() -> None:
+    """A short block row (a Winograd block of a 14x14 map: 2 tile rows x 14 = 56 columns)
+    keeps its column loop rolled (`epilogue.ROLL_COLS`): fully unrolled, LLVM vectorized the
+    channel loop around it with gathers and spent most of the kernel's compile time in
+    LoopLoadElimination. The result is unchanged."""
+    model, feeds = _conv(64, 64, 14, "relu", k=3)
+    runtime._MEMORY.clear()
+    fn = onnxjit.compile(model, cache_dir=False, tiered=False)
+    got = fn(**feeds)[0]
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    loops = fn.ir("loops")
+    assert "kernel @conv_winograd" in loops
+    heads = [line for line in loops.splitlines() if line.strip().startswith("for %ec")]
+    assert heads and all(line.rstrip().endswith("rolled {") for line in heads), heads
