@@ -36,7 +36,6 @@ repeated index keeps the last value. The indices address the default unpooled sh
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
@@ -327,7 +326,7 @@ def pool_lower(ctx: LowerContext, node: Node) -> None:
 WHOLE = True
 
 
-def _whole_window(node: Node, x: Buffer, g: Any) -> bool:
+def _whole_window(node: Node, x: Buffer, g: Geometry) -> bool:
     """An AveragePool whose one window is the whole unpadded image (ResNet-50's, Inception's
     and DenseNet's 7x7 heads): the mean over the spatial axes, lowered as ReduceMean. The
     window path accumulated each window row into the output and LLVM vectorized its channel
