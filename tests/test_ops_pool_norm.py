@@ -141,25 +141,6 @@ def test_averagepool_3d_and_1d() -> None:
           auto_pad="SAME_UPPER")
 
 
-@pytest.mark.parametrize("shape, dtype, attrs", [
-    ((2, 64, 7, 7), np.float32, dict(kernel_shape=[7, 7])),  # ResNet-50's head
-    ((1, 3, 5, 5), np.float64, dict(kernel_shape=[5, 5], strides=[2, 2], ceil_mode=1)),
-    ((2, 4, 9), np.float32, dict(kernel_shape=[9], count_include_pad=1)),
-    ((1, 3, 5, 5), np.float32, dict(kernel_shape=[5, 5], pads=[1, 1, 1, 1])),  # windows
-])
-def test_averagepool_whole_window_is_a_mean(shape: tuple, dtype, attrs: dict) -> None:
-    """A window covering the whole unpadded image lowers as ReduceMean (`_whole_window`:
-    one short kernel instead of the window path, whose unrolled rows cost LLVM 0.3 s)."""
-    inputs = [x(*shape, dtype=dtype)]
-    # onnxruntime has no float64 AveragePool
-    check("AveragePool", inputs, 19, "ort" if dtype == np.float32 else "ref", **attrs)
-    fn = onnxjit.compile(model("AveragePool", inputs, 19, **attrs), cache_dir=False,
-                         tiered=False)
-    fn(*inputs)
-    whole = "pads" not in attrs
-    assert ("kernel @averagepool_whole" in fn.ir("loops")) == whole
-
-
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_lppool(p: int) -> None:
     check("LpPool", [x(1, 3, 7, 8)], 18, oracle="ref", p=p, kernel_shape=[3, 2],
