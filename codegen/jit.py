@@ -108,11 +108,12 @@ def compile_program(program: Program, opt_level: int = 3,
                     return _compile_parts(program, plan, groups, n_jobs, opt_level, salt)
                 except workers.NoWorkers:
                     pass
-        return _compile(program, plan, opt_level, dump)
+        return _compile(program, plan, opt_level, dump,
+                        workers.keeps_lsr(program, range(len(program.kernels))))
 
 
 def _compile(program: Program, plan: Any, opt_level: int,
-             dump: Callable[[str, str], None] | None) -> CompiledObject:
+             dump: Callable[[str, str], None] | None, lsr: bool = True) -> CompiledObject:
     laps = Laps("llvm-ir")
     triple, _, _ = target.host()
     module, entry, entry_py = build_module(program, _PLACEHOLDER, triple, target.data_layout(),
@@ -125,7 +126,7 @@ def _compile(program: Program, plan: Any, opt_level: int,
     entry, entry_py, fastcall = (name.replace(_PLACEHOLDER, prefix)
                                  for name in (entry, entry_py, fastcall))
     laps.end()
-    obj = compile_module(text, opt_level, dump)
+    obj = compile_module(text, opt_level, dump, lsr)
     return CompiledObject(obj, entry, entry_py, n_io(program), len(program.consts),
                           uses_pool(program), fastcall)
 
@@ -158,7 +159,7 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
     t0 = time.perf_counter()
     parts, (obj, entry, entry_py, fastcall), cpu = workers.compile_groups(
         program, plan, groups, prefix, n_jobs,
-        lambda text: compile_module(text, opt_level, None), entry_object, on_group)
+        lambda text, lsr: compile_module(text, opt_level, None, lsr), entry_object, on_group)
     wall = time.perf_counter() - t0
     busy = sum(cpu.values()) or 1.0
     for stage, seconds in cpu.items():  # the wall time, split as the workers spent theirs
@@ -170,8 +171,9 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
 
 
 def compile_module(text: str, opt_level: int,
-                   dump: Callable[[str, str], None] | None) -> bytes:
-    """Object code of one module's LLVM IR text: parse, verify, optimise, emit."""
+                   dump: Callable[[str, str], None] | None, lsr: bool = True) -> bytes:
+    """Object code of one module's LLVM IR text: parse, verify, optimise, emit (without Loop
+    Strength Reduction when not `lsr`: `workers.keeps_lsr`)."""
     text = _distinct_loop_ids(text)
     if dump is not None:
         dump("llvm.ll", text)
@@ -185,6 +187,7 @@ def compile_module(text: str, opt_level: int,
     tm = target.create_target_machine(opt_level)
     optimize(mod, tm, opt_level)
     laps.next("emit-object")
+    llvm.set_option("", f"-disable-lsr={'false' if lsr else 'true'}")  # process-wide
     if dump is not None:
         dump("llvm-opt.ll", str(mod))
         dump("asm.s", tm.emit_assembly(mod))
@@ -225,6 +228,7 @@ def object_code(ir_text: Callable[[str, str], str], opt_level: int = 2) -> bytes
         mod.verify()
         tm = target.create_target_machine(opt_level)
         optimize(mod, tm, opt_level)
+        llvm.set_option("", "-disable-lsr=false")  # a symbolic program's compile may have set it
         return bytes(tm.emit_object(mod))
 
 

@@ -197,3 +197,59 @@ def test_exit_in_a_worker_does_not_run_the_callers_exit_handlers():
     out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, os.path.dirname(__file__)],
                          capture_output=True, text=True, timeout=60, env=env)
     assert "raised:" in out.stdout and "worker crashed" in out.stdout, out.stderr[-2000:]
+
+
+def _conv_relu_matmul():
+    """Conv (symbolic height and width) -> Relu -> MatMul over the width: conv kernels and
+    others in one symbolic program."""
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4, 3, 3)).astype(np.float32), "w")
+    m = numpy_helper.from_array(rng.standard_normal((11, 6)).astype(np.float32), "m")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MatMul", ["r", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", 4, "h", 11])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [w, m])
+    return finish(graph)
+
+
+@pytest.mark.parametrize("jobs", ["0", "2"])
+def test_symbolic_conv_kernels_compile_without_lsr(monkeypatch, jobs):
+    """A symbolic program's conv kernels are emitted without Loop Strength Reduction, in
+    modules of their own (`workers.keeps_lsr`); its other kernels and every static program
+    keep it. The option is process-wide, so each module sets it; the results match."""
+    from onnxjit import runtime
+    from onnxjit.codegen import jit
+
+    seen: list[bool] = []  # modules compiled in this process
+    real, real_groups = jit.compile_module, workers.plan_groups
+
+    def spy(text, opt_level, dump, lsr=True):
+        seen.append(lsr)
+        return real(text, opt_level, dump, lsr)
+
+    def groups_spy(program, plan, n_jobs):  # the workers' modules: decided per group
+        groups = real_groups(program, plan, n_jobs)
+        seen.extend(workers.keeps_lsr(program, g) for g in groups or [])
+        return groups
+
+    monkeypatch.setattr(jit, "compile_module", spy)
+    monkeypatch.setattr(workers, "plan_groups", groups_spy)
+    monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", jobs)
+    if jobs != "0":  # every program takes the worker path, groups split by family
+        monkeypatch.setattr(workers, "MIN_COST", 0)
+        monkeypatch.setattr(workers, "GROUP_COST", 1)
+    x = np.random.default_rng(0).standard_normal((2, 4, 7, 11)).astype(np.float32)
+    outs = {}
+    for spec in ("dynamic", "auto"):
+        runtime._MEMORY.clear()
+        seen.clear()
+        fn = onnxjit.compile(_conv_relu_matmul(), cache_dir=False, tiered=False,
+                             specialize=spec)
+        outs[spec] = fn(x)
+        if spec == "auto" or jobs == "0":  # one module mixing the families keeps LSR
+            assert seen and all(seen), (spec, jobs, seen)
+        else:  # the conv kernel's group without, the others' groups and the entry with
+            assert False in seen and True in seen, seen
+    np.testing.assert_allclose(outs["dynamic"], outs["auto"], rtol=1e-5, atol=1e-5)
