@@ -187,13 +187,19 @@ def compile_module(text: str, opt_level: int,
     tm = target.create_target_machine(opt_level)
     optimize(mod, tm, opt_level)
     laps.next("emit-object")
-    llvm.set_option("", f"-disable-lsr={'false' if lsr else 'true'}")  # process-wide
+    _use_lsr(lsr)
     if dump is not None:
         dump("llvm-opt.ll", str(mod))
         dump("asm.s", tm.emit_assembly(mod))
     obj = bytes(tm.emit_object(mod))
     laps.end()
     return obj
+
+
+def _use_lsr(on: bool) -> None:
+    """Code generation with or without Loop Strength Reduction from now on: the option is
+    process-wide, so every emission sets it (`workers.keeps_lsr`)."""
+    llvm.set_option("", f"-disable-lsr={'false' if on else 'true'}")
 
 
 def _distinct_loop_ids(text: str) -> str:
@@ -228,7 +234,7 @@ def object_code(ir_text: Callable[[str, str], str], opt_level: int = 2) -> bytes
         mod.verify()
         tm = target.create_target_machine(opt_level)
         optimize(mod, tm, opt_level)
-        llvm.set_option("", "-disable-lsr=false")  # a symbolic program's compile may have set it
+        _use_lsr(True)
         return bytes(tm.emit_object(mod))
 
 

@@ -112,12 +112,15 @@ def _conv_kernel(program: Program, n: int) -> bool:
     return program.kernels[n].name.startswith("conv")
 
 
+def _splits_lsr(program: Program) -> bool:
+    """Whether the program's conv kernels go without LSR: it is symbolic (and the rule on)."""
+    return SYMBOLIC_CONV_NO_LSR and not all(b.is_static for b in program.buffers)
+
+
 def keeps_lsr(program: Program, kernels: Iterable[int]) -> bool:
     """Whether a module of these kernels is emitted with Loop Strength Reduction: all but a
     symbolic program's conv kernels (`SYMBOLIC_CONV_NO_LSR`)."""
-    if not SYMBOLIC_CONV_NO_LSR or all(b.is_static for b in program.buffers):
-        return True
-    return not all(_conv_kernel(program, n) for n in kernels)
+    return not (_splits_lsr(program) and all(_conv_kernel(program, n) for n in kernels))
 
 
 def plan_groups(program: Program, plan: KernelPlan, workers: int) -> list[list[int]] | None:
@@ -130,7 +133,7 @@ def plan_groups(program: Program, plan: KernelPlan, workers: int) -> list[list[i
     if total < MIN_COST:
         return None
     n_groups = max(1, min(len(costs), workers * GROUPS_PER_WORKER, total // GROUP_COST))
-    if keeps_lsr(program, []):  # a static program (or the rule off): one partition
+    if not _splits_lsr(program):
         return partition(costs, n_groups)
     conv = {n: c for n, c in costs.items() if _conv_kernel(program, n)}
     rest = {n: c for n, c in costs.items() if n not in conv}
