@@ -50,6 +50,16 @@ def interleave_md(module: ir.Module, count: int) -> ir.Value:
                                 hint])
 
 
+def scalar_md(module: ir.Module) -> ir.Value:
+    """Loop metadata keeping the loop scalar and rolled: neither vectorized nor unrolled
+    (`Loop.few`: a loop of a few iterations gains nothing from either)."""
+    off = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                               ir.Constant(ir.IntType(1), 0)])
+    keep = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    return module.add_metadata([ir.MetaDataString(module, f"{LOOP_SELF}.{next(_loop_ids)}"),
+                                off, keep])
+
+
 def no_unroll_md(module: ir.Module) -> ir.Value:
     """Loop metadata keeping LLVM from unrolling the loop: a fold's partial sums (`Lanes`)
     then stay one body the SLP vectorizer turns into vector adds (fully unrolled, a short

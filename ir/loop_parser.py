@@ -167,7 +167,8 @@ class _Parser:
             step = cur.integer("a loop step") if cur.accept("step") else 1
             parallel = cur.accept("parallel")
             rolled = cur.accept("rolled")
-            return Loop(var, start, stop, step, self.block(), parallel, rolled)
+            few = cur.accept("few")
+            return Loop(var, start, stop, step, self.block(), parallel, rolled, few)
         if cur.accept("store"):
             buf = self.buf()
             cur.expect("[")

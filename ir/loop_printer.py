@@ -143,6 +143,8 @@ class _Printer:
                     head += " parallel"
                 if s.rolled:
                     head += " rolled"
+                if s.few:
+                    head += " few"
                 lines.append(f"{indent}{head} {{")
                 self.body(s.body, indent + "  ", lines)
                 lines.append(indent + "}")

@@ -335,7 +335,8 @@ def program_eq(a: Program, b: Program) -> None:
             if isinstance(p, Loop):
                 for o, r in ((p.var, q.var), (p.start, q.start), (p.stop, q.stop)):
                     operand(o, r)
-                assert (p.step, p.parallel, p.rolled) == (q.step, q.parallel, q.rolled)
+                assert (p.step, p.parallel, p.rolled, p.few) == (q.step, q.parallel, q.rolled,
+                                                                 q.few)
                 body(p.body, q.body)
             elif isinstance(p, Op):
                 assert p.op == q.op and len(p.args) == len(q.args)
@@ -398,7 +399,7 @@ def all_stmts_program() -> Program:
         return bb.op("select", c, a, const(-0.0, F32))
 
     elementwise(b, y, [t], fn)
-    with b.loop(i64(1), i64(4), step=2, hint="i", rolled=True) as i:
+    with b.loop(i64(1), i64(4), step=2, hint="i", rolled=True, few=True) as i:
         acc = b.var(const(0, F32))
         ok = b.op("lt", i, i64(3))
         b.check(ok, 'bad "index"\n for é')
@@ -421,7 +422,7 @@ def test_loop_all_statements_round_trip():
     assert "%x#1: i32 = cast %acc" in text
     assert 'kernel @"odd name"' in text and "buffer %\"a/b\": i64[3] temp" in text
     assert "kernel @ew contract gather {" in text and "kernel @mm {" in text
-    assert "for %i: i64 = 1 to 4 step 2 rolled {" in text and text.count("rolled") == 1
+    assert "for %i: i64 = 1 to 4 step 2 rolled few {" in text and text.count("rolled") == 1
 
 
 def test_loop_hand_built_statements():

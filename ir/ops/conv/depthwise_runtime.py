@@ -211,7 +211,7 @@ def _fused_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, y
                               gm.begin[-1], gm.ins[-1])
     rows = _tap_rows(b, gm, xbase, o)
     for lo, hi in ((i64(0), lo_c), (hi_c, operand(ow))):  # the edge columns
-        with b.loop(lo, hi, hint="e") as i:
+        with b.loop(lo, hi, hint="e", few=True) as i:  # at most the pads' columns
 
             def edge_tap(xrow: Operand, tw: int, i: Operand = i) -> Operand:
                 pos = b.iadd(b.imul(i, sw), operand(tw * dw - pw))

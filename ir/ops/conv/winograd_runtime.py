@@ -177,7 +177,7 @@ class _Block:
                 m0, m1 = b.op("max", j0, lo), b.op("min", j1, hi)
                 for s0, s1, check in ((j0, b.op("min", j1, lo), True), (m0, m1, False),
                                       (b.op("max", j0, hi), j1, True)):
-                    with b.loop(s0, s1, hint="j") as j:
+                    with b.loop(s0, s1, hint="j", few=check) as j:  # the edges: a tile or two
                         ix0 = b.iadd(b.imul(j, 2), operand(0 - pl))
                         d = [[self._at(rowinfo[a], ix0, col, iw, check, zero)
                               for col in range(4)] for a in range(4)]
@@ -238,7 +238,7 @@ class _Block:
                j1: Operand, rows: int, cols: int, per_row: dict) -> None:
         b, gm, p = self.b, self.gm, self.p
         ow = gm.out[1]
-        with b.loop(j0, j1, hint="j") as j:
+        with b.loop(j0, j1, hint="j", few=cols == 1) as j:  # one column: the last tile alone
             at = b.iadd(b.iadd(self.mbase, b.imul(m, p.t)), b.iadd(i0, j))
             mt = [b.load(self.m_buf, b.iadd(at, i64(xi * gm.m * p.t))) for xi in range(16)]
             out = _at_m_a(b, mt)

@@ -243,11 +243,12 @@ class _Pool:
         def border(lo_o: Size, hi_o: Size) -> None:
             if not self.symbolic and lo_o >= hi_o:
                 return
-            with b.loop(lo_o, hi_o, hint="w") as o:
+            # the edge columns and their taps in the window: a few each, at run-time bounds
+            with b.loop(lo_o, hi_o, hint="w", few=self.symbolic) as o:
                 at = b.iadd(ybase, o)
                 t_lo, t_hi = self.tap_range(k, o, n)
                 acc = b.var(b.load(self.y, at), hint="acc")
-                with b.loop(t_lo, t_hi, hint="tw") as t:
+                with b.loop(t_lo, t_hi, hint="tw", few=self.symbolic) as t:
                     c, xi = col(o, t)
                     b.assign(acc, "copy", self.fold(acc, at, xi, pos + [c], pl))
                 b.store(self.y, at, acc)
