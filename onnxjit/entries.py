@@ -41,13 +41,14 @@ def layout_ok() -> bool:
 
 
 def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None,
-                disk: cache_mod.DiskCache | None = None) -> bytes | None:
+                disk: cache_mod.DiskCache | None = None, built: bool = False) -> bytes | None:
     """Install the worker pool in this process before an artifact that dispatches to it is
     built: from `stored` (the pool's object code kept in that artifact's cache entry) when
     given, else from the disk cache's own pool entry (`pool_key`: one per host target and
     onnxjit version), else compiled (a tenth of a second or more: once per cache, not once per
-    process) and stored there. Returns the pool's object code to keep in the artifact's
-    entry."""
+    process) and stored there. `built`: the program's compile was asked for the pool
+    (`pool_wanted`), and a compile worker may have built and installed it: stored there too.
+    Returns the pool's object code to keep in the artifact's entry."""
     if not uses_pool or num_threads <= 1:
         return None
     from onnxjit.codegen import pool, pool_trace
@@ -55,6 +56,8 @@ def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None,
     if pool_trace.enabled():  # a traced pool is built here, and never kept in an entry
         pool.parallel_for_address()
         return None
+    if built and pool.installed() and disk is not None:
+        _store_pool(disk, pool_key())
     key = None  # the pool's own entry, looked for only when the artifact carries no copy
     if not pool.installed() and stored is None and disk is not None:
         key = pool_key()
@@ -67,10 +70,29 @@ def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None,
             cache_mod.STATS.disk_errors += 1
     if not pool.installed():
         pool.install(pool.compile_pool())
-        code = pool.installed_code()
-        if disk is not None and code is not None:
-            disk.put(key or pool_key(), cache_mod.Entry({"what": "worker pool"}, {"pool": code}))
+        if disk is not None:
+            _store_pool(disk, key or pool_key())
     return pool.installed_code()
+
+
+def _store_pool(disk: cache_mod.DiskCache, key: str) -> None:
+    from onnxjit.codegen import pool
+
+    code = pool.installed_code()
+    if code is not None:
+        disk.put(key, cache_mod.Entry({"what": "worker pool"}, {"pool": code}))
+
+
+def pool_wanted(program: Any, num_threads: int, disk: cache_mod.DiskCache | None) -> bool:
+    """Whether compiling `program` should compile the worker pool too (`jit.compile_program`'s
+    `pool`): the program dispatches, and `ensure_pool` would otherwise compile it after the
+    program (none installed in this process, none traced, none in the disk cache)."""
+    from onnxjit.codegen import pool, pool_trace
+    from onnxjit.codegen.llvmgen import uses_pool
+
+    if num_threads <= 1 or pool.installed() or pool_trace.enabled() or not uses_pool(program):
+        return False
+    return disk is None or disk.get(pool_key()) is None
 
 
 def pool_key() -> str:

@@ -347,13 +347,15 @@ class CompiledModel(Interface, StageLookups):
         """(object code, its linked library, the worker pool's code) of a loop program;
         `key` (its cache key) names its symbols."""
         from onnxjit.codegen import compile_program, load_object
+        from onnxjit.entries import pool_wanted
 
+        want = pool_wanted(program, self.options.num_threads, self._disk)
         obj = compile_program(program, opt_level=self.options.opt_level,
                               dump=dumper.write if dumper.folder is not None else None,
-                              salt=key)
+                              salt=key, pool=want)
         with timed("link"):
             return obj, load_object(obj), ensure_pool(obj.uses_pool, self.options.num_threads,
-                                                      disk=self._disk)
+                                                      disk=self._disk, built=want)
 
     def _store(self, key: str, art: Artifact, obj: Any, pool_code: bytes | None) -> None:
         from onnxjit.entries import native_entry
