@@ -1,6 +1,7 @@
 """Edge loops of a few iterations stay scalar (`Loop.few`, `llvmgen.FEW_SCALAR`).
 
-A symbolic program's depthwise conv and pooling compute their edge columns in loops whose
+A symbolic program's depthwise conv (here the stride-phased form, whose phase planes have
+edge columns) and pooling compute their edge columns in loops whose
 bounds are run-time values but whose trip counts are a few at most; the lowerings mark them
 `few` and code generation keeps them scalar and rolled (vectorized, each was a vector body, a
 remainder and run-time checks, compiled for nothing). The results match onnxruntime at sizes
@@ -49,6 +50,8 @@ def test_edge_loops_are_few_and_scalar(monkeypatch, scalar):
         x = np.random.default_rng(shape[3]).standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(fn(x)[0], sess.run(None, {"x": x})[0], rtol=1e-5,
                                    atol=1e-5)
-    loops = fn.ir("loops")
-    assert loops.count(" few {") >= 3, loops  # the conv's two edges, the pool's edge columns
+    kernels = {k.split()[0]: k for k in fn.ir("loops").split("\n  kernel @")[1:]}
+    # the conv's edge columns of its phase planes; the pool's edge columns and their taps
+    assert kernels["conv_depthwise_phased"].count(" few {") == 2, kernels
+    assert kernels["averagepool"].count(" few {") == 4, kernels
     assert (SCALAR_MD in fn.ir("llvm")) == scalar

@@ -141,7 +141,8 @@ def _scatter(b: Builder, gm: Geometry, x: Buffer, s: Buffer, xbase: Operand, sba
     """Copy the input plane at `xbase` into its phase planes (positions fixed at compile
     time: input row R*sh + py - pt, column C*sw + px - pl). The column phases of one row are
     written by one loop over the columns every phase has (sw adjacent loads per iteration,
-    which the vectorizer turns into wide loads and shuffles), plus edge loops per phase."""
+    which the vectorizer turns into wide loads and shuffles), plus edge loops per phase
+    (`few` loops in a symbolic program: a column or two each, kept scalar)."""
     (ih, iw), (sh, sw), (pt, pl) = gm.ins, gm.a.strides, gm.begin
     cols = []
     for px in range(sw):
@@ -168,7 +169,9 @@ def _scatter(b: Builder, gm: Geometry, x: Buffer, s: Buffer, xbase: Operand, sba
             for a, z, which in pieces:
                 if is_static(a, z) and a >= z:
                     continue
-                with b.loop(a, z, hint="c") as c:
+                # a phase's edge columns: a column or two, at run-time bounds when symbolic
+                edge = which is not cols and not is_static(a, z)
+                with b.loop(a, z, hint="c", few=edge) as c:
                     for px, _, _ in which:
                         v = b.load(x, b.iadd(xrow, b.iadd(b.imul(c, sw), i64(px))))
                         b.store(s, b.iadd(srow, b.iadd(c, operand(px * plane))), v)
