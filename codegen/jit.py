@@ -13,9 +13,10 @@ target machine built from the host's CPU name and features. `dump(name, text)` r
 
 A program whose kernels add up to more than `workers.MIN_COST` compiles in parts instead: its
 kernel groups and its entry module in worker processes (in parallel, and interruptible:
-`workers`, `modules.build_entry_module`), and with them the worker pool when the process has
-none yet (`pool`); the symbols then carry a digest of `salt` (the runtime passes the cache
-key). Dumps always come from one module (`dump` given).
+`workers`, `modules.build_entry_module`), the entry's worker also doing the caller's `side`
+work (the worker pool's compile, when the process has none yet); the symbols then carry a
+digest of `salt` (the runtime passes the cache key). Dumps always come from one module
+(`dump` given).
 
 Each module also carries the fast-call trampoline (`pyentry`, named `<prefix>_fastcall`).
 `load_object_mcjit` links with LLVM (an MCJIT engine over an empty module gets the object file
@@ -28,7 +29,6 @@ pool) are registered with LLVM once, from the addresses the process's own C libr
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
 import re
@@ -68,12 +68,6 @@ _LIBC_SYMBOLS = ("exp", "expm1", "log", "tanh", "erf", "pow", "powf", "fmod", "f
 _symbols_done = False
 #: LLVM's global context is not thread-safe: one compile or link at a time per process
 _llvm_lock = threading.RLock()
-#: a cold compile's worker pool is compiled by a compile worker, beside the kernels
-#: (`compile_program`'s `pool`), instead of alone in this process after them. Measured on a
-#: Zen 3 host (2 cores), fresh processes, empty caches, 10 alternating pairs: MiniLM's symbolic
-#: compile + first call 2252 -> 2161 ms (medians; paired difference -198 ms median, -147
-#: mean); the "link" stage 120-150 -> 4-9 ms (ResNet-50 alike)
-POOL_IN_WORKER = True
 
 
 class NativeLibrary:
@@ -99,13 +93,12 @@ def _symbol_name(program: Program) -> str:
 
 def compile_program(program: Program, opt_level: int = 3,
                     dump: Callable[[str, str], None] | None = None,
-                    salt: str = "", pool: bool = False) -> CompiledObject:
+                    salt: str = "", side: Callable[[], Any] | None = None) -> CompiledObject:
     """Compile a Program to object code for this host (see the module docstring). A large
     program compiles in worker processes (`workers`: parallel and interruptible); `salt`
-    (e.g. the cache key) then names its symbols, else a digest of its kernels does. `pool`:
-    the process's worker pool is still to be compiled (`entries.ensure_pool` would do it
-    after this, alone): on the worker path a worker compiles it beside the kernels, and it
-    is installed here."""
+    (e.g. the cache key) then names its symbols, else a digest of its kernels does. `side`:
+    work for the entry's worker to do beside the kernels (the worker pool's compile,
+    `entries.pool_wanted`); on the worker path its result is the object's `side`."""
     from onnxjit.codegen import workers
 
     with _llvm_lock:
@@ -117,7 +110,7 @@ def compile_program(program: Program, opt_level: int = 3,
             if groups is not None:
                 try:
                     return _compile_parts(program, plan, groups, n_jobs, opt_level, salt,
-                                          pool and POOL_IN_WORKER)
+                                          side)
                 except workers.NoWorkers:
                     pass
         return _compile(program, plan, opt_level, dump,
@@ -144,16 +137,17 @@ def _compile(program: Program, plan: Any, opt_level: int,
 
 
 def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs: int,
-                   opt_level: int, salt: str, with_pool: bool = False) -> CompiledObject:
+                   opt_level: int, salt: str, side: Callable[[], Any] | None = None
+                   ) -> CompiledObject:
     """The kernels in `groups` and the entry module compiled by worker processes (the entry's
-    task also compiles the worker pool when `with_pool`)."""
+    task also runs `side`)."""
     from onnxjit.codegen import workers
 
     if not salt:  # kernels' names and fingerprints: symbol names need not be unique
         salt = repr([(k.name, fingerprint(k)) for k in program.kernels])
     prefix = f"{_symbol_name(program)}_{hexdigest(salt.encode())[:16]}"
 
-    def entry_object() -> tuple[bytes, str, str, str, bytes | None]:
+    def entry_object() -> tuple[bytes, str, str, str, Any]:
         with timings.timed("llvm-ir"):
             triple, _, _ = target.host()
             module, entry, entry_py = build_entry_module(program, plan, prefix, triple,
@@ -161,7 +155,7 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
             fastcall = pyentry.build(module, f"{prefix}_fastcall").name
             text = module_text(module)
         obj = compile_module(text, opt_level, None)
-        return obj, entry, entry_py, fastcall, _pool_code() if with_pool else None
+        return obj, entry, entry_py, fastcall, side() if side is not None else None
 
     rec = timings.current()
     listener = rec.listener if rec is not None else None
@@ -171,7 +165,7 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
             listener.begin(f"llvm in {min(n_jobs, total)} workers: {done}/{total}")
 
     t0 = time.perf_counter()
-    parts, (obj, entry, entry_py, fastcall, pool_code), cpu = workers.compile_groups(
+    parts, (obj, entry, entry_py, fastcall, side_result), cpu = workers.compile_groups(
         program, plan, groups, prefix, n_jobs,
         lambda text, lsr: compile_module(text, opt_level, None, lsr), entry_object, on_group)
     wall = time.perf_counter() - t0
@@ -180,13 +174,10 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
         timings.record(stage, wall * seconds / busy)
     timings.log(timings.DEBUG, "workers' seconds: %s (wall %.2f)",
                 ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()), wall)
-    if pool_code is not None:
-        from onnxjit.codegen import pool
-
-        with timings.timed("link"), contextlib.suppress(Exception):
-            pool.install(pool.pool_object(pool_code))  # else `ensure_pool` compiles one
-    return CompiledObject(obj, entry, entry_py, n_io(program), len(program.consts),
-                          uses_pool(program), fastcall, parts=tuple(parts))
+    compiled = CompiledObject(obj, entry, entry_py, n_io(program), len(program.consts),
+                              uses_pool(program), fastcall, parts=tuple(parts))
+    compiled.side = side_result
+    return compiled
 
 
 def compile_module(text: str, opt_level: int,
@@ -240,14 +231,6 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt_level: int = 3) ->
     pm = pb.getModulePassManager()
     pm.run(mod, pb)
     inline_variants(mod, tm)
-
-
-def _pool_code() -> bytes:
-    """The worker pool's object code (run in a compile worker: `compile_program`'s `pool`)."""
-    from onnxjit.codegen import pool
-
-    with timings.timed("emit-object"):
-        return pool.compile_pool().object_code
 
 
 def object_code(ir_text: Callable[[str, str], str], opt_level: int = 2) -> bytes:

@@ -15,7 +15,8 @@ class CompiledObject:
     """Object code of one Program and the names of its entry points. `uses_pool`: the code
     dispatches parallel loops to the worker pool (see `pool_slots`). `fastcall`: the name of
     its CPython fast-call trampoline (`pyentry`), empty when absent. `parts`: object code the
-    entry's object refers to (kernel groups), linked first."""
+    entry's object refers to (kernel groups), linked first. `side`: what the caller's side work
+    returned (`jit.compile_program`), never stored."""
 
     def __init__(self, object_code: bytes, entry: str, entry_py: str, n_io: int,
                  n_consts: int, uses_pool: bool = True, fastcall: str = "",
@@ -28,3 +29,4 @@ class CompiledObject:
         self.uses_pool = uses_pool
         self.fastcall = fastcall
         self.parts = parts
+        self.side: object = None

@@ -349,13 +349,13 @@ class CompiledModel(Interface, StageLookups):
         from onnxjit.codegen import compile_program, load_object
         from onnxjit.entries import pool_wanted
 
-        want = pool_wanted(program, self.options.num_threads, self._disk)
         obj = compile_program(program, opt_level=self.options.opt_level,
                               dump=dumper.write if dumper.folder is not None else None,
-                              salt=key, pool=want)
+                              salt=key, side=pool_wanted(program, self.options.num_threads,
+                                                         self._disk))
         with timed("link"):
             return obj, load_object(obj), ensure_pool(obj.uses_pool, self.options.num_threads,
-                                                      disk=self._disk, built=want)
+                                                      disk=self._disk, built=obj.side)
 
     def _store(self, key: str, art: Artifact, obj: Any, pool_code: bytes | None) -> None:
         from onnxjit.entries import native_entry

@@ -1,4 +1,4 @@
-"""A cold compile's worker pool is compiled by a compile worker (`jit.POOL_IN_WORKER`).
+"""A cold compile's worker pool is compiled by a compile worker (`entries.POOL_IN_WORKER`).
 
 In a fresh process with no pool installed and none on disk, a program compiled on the worker
 path gets the pool compiled beside its kernels, by the entry's task, and installed by the
@@ -20,9 +20,10 @@ import os, sys
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 import onnxjit
-from onnxjit.codegen import jit, pool, workers
+from onnxjit import entries
+from onnxjit.codegen import pool, workers
 
-jit.POOL_IN_WORKER = sys.argv[1] == "1"
+entries.POOL_IN_WORKER = sys.argv[1] == "1"
 workers.MIN_COST, workers.GROUP_COST = 0, 1
 parent, calls = os.getpid(), []
 real = pool.compile_pool
