@@ -58,36 +58,36 @@ def ensure_pool(uses_pool: bool, num_threads: int, stored: bytes | None = None,
     if pool_trace.enabled():  # a traced pool is built here, and never kept in an entry
         pool.parallel_for_address()
         return None
-    if built is not None and not pool.installed():
-        try:
-            pool.install(pool.pool_object(built))
-            if disk is not None:
-                _store_pool(disk, pool_key())
-        except Exception:  # code this process cannot link: compile it below
-            cache_mod.STATS.disk_errors += 1
+    # a pool a compile worker built beside the program's kernels counts as compiled here
+    fresh = built is not None and _link(built)
     key = None  # the pool's own entry, looked for only when the artifact carries no copy
     if not pool.installed() and stored is None and disk is not None:
         key = pool_key()
         entry = disk.get(key)
         stored = entry.blobs.get("pool") if entry is not None else None
     if not pool.installed() and stored is not None:
-        try:
-            pool.install(pool.pool_object(stored))
-        except Exception:  # code this process cannot link: compile it instead
-            cache_mod.STATS.disk_errors += 1
+        _link(stored)
     if not pool.installed():
         pool.install(pool.compile_pool())
-        if disk is not None:
-            _store_pool(disk, key or pool_key())
-    return pool.installed_code()
+        fresh = True
+    code = pool.installed_code()
+    if fresh and disk is not None and code is not None:
+        disk.put(key or pool_key(), cache_mod.Entry({"what": "worker pool"}, {"pool": code}))
+    return code
 
 
-def _store_pool(disk: cache_mod.DiskCache, key: str) -> None:
+def _link(code: bytes) -> bool:
+    """Install the pool from its object code unless one is installed; whether this did."""
     from onnxjit.codegen import pool
 
-    code = pool.installed_code()
-    if code is not None:
-        disk.put(key, cache_mod.Entry({"what": "worker pool"}, {"pool": code}))
+    if pool.installed():
+        return False
+    try:
+        pool.install(pool.pool_object(code))
+    except Exception:  # code this process cannot link: compiled instead
+        cache_mod.STATS.disk_errors += 1
+        return False
+    return True
 
 
 #: a cold compile's worker pool is compiled by a compile worker beside the kernels
