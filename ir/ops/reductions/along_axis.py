@@ -13,8 +13,10 @@ Lowering, one kernel per node, a loop over `outer` (parallel) and one over `inne
   sum folds keep several partial accumulators (`reductions.lowering.Lanes`) so they vectorize
   without fast-math; exp runs in a plain loop of its own, which vectorizes like any
   elementwise loop (inside an unrolled fold it would not). Subtracting the max keeps exp
-  from overflowing (numerically stable); a NaN anywhere in a row makes the row NaN (max
-  propagates NaN), as numpy's formula does.
+  from overflowing (numerically stable); a NaN anywhere in a row makes the row NaN, as
+  numpy's formula does: the max fold is the ordered one (`Lanes` "fmax", one `maxps` a
+  vector, where a NaN-propagating max takes four), which may drop the NaN, but exp(NaN - m)
+  is NaN and so are the sum and every output.
 - LogSoftmax: the same first three passes (y as scratch), then y = (x - max) - log(sum).
 - Hardmax: an argmax pass (first occurrence), then a pass writing 1 there and 0 elsewhere.
 - ArgMax/ArgMin: a running best value and index; ties keep the first index, or the last with
@@ -153,7 +155,7 @@ def _softmax_lower(ctx: LowerContext, node: Node) -> None:
             ctx.kernel("hardmax", b.body)
             return
         # Max and sum folds use Lanes: L independent chains the vectorizer can widen.
-        mx = Lanes(b, const(-math.inf, dt), "max", n, hint="max")
+        mx = Lanes(b, const(-math.inf, dt), "fmax", n, hint="max")
         mx.run(n, lambda j: b.load(x, at(j)))
         m = mx.result()
         # exp into y in a plain loop (it vectorizes like any elementwise loop), then sum y.

@@ -23,6 +23,10 @@ to lane 0) and combining them pairwise at the end gives the vectorizer L indepen
 (an L-wide vector accumulator; code generation keeps the fold's loop rolled so the
 vectorizer sees one body, `llvmgen.KEEP_FOLDS`). The summation order changes as numpy's
 pairwise sum does. Products keep the serial order (both references multiply in order).
+The combine "fmax" is the ordered maximum `acc > v ? acc : v` (one `maxps`): a NaN is dropped,
+not propagated (a NaN accumulator is replaced by the next value), for folds whose result is
+NaN anyway when a NaN is present (a softmax's row max: the NaN then reaches the sum). "max"
+propagates NaN as ONNX's Max and numpy do, at about four instructions a vector instead of one.
 """
 
 from __future__ import annotations
@@ -106,16 +110,27 @@ class Lanes:
         b, accs, lanes = self.b, self.accs, self.lanes
         if lanes == 1:
             with b.loop(0, n, hint="j") as j:
-                b.assign(accs[0], self.combine, accs[0], value_at(j))
+                self._fold(accs[0], value_at(j))
             return
         q = n // lanes
         with b.loop(0, q, hint="jq") as t:
             j0 = b.imul(t, lanes)
             for k in range(lanes):
-                b.assign(accs[k], self.combine, accs[k], value_at(b.iadd(j0, i64(k))))
+                self._fold(accs[k], value_at(b.iadd(j0, i64(k))))
         if not isinstance(n, int) or q * lanes < n:
             with b.loop(q * lanes, n, hint="j") as j:
-                b.assign(accs[0], self.combine, accs[0], value_at(j))
+                self._fold(accs[0], value_at(j))
+
+    def _fold(self, acc: Operand, v: Operand) -> None:
+        if self.combine == "fmax":
+            self.b.assign(acc, "select", self.b.op("gt", acc, v), acc, v)
+        else:
+            self.b.assign(acc, self.combine, acc, v)
+
+    def _pair(self, x: Operand, y: Operand) -> Operand:
+        if self.combine == "fmax":
+            return self.b.op("select", self.b.op("gt", x, y), x, y)
+        return self.b.op(self.combine, x, y)
 
     def result(self) -> Operand:
         # Combine by halving (k with k + L/2), the order of a vector's horizontal reduction:
@@ -126,7 +141,7 @@ class Lanes:
         while len(vals) > 1:
             h = len(vals) // 2
             rest = [vals[-1]] if len(vals) % 2 else []
-            vals = [self.b.op(self.combine, vals[k], vals[k + h]) for k in range(h)] + rest
+            vals = [self._pair(vals[k], vals[k + h]) for k in range(h)] + rest
         return vals[0]
 
 
