@@ -2,7 +2,7 @@
 side, odd output sizes (a last tile row/column of one output), a last block of fewer tile
 rows, batches, float64, bias (Y filled first, the transform adding onto it), the fused
 epilogue (bias, Relu, residual Add) and 1 or 2 threads, against onnx's reference; the shapes
-it must leave to im2col; the weight transform against the convolution it stands for."""
+it must leave to im2col (images wider than a panel of tiles: test_conv_wide_winograd.py); the weight transform against the convolution it stands for."""
 
 from __future__ import annotations
 
@@ -163,7 +163,6 @@ def test_winograd_without_bias_and_switched_off(monkeypatch):
     ((2, 16, 24, 24), (16, 8, 3, 3), dict(group=2, pads=[1] * 4)),  # grouped
     ((2, 8, 24, 24), (16, 8, 3, 3), dict(pads=[1] * 4)),  # few input channels
     ((1, 16, 6, 6), (16, 16, 3, 3), dict(pads=[1] * 4)),  # few tiles (9)
-    ((1, 16, 200, 260), (16, 16, 3, 3), dict(pads=[1] * 4)),  # tile rows wider than a panel
     ((2, 16, 24, 24), (16, 16, 5, 5), dict(pads=[2] * 4)),  # 5x5
 ])
 def test_winograd_leaves_other_convs_to_im2col(xs, w, attrs):

@@ -71,7 +71,7 @@ from onnxjit.ir.ops.conv.geometry import (
 from onnxjit.ir.ops.conv.im2col_blocks import ImageBlocks
 from onnxjit.ir.ops.conv.input_phases import input_source
 from onnxjit.ir.ops.conv.packed_panels import packed_width
-from onnxjit.ir.ops.conv.runtime_sizes import lower_conv_node
+from onnxjit.ir.ops.conv.runtime_sizes import lower_conv_node, wide_winograd
 from onnxjit.ir.ops.conv.strided_pointwise import strided_pointwise
 from onnxjit.ir.ops.conv.winograd import applies as winograd_applies
 from onnxjit.ir.ops.conv.winograd import lower_winograd
@@ -254,6 +254,8 @@ def _conv_lower(ctx: LowerContext, node: Node) -> None:
         return
     if gm.cg == 1 and gm.kk > 0 and not strided_windows.im2col_instead(gm):
         lower_depthwise(ctx, gm, x, w, y, bias)
+        return
+    if wide_winograd(ctx, node, x, w, y, bias, gm, []):
         return
     b = Builder()
     if bias is not None or gm.kk == 0:

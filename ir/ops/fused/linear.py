@@ -66,6 +66,7 @@ def _fused_conv_infer(node: Node) -> list:
 def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
     from onnxjit.ir.ops.conv import strided_windows
     from onnxjit.ir.ops.conv.conv import conv_buffers, lower_depthwise, lower_gemm_conv
+    from onnxjit.ir.ops.conv.runtime_sizes import wide_winograd
 
     x, w, y, bias, gm = conv_buffers(ctx, node)
     if not (x.is_static and y.is_static):
@@ -86,6 +87,8 @@ def _fused_conv_lower(ctx: LowerContext, node: Node) -> None:
     if gm.cg == 1 and not strided_windows.im2col_instead(gm):
         epi = Epilogue(ctx, node, extras, y, chan_axis=1)
         lower_depthwise(ctx, gm, x, w, y, bias, epilogue=epi)
+        return
+    if wide_winograd(ctx, node, x, w, y, bias, gm, list(extras)):
         return
     epi = Epilogue(ctx, node, extras, y, chan_axis=1, bias=bias)
     lower_gemm_conv(ctx, gm, x, w, y, False, x.dtype, lambda bb, i: bb.load(x, i),

@@ -1,0 +1,96 @@
+"""Static 3x3 convs the specialised Winograd declines (images with more tile columns than a
+GEMM panel, products too small for its panel) take the run-time-sized Winograd with constant
+sizes (`conv.runtime_sizes.wide_winograd`): which kernels the program gets with the route on
+and off, and the results of both against onnx's reference, with bias or not, fused Relu +
+residual Add, float32/float64, one or two threads, odd output sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conv_cases import ONNX_TYPES, program, rand, reference
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxjit
+from onnxjit import runtime
+from onnxjit.ir.loops import Matmul, walk
+from onnxjit.ir.ops.conv import runtime_sizes, winograd
+
+# 134 columns: 67 tile columns, wider than any panel (at most 64 columns), so the specialised
+# Winograd declines; 8 rows: 4 x 67 = 268 tiles, enough for the run-time one.
+WIDE = [
+    ((1, 16, 8, 134), 16, dict(pads=[1] * 4), np.float32, True),
+    ((2, 24, 9, 141), 32, dict(pads=[1] * 4), np.float32, False),  # odd output 9 x 141
+    ((1, 16, 10, 150), 24, {}, np.float64, True),  # no padding: 8 x 148
+    ((1, 16, 24, 24), 16, dict(pads=[1] * 4), np.float32, True),  # products under a panel
+]
+
+
+def _model(xs: tuple, m: int, attrs: dict, dt, bias: bool, fused: bool = False):
+    ty = ONNX_TYPES[np.dtype(dt)]
+    inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    nodes = [helper.make_node("Conv", inputs, ["c" if fused else "y"], kernel_shape=[3, 3],
+                              **attrs)]
+    ins = [helper.make_tensor_value_info("x", ty, xs)]
+    if fused:
+        nodes += [helper.make_node("Relu", ["c"], ["r"]),
+                  helper.make_node("Add", ["r", "s"], ["y"])]
+        ins.append(helper.make_tensor_value_info("s", ty, [None] * 4))
+    inits = [numpy_helper.from_array(rand(m, xs[1], 3, 3, dtype=dt), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rand(m, dtype=dt), "b"))
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", ty, [None] * 4)],
+                          inits)
+    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mo.ir_version = 10
+    return mo
+
+
+def _kernels(mo, *xs: np.ndarray) -> list[str]:
+    return [k.name for k in program(mo, *xs).kernels]
+
+
+@pytest.mark.parametrize("xs,m,attrs,dt,bias", WIDE)
+def test_wide_images_take_winograd_and_match(xs, m, attrs, dt, bias, monkeypatch):
+    mo = _model(xs, m, attrs, dt, bias)
+    x = rand(*xs, dtype=dt)
+    assert any("winograd" in k for k in _kernels(mo, x))
+    want = reference(mo, x)
+    tol = 1e-4 if dt == np.float32 else 1e-10
+    for threads in (1, 2):
+        (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=threads)(x)
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+    monkeypatch.setattr(runtime_sizes, "WIDE_WINOGRAD", False)  # the route off: im2col
+    runtime._MEMORY.clear()  # compile anew, not the program above from memory
+    prog = program(mo, x)
+    assert not any("winograd" in k.name for k in prog.kernels)
+    assert any(isinstance(s, Matmul) for k in prog.kernels for s in walk(k.body))
+    (y,) = onnxjit.compile(mo, cache_dir=False)(x)
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol)
+
+
+def test_wide_image_with_fused_relu_and_residual():
+    xs = (1, 16, 12, 140)
+    mo = _model(xs, 16, dict(pads=[1] * 4), np.float32, bias=True, fused=True)
+    x, s = rand(*xs), rand(1, 16, 12, 140)
+    assert any("winograd" in k for k in _kernels(mo, x, s))
+    (y,) = onnxjit.compile(mo, cache_dir=False)(x, s)
+    want = ReferenceEvaluator(mo).run(None, {"x": x, "s": s})[0]
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_convs_the_specialised_winograd_takes_stay_there(monkeypatch):
+    # 16 -> 32 on 24 x 24: the specialised lowering takes it; this route is not asked
+    xs = (2, 16, 24, 24)
+    mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True)
+    x = rand(*xs)
+    calls = []
+    real = runtime_sizes.lower_winograd_runtime
+    monkeypatch.setattr(runtime_sizes, "lower_winograd_runtime",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert any("winograd" in k for k in _kernels(mo, x))
+    assert calls == []
+    monkeypatch.setattr(winograd, "WINOGRAD", False)  # no Winograd at all: not by this route
+    assert not any("winograd" in k for k in _kernels(mo, x))
+
