@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator
 import onnxjit
 from onnxjit import runtime
 from onnxjit.ir.loops import Matmul, walk
-from onnxjit.ir.ops.conv import runtime_sizes, winograd
+from onnxjit.ir.ops.conv import runtime_sizes, winograd, winograd_runtime
 
 # 134 columns: 67 tile columns, wider than any panel (at most 64 columns), so the specialised
 # Winograd declines; 8 rows: 4 x 67 = 268 tiles, enough for the run-time one.
@@ -94,3 +94,40 @@ def test_convs_the_specialised_winograd_takes_stay_there(monkeypatch):
     monkeypatch.setattr(winograd, "WINOGRAD", False)  # no Winograd at all: not by this route
     assert not any("winograd" in k for k in _kernels(mo, x))
 
+
+def test_blocks_of_several_panels_match_one_panel(monkeypatch):
+    # 2 images of 5 x 71 tiles: blocks of several panels, the last block of each image two
+    # full panels and 3 tiles (355 = 5 * 64 + 35 with four panels of 16)
+    xs = (2, 24, 9, 141)
+    mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True)
+    x = rand(*xs)
+    seen = []
+    real = winograd_runtime.block_panels
+    monkeypatch.setattr(winograd_runtime, "block_panels",
+                        lambda *a: seen.append(real(*a)) or seen[-1])
+    (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=2)(x)
+    assert seen and seen[-1] > 1
+    monkeypatch.setattr(winograd_runtime, "MAX_PANELS", 1)
+    runtime._MEMORY.clear()  # compile anew, not the program above from memory
+    (y1,) = onnxjit.compile(mo, cache_dir=False, num_threads=2)(x)
+    assert seen[-1] == 1
+    np.testing.assert_allclose(y, y1, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(y, reference(mo, x), rtol=1e-4, atol=1e-4)
+
+
+def test_symbolic_programs_keep_one_panel(monkeypatch):
+    # the geometry of the test above with run-time sizes: one panel a block (several measured
+    # slower there); two widths through the one program
+    mo = _model((2, 24, 9, 141), 32, dict(pads=[1] * 4), np.float32, bias=True)
+    mo.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
+    mo.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"
+    seen = []
+    real = winograd_runtime.block_panels
+    monkeypatch.setattr(winograd_runtime, "block_panels",
+                        lambda *a: seen.append(real(*a)) or seen[-1])
+    fn = onnxjit.compile(mo, cache_dir=False, specialize="dynamic")
+    for w in (141, 97):
+        x = rand(2, 24, 9, w)
+        (y,) = fn(x)
+        np.testing.assert_allclose(y, reference(mo, x), rtol=1e-4, atol=1e-4)
+    assert seen == [1]

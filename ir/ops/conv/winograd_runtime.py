@@ -4,9 +4,10 @@ The transforms are `conv.winograd`'s (U = G g G^T at compile time, V = B^T d B, 
 what changes is the blocking, since the output's tile grid (th x tw tiles of 2x2) is only
 known at run time. Algorithm:
 1) the tiles of an image are numbered row-major (t = row * tw + column) and cut into blocks of
-   T = NR consecutive tiles (one packed panel of the GEMM, so V_xi of a block is a plain C x
-   cnt row-major panel, cnt = min(T, th*tw - t0) at run time); a block touches a few tile rows
-   and, in each, a run-time segment of columns;
+   T = P * NR consecutive tiles (P packed panels of the GEMM's B, so V_xi of a block is P
+   C x width row-major panels, the last of cnt - (P-1)*NR columns, cnt = min(T, th*tw - t0)
+   at run time; `block_panels` picks P, 1 in a symbolic program); a block touches a few tile
+   rows and, in each, a run-time segment of columns, cut where a panel ends;
 2) input transform: per channel, tile row and segment, the tile columns split into those
    whose 4 input columns are inside the image (no checks; `Sym` bounds from the dims table)
    and the edge ones (clamped loads and a select), rows select 0 outside;
@@ -55,6 +56,14 @@ if TYPE_CHECKING:
 #: 1.4x, 32->32 at 56x56 1.8x, 32->32 at 16x100 1.7x, 16->32 at 16x50 2.4x, 64->64 at 8x50
 #: 1.1x (the PP-OCR-style detector's head: five 96->24 convs, half its time by im2col).
 RUNTIME_MIN_CHANNELS, RUNTIME_MIN_TILES = {8: 16, 16: 64}, 128
+#: With constant sizes (`wide_winograd`), a block is up to MAX_PANELS packed panels of NR tiles
+#: while its V (16 x C x tiles) stays within BLOCK_V_BYTES and the tiles make
+#: BLOCKS_PER_THREAD blocks a thread: each channel's input rows are then read in longer runs.
+#: Measured, two threads, Zen 3, against one panel: 64->64 at 56x56 1.19x, 48->48 at 32x320
+#: 1.14x, 32->32 at 56x112 1.16x, 96->24 at 160x120 1.02-1.03x, 128->128 at 28x28 0.99x.
+#: In a symbolic program the same blocks measured 0.84-0.92x (96->24 at 160x120, 32->32 at
+#: 56x112): it keeps one panel.
+MAX_PANELS, BLOCK_V_BYTES, BLOCKS_PER_THREAD = 4, 256 * 1024, 4
 
 
 def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
@@ -72,7 +81,7 @@ def lower_winograd_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
     """The kernels of the module docstring (`applies` must hold)."""
     dt = x.dtype
     assert w.data is not None
-    plan = _Plan(gm, x, y, nr, epilogue)
+    plan = _Plan(gm, x, y, nr, block_panels(gm, nr, dt.itemsize, ctx.num_threads), epilogue)
     u_buf = ctx.constant("wino_u", weight_transform(w.data))
     tasks = gm.n * plan.nblk
     tasks_hint = hint(tasks)
@@ -113,12 +122,26 @@ def lower_winograd_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
     ctx.kernel("conv_winograd", b.body)
 
 
+def block_panels(gm: Geometry, nr: int, itemsize: int, threads: int) -> int:
+    """Packed panels (of NR tiles) a block: one in a symbolic program; with constant sizes as
+    many as MAX_PANELS while a block's V stays within BLOCK_V_BYTES and the tiles still make
+    BLOCKS_PER_THREAD blocks a thread."""
+    if not all(isinstance(d, int) for d in (gm.n, *gm.out)):
+        return 1
+    per_panel = 16 * gm.c * nr * itemsize
+    tiles = gm.n * ((gm.out[0] + 1) // 2) * ((gm.out[1] + 1) // 2)
+    by_tasks = tiles // (nr * BLOCKS_PER_THREAD * max(1, threads))
+    return max(1, min(MAX_PANELS, BLOCK_V_BYTES // per_panel, by_tasks))
+
+
 class _Plan:
     """Sizes every block shares (`Sym`s where the image's are)."""
 
-    def __init__(self, gm: Geometry, x: Buffer, y: Buffer, nr: int, epilogue: Epilogue | None):
+    def __init__(self, gm: Geometry, x: Buffer, y: Buffer, nr: int, panels: int,
+                 epilogue: Epilogue | None):
         self.gm, self.x, self.y, self.epilogue = gm, x, y, epilogue
-        self.t = nr  # tiles per block
+        self.nr, self.panels = nr, panels
+        self.t = nr * panels  # tiles per block
         self.th, self.tw = (gm.out[0] + 1) // 2, (gm.out[1] + 1) // 2
         self.tiles = self.th * self.tw
         self.nblk = (self.tiles + (self.t - 1)) // self.t
@@ -164,7 +187,6 @@ class _Block:
         lo, hi = operand(p.lo), operand(p.hi)
         with b.loop(c0, c1, hint="c") as c:
             plane = b.imul(b.iadd(b.imul(self.img, gm.c), c), gm.in_plane)
-            vrow = b.iadd(self.vbase, b.op("mul", c, self.cnt))
 
             def row(r: Operand, j0: Operand, j1: Operand, i0: Operand) -> None:
                 iy0 = b.iadd(b.imul(r, 2), operand(0 - pt))
@@ -177,16 +199,44 @@ class _Block:
                 m0, m1 = b.op("max", j0, lo), b.op("min", j1, hi)
                 for s0, s1, check in ((j0, b.op("min", j1, lo), True), (m0, m1, False),
                                       (b.op("max", j0, hi), j1, True)):
-                    with b.loop(s0, s1, hint="j", few=check) as j:  # the edges: a tile or two
-                        ix0 = b.iadd(b.imul(j, 2), operand(0 - pl))
-                        d = [[self._at(rowinfo[a], ix0, col, iw, check, zero)
-                              for col in range(4)] for a in range(4)]
-                        v = _bt_d_b(b, d)
-                        at = b.iadd(vrow, b.iadd(i0, j))
-                        for xi in range(16):
-                            b.store(self.v_buf, b.iadd(at, i64(xi * gm.c * p.t)), v[xi])
+                    self._panel_runs(c, i0, s0, s1, lambda vrow, ja, jb, check=check:
+                                     self._transform(rowinfo, vrow, i0, ja, jb, check, zero))
 
             self._rows(row)
+
+    def _panel_runs(self, c: Operand, i0: Operand, s0: Operand, s1: Operand, fn) -> None:
+        """fn(vrow, ja, jb) for the runs of tile columns [s0, s1) of a row (block tile index
+        i0 + j) that lie in one packed panel of V: vrow is V_0's row c of that panel, minus
+        the panel's first tile index (so tile i is at vrow + i)."""
+        b, p = self.b, self.p
+        if p.panels == 1:  # one panel of cnt columns
+            fn(b.iadd(self.vbase, b.op("mul", c, self.cnt)), s0, s1)
+            return
+        nr = p.nr
+        pa = b.op("div", b.iadd(i0, s0), i64(nr))
+        pb = b.op("div", b.iadd(b.iadd(i0, s1), i64(nr - 1)), i64(nr))
+        with b.loop(pa, pb, hint="pn") as pn:
+            first = b.imul(pn, nr)
+            width = b.op("min", i64(nr), b.op("sub", self.cnt, first))
+            ja = b.op("max", s0, b.op("sub", first, i0))
+            jb = b.op("min", s1, b.op("sub", b.iadd(first, i64(nr)), i0))
+            base = b.iadd(self.vbase, b.iadd(b.imul(first, p.gm.c), b.op("mul", c, width)))
+            fn(b.op("sub", base, first), ja, jb)
+
+    def _transform(self, rowinfo: list, vrow: Operand, i0: Operand, s0: Operand,
+                   s1: Operand, check: bool, zero: Operand) -> None:
+        """The input transform of the tile columns [s0, s1) of a row into V (see `input`)."""
+        b, gm, p = self.b, self.gm, self.p
+        pl = gm.begin[1]
+        iw = gm.ins[1]
+        with b.loop(s0, s1, hint="j", few=check) as j:  # the edges: a tile or two
+            ix0 = b.iadd(b.imul(j, 2), operand(0 - pl))
+            d = [[self._at(rowinfo[a], ix0, col, iw, check, zero)
+                  for col in range(4)] for a in range(4)]
+            v = _bt_d_b(b, d)
+            at = b.iadd(vrow, b.iadd(i0, j))
+            for xi in range(16):
+                b.store(self.v_buf, b.iadd(at, i64(xi * gm.c * p.t)), v[xi])
 
     def _at(self, row: tuple[Operand, Operand], ix0: Operand, col: int, iw: object,
             check: bool, zero: Operand) -> Operand:
@@ -209,7 +259,7 @@ class _Block:
             b.emit(Matmul(self.m_buf, b.iadd(self.mbase, b.iadd(b.imul(xi, gm.m * t),
                                                                  b.imul(m0, t))), t,
                           self.u_buf, b.iadd(b.imul(xi, gm.m * gm.c), b.imul(m0, gm.c)), gm.c,
-                          self.v_buf, b.iadd(self.vbase, b.imul(xi, gm.c * t)), t,
+                          self.v_buf, b.iadd(self.vbase, b.imul(xi, gm.c * t)), p.nr,
                           mrows, self.cnt, gm.c, b_packed=True))  # type: ignore[arg-type]
         self.output(m0, b.iadd(m0, i64(mrows)))
 
