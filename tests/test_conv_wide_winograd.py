@@ -115,9 +115,9 @@ def test_blocks_of_several_panels_match_one_panel(monkeypatch):
     np.testing.assert_allclose(y, reference(mo, x), rtol=1e-4, atol=1e-4)
 
 
-def test_symbolic_programs_keep_one_panel(monkeypatch):
-    # the geometry of the test above with run-time sizes: one panel a block (several measured
-    # slower there); two widths through the one program
+def test_symbolic_programs_take_panels_by_their_hints(monkeypatch):
+    # the geometry of the test above with run-time sizes: the panels chosen by the first
+    # call's sizes, then narrower and wider images through the same program
     mo = _model((2, 24, 9, 141), 32, dict(pads=[1] * 4), np.float32, bias=True)
     mo.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
     mo.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"
@@ -126,8 +126,19 @@ def test_symbolic_programs_keep_one_panel(monkeypatch):
     monkeypatch.setattr(winograd_runtime, "block_panels",
                         lambda *a: seen.append(real(*a)) or seen[-1])
     fn = onnxjit.compile(mo, cache_dir=False, specialize="dynamic")
-    for w in (141, 97):
-        x = rand(2, 24, 9, w)
+    for h, w in ((9, 141), (5, 33), (12, 201)):
+        x = rand(2, 24, h, w)
         (y,) = fn(x)
         np.testing.assert_allclose(y, reference(mo, x), rtol=1e-4, atol=1e-4)
-    assert seen == [1]
+    assert len(seen) == 1 and seen[0] > 1
+
+
+def test_transformed_matrices_are_a_cache_line_apart():
+    # V_xi and M_xi of a block start 16 floats past the end of the one before (`xi_stride`):
+    # 96 channels x 16k tiles x 4 bytes is a multiple of 4096
+    xs = (1, 96, 8, 134)
+    mo = _model(xs, 24, dict(pads=[1] * 4), np.float32, bias=True)
+    shapes = {b.name: b.shape for b in program(mo, rand(*xs)).buffers}
+    per_v, per_m = shapes["wino_v"][1] // 16, shapes["wino_m"][1] // 16
+    assert per_v % (96 * 16) == 16 and per_m % (24 * 16) == 16
+    assert (per_v - 16) // 96 == (per_m - 16) // 24  # the same T tiles

@@ -40,6 +40,7 @@ from onnxjit.ir.ops.conv.winograd import (
     _tiles,
     block_tile_rows,
     weight_transform,
+    xi_stride,
 )
 from onnxjit.ir.symbolic import hint
 
@@ -85,7 +86,8 @@ def lower_winograd_batch(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, 
     tasks = gm.n * nblk
     tasks_hint = hint(tasks)
     ms, mc = m_split(gm, tasks_hint, hint(gm.n) * gm.m * gm.p * gm.c * 9, dt.itemsize)
-    vsize, msize = 16 * gm.c * t, 16 * gm.m * t
+    vsize = 16 * xi_stride(gm.c * t, dt.itemsize)
+    msize = 16 * xi_stride(gm.m * t, dt.itemsize)
     u_buf = ctx.constant("wino_u", weight_transform(w.data))
     if ms == 1 or tasks_hint >= MIN_TASKS:
         slots = slot_count(ctx, tasks_hint, (vsize + msize) * dt.itemsize, parts_per_thread)

@@ -6,7 +6,7 @@ known at run time. Algorithm:
 1) the tiles of an image are numbered row-major (t = row * tw + column) and cut into blocks of
    T = P * NR consecutive tiles (P packed panels of the GEMM's B, so V_xi of a block is P
    C x width row-major panels, the last of cnt - (P-1)*NR columns, cnt = min(T, th*tw - t0)
-   at run time; `block_panels` picks P, 1 in a symbolic program); a block touches a few tile
+   at run time; `block_panels` picks P by the hinted sizes); a block touches a few tile
    rows and, in each, a run-time segment of columns, cut where a panel ends;
 2) input transform: per channel, tile row and segment, the tile columns split into those
    whose 4 input columns are inside the image (no checks; `Sym` bounds from the dims table)
@@ -39,6 +39,7 @@ from onnxjit.ir.ops.conv.winograd import (
     _bt_d_b,
     plain_3x3,
     weight_transform,
+    xi_stride,
 )
 from onnxjit.ir.symbolic import hint
 from onnxjit.ir.types import DType
@@ -56,13 +57,13 @@ if TYPE_CHECKING:
 #: 1.4x, 32->32 at 56x56 1.8x, 32->32 at 16x100 1.7x, 16->32 at 16x50 2.4x, 64->64 at 8x50
 #: 1.1x (the PP-OCR-style detector's head: five 96->24 convs, half its time by im2col).
 RUNTIME_MIN_CHANNELS, RUNTIME_MIN_TILES = {8: 16, 16: 64}, 128
-#: With constant sizes (`wide_winograd`), a block is up to MAX_PANELS packed panels of NR tiles
-#: while its V (16 x C x tiles) stays within BLOCK_V_BYTES and the tiles make
-#: BLOCKS_PER_THREAD blocks a thread: each channel's input rows are then read in longer runs.
-#: Measured, two threads, Zen 3, against one panel: 64->64 at 56x56 1.19x, 48->48 at 32x320
-#: 1.14x, 32->32 at 56x112 1.16x, 96->24 at 160x120 1.02-1.03x, 128->128 at 28x28 0.99x.
-#: In a symbolic program the same blocks measured 0.84-0.92x (96->24 at 160x120, 32->32 at
-#: 56x112): it keeps one panel.
+#: A block is up to MAX_PANELS packed panels of NR tiles while its V (16 x C x tiles) stays
+#: within BLOCK_V_BYTES and the hinted tiles make BLOCKS_PER_THREAD blocks a thread: each
+#: channel's input rows are then read in longer runs and the products are wider. Measured in
+#: one process against one panel, two threads, Zen 3 (with V_xi and M_xi a cache line apart,
+#: `_Plan.vx`): symbolic 96->24 at 160x120 1.12x, 32->32 at 56x112 1.35x, 64->64 at 12x160
+#: 1.33x, 128->128 at 28x28 1.06x; static 96->24 1.14x (1.22x on one thread), 64->64 at 56x56
+#: 1.04x.
 MAX_PANELS, BLOCK_V_BYTES, BLOCKS_PER_THREAD = 4, 256 * 1024, 4
 
 
@@ -87,7 +88,7 @@ def lower_winograd_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
     tasks_hint = hint(tasks)
     ms, mc = m_split(gm, tasks_hint, hint(gm.n) * gm.m * hint(gm.p) * gm.c * 9, dt.itemsize) \
         if tasks_hint < MIN_TASKS else (1, gm.m)
-    vsize, msize = 16 * gm.c * plan.t, 16 * gm.m * plan.t
+    vsize, msize = 16 * plan.vx, 16 * plan.mx
     if ms == 1:
         slots = parts_per_thread * ctx.num_threads
         parts = smin(tasks, slots)
@@ -123,13 +124,11 @@ def lower_winograd_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer
 
 
 def block_panels(gm: Geometry, nr: int, itemsize: int, threads: int) -> int:
-    """Packed panels (of NR tiles) a block: one in a symbolic program; with constant sizes as
-    many as MAX_PANELS while a block's V stays within BLOCK_V_BYTES and the tiles still make
-    BLOCKS_PER_THREAD blocks a thread."""
-    if not all(isinstance(d, int) for d in (gm.n, *gm.out)):
-        return 1
+    """Packed panels (of NR tiles) a block: as many as MAX_PANELS while a block's V stays
+    within BLOCK_V_BYTES and the (hinted) tiles still make BLOCKS_PER_THREAD blocks a
+    thread."""
     per_panel = 16 * gm.c * nr * itemsize
-    tiles = gm.n * ((gm.out[0] + 1) // 2) * ((gm.out[1] + 1) // 2)
+    tiles = hint(gm.n) * ((hint(gm.out[0]) + 1) // 2) * ((hint(gm.out[1]) + 1) // 2)
     by_tasks = tiles // (nr * BLOCKS_PER_THREAD * max(1, threads))
     return max(1, min(MAX_PANELS, BLOCK_V_BYTES // per_panel, by_tasks))
 
@@ -142,6 +141,9 @@ class _Plan:
         self.gm, self.x, self.y, self.epilogue = gm, x, y, epilogue
         self.nr, self.panels = nr, panels
         self.t = nr * panels  # tiles per block
+        # elements from V_xi to V_xi+1 and from M_xi to M_xi+1 (a cache line apart)
+        self.vx = xi_stride(gm.c * self.t, x.dtype.itemsize)
+        self.mx = xi_stride(gm.m * self.t, x.dtype.itemsize)
         self.th, self.tw = (gm.out[0] + 1) // 2, (gm.out[1] + 1) // 2
         self.tiles = self.th * self.tw
         self.nblk = (self.tiles + (self.t - 1)) // self.t
@@ -236,7 +238,7 @@ class _Block:
             v = _bt_d_b(b, d)
             at = b.iadd(vrow, b.iadd(i0, j))
             for xi in range(16):
-                b.store(self.v_buf, b.iadd(at, i64(xi * gm.c * p.t)), v[xi])
+                b.store(self.v_buf, b.iadd(at, i64(xi * p.vx)), v[xi])
 
     def _at(self, row: tuple[Operand, Operand], ix0: Operand, col: int, iw: object,
             check: bool, zero: Operand) -> Operand:
@@ -256,10 +258,10 @@ class _Block:
         m0 = i64(m0) if isinstance(m0, int) else m0
         t = p.t
         with b.loop(0, 16, hint="xi") as xi:
-            b.emit(Matmul(self.m_buf, b.iadd(self.mbase, b.iadd(b.imul(xi, gm.m * t),
+            b.emit(Matmul(self.m_buf, b.iadd(self.mbase, b.iadd(b.imul(xi, p.mx),
                                                                  b.imul(m0, t))), t,
                           self.u_buf, b.iadd(b.imul(xi, gm.m * gm.c), b.imul(m0, gm.c)), gm.c,
-                          self.v_buf, b.iadd(self.vbase, b.imul(xi, gm.c * t)), p.nr,
+                          self.v_buf, b.iadd(self.vbase, b.imul(xi, p.vx)), p.nr,
                           mrows, self.cnt, gm.c, b_packed=True))  # type: ignore[arg-type]
         self.output(m0, b.iadd(m0, i64(mrows)))
 
@@ -290,7 +292,7 @@ class _Block:
         ow = gm.out[1]
         with b.loop(j0, j1, hint="j", few=cols == 1) as j:  # one column: the last tile alone
             at = b.iadd(b.iadd(self.mbase, b.imul(m, p.t)), b.iadd(i0, j))
-            mt = [b.load(self.m_buf, b.iadd(at, i64(xi * gm.m * p.t))) for xi in range(16)]
+            mt = [b.load(self.m_buf, b.iadd(at, i64(xi * p.mx))) for xi in range(16)]
             out = _at_m_a(b, mt)
             ox = b.imul(j, 2)
             for dy in range(rows):
