@@ -142,3 +142,17 @@ def test_transformed_matrices_are_a_cache_line_apart():
     per_v, per_m = shapes["wino_v"][1] // 16, shapes["wino_m"][1] // 16
     assert per_v % (96 * 16) == 16 and per_m % (24 * 16) == 16
     assert (per_v - 16) // 96 == (per_m - 16) // 24  # the same T tiles
+
+
+@pytest.mark.parametrize("xs", [(1, 16, 8, 134), (1, 16, 24, 24)])  # wide; specialised
+def test_non_finite_weights_leave_winograd(xs):
+    mo = _model(xs, 16, dict(pads=[1] * 4), np.float32, bias=False)
+    w = numpy_helper.to_array(mo.graph.initializer[0]).copy()
+    w[3, 5, 0, 1], w[7, 2, 2, 2] = np.inf, np.nan
+    mo.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
+    x = rand(*xs)
+    assert not any("winograd" in k for k in _kernels(mo, x))
+    (y,) = onnxjit.compile(mo, cache_dir=False)(x)
+    want = reference(mo, x)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

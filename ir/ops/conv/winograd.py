@@ -101,13 +101,16 @@ def _panel_width(gm: Geometry, dtype: DType) -> int | None:
 
 
 def plain_3x3(gm: Geometry, w: Buffer, dtype: DType, min_channels: int) -> bool:
-    """A stride-1, undilated, ungrouped 3x3 conv of f32/f64 by constant weights, with at least
-    `min_channels` in and out: what F(2x2, 3x3) can take (static or run-time sizes)."""
+    """A stride-1, undilated, ungrouped 3x3 conv of f32/f64 by constant finite weights, with at
+    least `min_channels` in and out: what F(2x2, 3x3) can take (static or run-time sizes). An
+    infinite or NaN weight goes to im2col, whose sums are the references' (0 * inf on the
+    padding is NaN there; the transforms would spread it differently)."""
     a = gm.a
     return (WINOGRAD and len(gm.k) == 2 and list(gm.k) == [3, 3] and gm.g == 1
             and tuple(a.strides) == (1, 1) and tuple(a.dilations) == (1, 1)
             and dtype in (DType.FLOAT, DType.DOUBLE) and w.dtype == dtype
-            and w.kind == "const" and w.data is not None and min(gm.c, gm.m) >= min_channels)
+            and w.kind == "const" and w.data is not None and min(gm.c, gm.m) >= min_channels
+            and bool(np.isfinite(w.data).all()))
 
 
 def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
