@@ -7,7 +7,9 @@ known at run time. Algorithm:
    T = P * NR consecutive tiles (P packed panels of the GEMM's B, so V_xi of a block is P
    C x width row-major panels, the last of cnt - (P-1)*NR columns, cnt = min(T, th*tw - t0)
    at run time; `block_panels` picks P by the hinted sizes); a block touches a few tile
-   rows and, in each, a run-time segment of columns, cut where a panel ends;
+   rows and, in each, a run-time segment of columns, cut where a panel ends (the edge
+   tiles of step 2 find their panel one by one instead: a second loop around each edge cost
+   LLVM time, the symbolic OCR detector's compile +8%, for a tile or two);
 2) input transform: per channel, tile row and segment, the tile columns split into those
    whose 4 input columns are inside the image (no checks; `Sym` bounds from the dims table)
    and the edge ones (clamped loads and a select), rows select 0 outside;
@@ -201,8 +203,12 @@ class _Block:
                 m0, m1 = b.op("max", j0, lo), b.op("min", j1, hi)
                 for s0, s1, check in ((j0, b.op("min", j1, lo), True), (m0, m1, False),
                                       (b.op("max", j0, hi), j1, True)):
-                    self._panel_runs(c, i0, s0, s1, lambda vrow, ja, jb, check=check:
-                                     self._transform(rowinfo, vrow, i0, ja, jb, check, zero))
+                    if check:  # an edge: a tile or two, each finds its panel
+                        self._transform(rowinfo, lambda j: self._tile_at(c, b.iadd(i0, j)),
+                                        s0, s1, True, zero)
+                        continue
+                    self._panel_runs(c, i0, s0, s1, lambda vrow, ja, jb: self._transform(
+                        rowinfo, lambda j: b.iadd(vrow, b.iadd(i0, j)), ja, jb, False, zero))
 
             self._rows(row)
 
@@ -225,9 +231,21 @@ class _Block:
             base = b.iadd(self.vbase, b.iadd(b.imul(first, p.gm.c), b.op("mul", c, width)))
             fn(b.op("sub", base, first), ja, jb)
 
-    def _transform(self, rowinfo: list, vrow: Operand, i0: Operand, s0: Operand,
-                   s1: Operand, check: bool, zero: Operand) -> None:
-        """The input transform of the tile columns [s0, s1) of a row into V (see `input`)."""
+    def _tile_at(self, c: Operand, i: Operand) -> Operand:
+        """Where V_0[c, tile i of the block] is: in panel i // NR, of width min(NR, cnt - its
+        first tile)."""
+        b, p = self.b, self.p
+        if p.panels == 1:
+            return b.iadd(self.vbase, b.iadd(b.op("mul", c, self.cnt), i))
+        first = b.imul(b.op("div", i, i64(p.nr)), p.nr)
+        width = b.op("min", i64(p.nr), b.op("sub", self.cnt, first))
+        return b.iadd(self.vbase, b.iadd(b.iadd(b.imul(first, p.gm.c), b.op("mul", c, width)),
+                                         b.op("sub", i, first)))
+
+    def _transform(self, rowinfo: list, at_of, s0: Operand, s1: Operand, check: bool,
+                   zero: Operand) -> None:
+        """The input transform of the tile columns [s0, s1) of a row into V, tile j's V_0
+        element at at_of(j) (see `input`)."""
         b, gm, p = self.b, self.gm, self.p
         pl = gm.begin[1]
         iw = gm.ins[1]
@@ -236,7 +254,7 @@ class _Block:
             d = [[self._at(rowinfo[a], ix0, col, iw, check, zero)
                   for col in range(4)] for a in range(4)]
             v = _bt_d_b(b, d)
-            at = b.iadd(vrow, b.iadd(i0, j))
+            at = at_of(j)
             for xi in range(16):
                 b.store(self.v_buf, b.iadd(at, i64(xi * p.vx)), v[xi])
 
