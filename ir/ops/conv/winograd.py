@@ -127,8 +127,8 @@ def xi_stride(elems: int, itemsize: int) -> int:
     that the 16 stores (or loads) of a tile's transform fall in different L1 sets (C x T
     floats is often a multiple of 4096 bytes: all 16 streams in one 8-way set). Measured in
     one process, two threads, Zen 3, both orders: this lowering 512->512 at 7x7 1.06x, 64->64
-    at 28x28 1.07x, 256->256 at 14x14 1.00x; `winograd_runtime`'s blocks of two panels, 96->24
-    at 160x120, 1.14x (1.22x on one thread), before which they were slower than one panel."""
+    at 28x28 1.07x, 256->256 at 14x14 1.00x; without it `winograd_runtime`'s blocks of two
+    panels (96->24 at 160x120) were slower than one panel, with it faster."""
     return elems + 64 // itemsize
 
 

@@ -62,10 +62,10 @@ RUNTIME_MIN_CHANNELS, RUNTIME_MIN_TILES = {8: 16, 16: 64}, 128
 #: A block is up to MAX_PANELS packed panels of NR tiles while its V (16 x C x tiles) stays
 #: within BLOCK_V_BYTES and the hinted tiles make BLOCKS_PER_THREAD blocks a thread: each
 #: channel's input rows are then read in longer runs and the products are wider. Measured in
-#: one process against one panel, two threads, Zen 3 (with V_xi and M_xi a cache line apart,
-#: `_Plan.vx`): symbolic 96->24 at 160x120 1.12x, 32->32 at 56x112 1.35x, 64->64 at 12x160
-#: 1.33x, 128->128 at 28x28 1.06x; static 96->24 1.14x (1.22x on one thread), 64->64 at 56x56
-#: 1.04x.
+#: one process against one panel, two threads, Zen 3, both compile orders (the program compiled
+#: second ran 5-20% faster whatever it was), with V_xi a cache line apart (`_Plan.vx`):
+#: symbolic 96->24 at 160x120 1.12x, 32->32 at 56x112 1.12x, 64->64 at 12x160 1.25x; static
+#: 96->24 at 160x120 1.11x, 48->48 at 32x320 1.24x, 64->64 at 56x56 1.00x.
 MAX_PANELS, BLOCK_V_BYTES, BLOCKS_PER_THREAD = 4, 256 * 1024, 4
 
 
