@@ -36,6 +36,28 @@ def model(op: str, x_shape: tuple, inits: list, attrs: dict, dtype=np.float32,
     return m
 
 
+def conv3x3_model(xs: tuple, m: int, attrs: dict, dt, bias: bool, fused: bool = False):
+    """Conv 3x3 of x (shape `xs`) by m random filters (+ bias) (+ Relu and a residual Add of a
+    second input `s` when `fused`): the Winograd tests' model."""
+    ty = ONNX_TYPES[np.dtype(dt)]
+    inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    nodes = [helper.make_node("Conv", inputs, ["c" if fused else "y"], kernel_shape=[3, 3],
+                              **attrs)]
+    ins = [helper.make_tensor_value_info("x", ty, xs)]
+    if fused:
+        nodes += [helper.make_node("Relu", ["c"], ["r"]),
+                  helper.make_node("Add", ["r", "s"], ["y"])]
+        ins.append(helper.make_tensor_value_info("s", ty, [None] * 4))
+    inits = [numpy_helper.from_array(rand(m, xs[1], 3, 3, dtype=dt), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rand(m, dtype=dt), "b"))
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", ty, [None] * 4)],
+                          inits)
+    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mo.ir_version = 10
+    return mo
+
+
 def rand(*shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conv_cases import ONNX_TYPES, program, rand, reference
-from onnx import helper, numpy_helper
+from conv_cases import conv3x3_model, program, rand, reference
+from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import onnxjit
@@ -27,24 +27,12 @@ WIDE = [
 ]
 
 
-def _model(xs: tuple, m: int, attrs: dict, dt, bias: bool, fused: bool = False):
-    ty = ONNX_TYPES[np.dtype(dt)]
-    inputs = ["x", "w", "b"] if bias else ["x", "w"]
-    nodes = [helper.make_node("Conv", inputs, ["c" if fused else "y"], kernel_shape=[3, 3],
-                              **attrs)]
-    ins = [helper.make_tensor_value_info("x", ty, xs)]
-    if fused:
-        nodes += [helper.make_node("Relu", ["c"], ["r"]),
-                  helper.make_node("Add", ["r", "s"], ["y"])]
-        ins.append(helper.make_tensor_value_info("s", ty, [None] * 4))
-    inits = [numpy_helper.from_array(rand(m, xs[1], 3, 3, dtype=dt), "w")]
-    if bias:
-        inits.append(numpy_helper.from_array(rand(m, dtype=dt), "b"))
-    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", ty, [None] * 4)],
-                          inits)
-    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    mo.ir_version = 10
-    return mo
+def _spy(monkeypatch, module, name: str) -> list:
+    """Wrap module.name so that each call's result is appended to the returned list."""
+    seen: list = []
+    real = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    return seen
 
 
 def _kernels(mo, *xs: np.ndarray) -> list[str]:
@@ -53,7 +41,7 @@ def _kernels(mo, *xs: np.ndarray) -> list[str]:
 
 @pytest.mark.parametrize("xs,m,attrs,dt,bias", WIDE)
 def test_wide_images_take_winograd_and_match(xs, m, attrs, dt, bias, monkeypatch):
-    mo = _model(xs, m, attrs, dt, bias)
+    mo = conv3x3_model(xs, m, attrs, dt, bias)
     x = rand(*xs, dtype=dt)
     assert any("winograd" in k for k in _kernels(mo, x))
     want = reference(mo, x)
@@ -72,7 +60,7 @@ def test_wide_images_take_winograd_and_match(xs, m, attrs, dt, bias, monkeypatch
 
 def test_wide_image_with_fused_relu_and_residual():
     xs = (1, 16, 12, 140)
-    mo = _model(xs, 16, dict(pads=[1] * 4), np.float32, bias=True, fused=True)
+    mo = conv3x3_model(xs, 16, dict(pads=[1] * 4), np.float32, bias=True, fused=True)
     x, s = rand(*xs), rand(1, 16, 12, 140)
     assert any("winograd" in k for k in _kernels(mo, x, s))
     (y,) = onnxjit.compile(mo, cache_dir=False)(x, s)
@@ -83,12 +71,9 @@ def test_wide_image_with_fused_relu_and_residual():
 def test_convs_the_specialised_winograd_takes_stay_there(monkeypatch):
     # 16 -> 32 on 24 x 24: the specialised lowering takes it; this route is not asked
     xs = (2, 16, 24, 24)
-    mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True)
+    mo = conv3x3_model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True)
     x = rand(*xs)
-    calls = []
-    real = runtime_sizes.lower_winograd_runtime
-    monkeypatch.setattr(runtime_sizes, "lower_winograd_runtime",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = _spy(monkeypatch, runtime_sizes, "lower_winograd_runtime")
     assert any("winograd" in k for k in _kernels(mo, x))
     assert calls == []
     monkeypatch.setattr(winograd, "WINOGRAD", False)  # no Winograd at all: not by this route
@@ -99,12 +84,9 @@ def test_blocks_of_several_panels_match_one_panel(monkeypatch):
     # 2 images of 5 x 71 tiles: blocks of several panels, the last block of each image two
     # full panels and 3 tiles (355 = 5 * 64 + 35 with four panels of 16)
     xs = (2, 24, 9, 141)
-    mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True)
+    mo = conv3x3_model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True)
     x = rand(*xs)
-    seen = []
-    real = winograd_runtime.block_panels
-    monkeypatch.setattr(winograd_runtime, "block_panels",
-                        lambda *a: seen.append(real(*a)) or seen[-1])
+    seen = _spy(monkeypatch, winograd_runtime, "block_panels")
     (y,) = onnxjit.compile(mo, cache_dir=False, num_threads=2)(x)
     assert seen and seen[-1] > 1
     monkeypatch.setattr(winograd_runtime, "MAX_PANELS", 1)
@@ -118,13 +100,10 @@ def test_blocks_of_several_panels_match_one_panel(monkeypatch):
 def test_symbolic_programs_take_panels_by_their_hints(monkeypatch):
     # the geometry of the test above with run-time sizes: the panels chosen by the first
     # call's sizes, then narrower and wider images through the same program
-    mo = _model((2, 24, 9, 141), 32, dict(pads=[1] * 4), np.float32, bias=True)
+    mo = conv3x3_model((2, 24, 9, 141), 32, dict(pads=[1] * 4), np.float32, bias=True)
     mo.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "h"
     mo.graph.input[0].type.tensor_type.shape.dim[3].dim_param = "w"
-    seen = []
-    real = winograd_runtime.block_panels
-    monkeypatch.setattr(winograd_runtime, "block_panels",
-                        lambda *a: seen.append(real(*a)) or seen[-1])
+    seen = _spy(monkeypatch, winograd_runtime, "block_panels")
     fn = onnxjit.compile(mo, cache_dir=False, specialize="dynamic")
     for h, w in ((9, 141), (5, 33), (12, 201)):
         x = rand(2, 24, h, w)
@@ -137,7 +116,7 @@ def test_transformed_matrices_are_a_cache_line_apart():
     # V_xi and M_xi of a block start 16 floats past the end of the one before (`xi_stride`):
     # 96 channels x 16k tiles x 4 bytes is a multiple of 4096
     xs = (1, 96, 8, 134)
-    mo = _model(xs, 24, dict(pads=[1] * 4), np.float32, bias=True)
+    mo = conv3x3_model(xs, 24, dict(pads=[1] * 4), np.float32, bias=True)
     shapes = {b.name: b.shape for b in program(mo, rand(*xs)).buffers}
     per_v, per_m = shapes["wino_v"][1] // 16, shapes["wino_m"][1] // 16
     assert per_v % (96 * 16) == 16 and per_m % (24 * 16) == 16
@@ -146,7 +125,7 @@ def test_transformed_matrices_are_a_cache_line_apart():
 
 @pytest.mark.parametrize("xs", [(1, 16, 8, 134), (1, 16, 24, 24)])  # wide; specialised
 def test_non_finite_weights_leave_winograd(xs):
-    mo = _model(xs, 16, dict(pads=[1] * 4), np.float32, bias=False)
+    mo = conv3x3_model(xs, 16, dict(pads=[1] * 4), np.float32, bias=False)
     w = numpy_helper.to_array(mo.graph.initializer[0]).copy()
     w[3, 5, 0, 1], w[7, 2, 2, 2] = np.inf, np.nan
     mo.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))

@@ -2,7 +2,8 @@
 side, odd output sizes (a last tile row/column of one output), a last block of fewer tile
 rows, batches, float64, bias (Y filled first, the transform adding onto it), the fused
 epilogue (bias, Relu, residual Add) and 1 or 2 threads, against onnx's reference; the shapes
-it must leave to im2col (images wider than a panel of tiles: test_conv_wide_winograd.py); the weight transform against the convolution it stands for."""
+it must leave to im2col (images wider than a panel of tiles: test_conv_wide_winograd.py); the
+weight transform against the convolution it stands for."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from conv_cases import ONNX_TYPES, program, rand, reference
+from conv_cases import ONNX_TYPES, conv3x3_model, program, rand, reference
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -33,27 +34,6 @@ CASES = [
 ]
 
 
-def _model(xs: tuple, m: int, attrs: dict, dt, bias: bool, fused: bool):
-    """Conv (+ bias) (+ Relu and a residual Add of a second input when `fused`)."""
-    ty = ONNX_TYPES[np.dtype(dt)]
-    inputs = ["x", "w", "b"] if bias else ["x", "w"]
-    nodes = [helper.make_node("Conv", inputs, ["c" if fused else "y"], kernel_shape=[3, 3],
-                              **attrs)]
-    ins = [helper.make_tensor_value_info("x", ty, xs)]
-    if fused:
-        nodes += [helper.make_node("Relu", ["c"], ["r"]),
-                  helper.make_node("Add", ["r", "s"], ["y"])]
-        ins.append(helper.make_tensor_value_info("s", ty, [None] * 4))
-    inits = [numpy_helper.from_array(rand(m, xs[1], 3, 3, dtype=dt), "w")]
-    if bias:
-        inits.append(numpy_helper.from_array(rand(m, dtype=dt), "b"))
-    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", ty, [None] * 4)],
-                          inits)
-    mo = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    mo.ir_version = 10
-    return mo
-
-
 def _winograd_kernels(mo, *args: np.ndarray) -> list[str]:
     return [k.name for k in program(mo, *args).kernels if "winograd" in k.name]
 
@@ -68,7 +48,7 @@ def _one_block_side(dt=np.float32) -> int:
 @pytest.mark.parametrize("xs,m,attrs,dt", CASES)
 def test_winograd_matches_reference(xs, m, attrs, dt, fused):
     x = rand(*xs, dtype=dt)
-    mo = _model(xs, m, attrs, dt, bias=True, fused=fused)
+    mo = conv3x3_model(xs, m, attrs, dt, bias=True, fused=fused)
     tol = 1e-4 if dt == np.float32 else 1e-10
     if fused:
         ref = ReferenceEvaluator(mo)
@@ -98,7 +78,7 @@ def test_winograd_splits_few_blocks_over_channels():
 
     side = _one_block_side()
     xs = (1, 32, side, side)
-    mo = _model(xs, 64, dict(pads=[1] * 4), np.float32, bias=True, fused=False)
+    mo = conv3x3_model(xs, 64, dict(pads=[1] * 4), np.float32, bias=True, fused=False)
     x = rand(*xs)
     kernels = {k.name: k for k in program(mo, x).kernels if "winograd" in k.name}
     assert sorted(kernels) == ["conv_winograd", "conv_winograd_in"]
@@ -118,7 +98,7 @@ def test_winograd_splits_few_channels_in_two(m, monkeypatch):
 
     side = _one_block_side()
     xs = (1, 128, side, side)
-    mo = _model(xs, m, dict(pads=[1] * 4), np.float32, bias=True, fused=True)
+    mo = conv3x3_model(xs, m, dict(pads=[1] * 4), np.float32, bias=True, fused=True)
     x = rand(*xs)
     s = rand(1, m, side, side)
     kernels = {k.name: k for k in program(mo, x, s).kernels if "winograd" in k.name}
@@ -136,7 +116,7 @@ def test_winograd_batch_in_passes(monkeypatch):
     # a batch whose transforms exceed PANEL_BYTES runs in passes of fewer images (one here)
     monkeypatch.setattr(winograd, "PANEL_BYTES", 1)
     xs = (3, 16, 20, 18)
-    mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True, fused=False)
+    mo = conv3x3_model(xs, 32, dict(pads=[1] * 4), np.float32, bias=True, fused=False)
     x = rand(*xs)
     assert len(_winograd_kernels(mo, x)) == 3
     for threads in (1, 2):
@@ -146,7 +126,7 @@ def test_winograd_batch_in_passes(monkeypatch):
 
 def test_winograd_without_bias_and_switched_off(monkeypatch):
     xs = (2, 16, 24, 24)
-    mo = _model(xs, 32, dict(pads=[1] * 4), np.float32, bias=False, fused=False)
+    mo = conv3x3_model(xs, 32, dict(pads=[1] * 4), np.float32, bias=False, fused=False)
     x = rand(*xs)
     assert _winograd_kernels(mo, x)
     (y,) = onnxjit.compile(mo, cache_dir=False)(x)
