@@ -164,7 +164,7 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
                     consider(inner, threshold)
         elif isinstance(s, Matmul):
             nxt = kernel.body[k + 1] if k + 1 < len(kernel.body) else None
-            wide = COLUMN_SPLIT and streams_b(s)  # by columns, the epilogue not absorbed
+            wide = COLUMN_SPLIT and streams_b(s, hints)  # by columns, the epilogue not absorbed
             if not wide and ABSORB_EPILOGUES and isinstance(nxt, Loop) and nxt.step == 1 and \
                     match_epilogue(s, Loop(nxt.var, nxt.start, nxt.stop, 1, nxt.body),
                                    vector=False) is not None:
@@ -175,8 +175,8 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
                     plan[id(s)] = _entry(s, split, captured)
                     plan[id(nxt)] = ABSORBED
                     continue
-            split = (split_columns(s) if wide else None) or split_matmul(s, None, hints) or (
-                split_columns(s) if COLUMN_SPLIT else None)
+            split = (split_columns(s, hints) if wide else None) or \
+                split_matmul(s, None, hints) or (split_columns(s, hints) if COLUMN_SPLIT else None)
             if split is not None:
                 captured = _vars(kernel.body, split[0])
                 if captured is not None:

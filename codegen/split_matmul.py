@@ -62,9 +62,10 @@ COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 51
 WIDE_B_ROWS, WIDE_B_BYTES = 64, 512 << 10
 
 
-def _b_bytes(s: Matmul) -> int:
-    """Bytes of B (n and k concrete), which the column-split thresholds compare."""
-    return s.n * s.k * s.c.dtype.itemsize  # type: ignore[operator]
+def _b_bytes(s: Matmul, hints: dict | None) -> int:
+    """Bytes of B (n concrete; a run-time depth by its hint: a kernel shared by layers of
+    other depths, `passes.parametrize_kernels`), which the column-split thresholds compare."""
+    return s.n * hinted(s.k, hints) * s.c.dtype.itemsize  # type: ignore[operator]
 
 
 def _operand(x: object) -> Operand:
@@ -118,14 +119,15 @@ def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
         r = Var(DType.INT64, "er")
         body.append(Loop(r, i64(0), height, 1, [Op(epilogue.var, "add", (row, r)),
                                                 *epilogue.body]))
-    cols = _or_columns(s, epilogue, t, nblk, body, head)
+    cols = _or_columns(s, epilogue, t, nblk, body, head, hints)
     if cols is not None:
         return cols
     return Loop(t, i64(0), nblk, 1, body, parallel=True), head, []
 
 
 def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[Stmt],
-                head: list[Stmt]) -> tuple[Loop, list[Stmt], list[Stmt]] | None:
+                head: list[Stmt], hints: dict | None
+                ) -> tuple[Loop, list[Stmt], list[Stmt]] | None:
     """The run-time split of `s` by rows (`rows`: a block's statements, `nblk` blocks) or,
     when this call's m is COLUMN_SPLIT_ROWS or fewer (WIDE_B_ROWS for a B of WIDE_B_BYTES),
     by column panels as `split_columns` splits a concrete few-row product: one parallel loop
@@ -133,8 +135,8 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     panel block and the epilogue of the column case after it (`t`: the block index). None
     when B is not a large prepacked constant."""
     if not COLUMN_SPLIT or not s.b_packed or is_int8_product(s) or not all(
-            isinstance(x, int) for x in (s.n, s.k, s.ldb)) or s.ldb <= 0 or \
-            _b_bytes(s) < COLUMN_SPLIT_BYTES or s.n // s.ldb < 2:
+            isinstance(x, int) for x in (s.n, s.ldb)) or s.ldb <= 0 or \
+            _b_bytes(s, hints) < COLUMN_SPLIT_BYTES or s.n // s.ldb < 2:
         return None
     width = s.ldb
     panels = s.n // width
@@ -142,14 +144,14 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     nblkc = panels // per
     few, small, big, trip = (Var(DType.BOOL, "few"), Var(DType.INT64, "small"),
                              Var(DType.INT64, "big"), Var(DType.INT64, "trip"))
-    at_most = WIDE_B_ROWS if _b_bytes(s) >= WIDE_B_BYTES else COLUMN_SPLIT_ROWS  # streams_b
+    at_most = WIDE_B_ROWS if _b_bytes(s, hints) >= WIDE_B_BYTES else COLUMN_SPLIT_ROWS
     head += [Op(few, "le", (s.m, i64(at_most))),
              Op(small, "cast", (few,)), Op(big, "sub", (i64(1), small)),
              Op(trip, "select", (few, i64(nblkc), nblk))]
 
     def window(col: Operand, n: int) -> list[Stmt]:
         c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
-        return [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, i64(s.k))),
+        return [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, _operand(s.k))),
                 Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
 
     def once(flag: Var, stmts: list[Stmt]) -> Loop:
@@ -247,24 +249,24 @@ def split_matmul(s: Matmul, epilogue: Loop | None = None, hints: dict | None = N
     return loop, tail
 
 
-def streams_b(s: Matmul) -> bool:
+def streams_b(s: Matmul, hints: dict | None = None) -> bool:
     """Whether `s` is a product of few rows over a prepacked B too large for a core's cache
     (WIDE_B_ROWS, WIDE_B_BYTES): split by columns (`split_columns`) before rows."""
     return isinstance(s.m, int) and s.m <= WIDE_B_ROWS and s.b_packed and \
-        isinstance(s.n, int) and isinstance(s.k, int) and not is_int8_product(s) and \
-        _b_bytes(s) >= WIDE_B_BYTES
+        isinstance(s.n, int) and not is_int8_product(s) and _b_bytes(s, hints) >= WIDE_B_BYTES
 
 
-def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
+def split_columns(s: Matmul, hints: dict | None = None) -> tuple[Loop, list[Stmt]] | None:
     """A product of at most COLUMN_SPLIT_ROWS rows over a large prepacked B as a parallel
     loop over blocks of whole panels of columns (plus a serial product for the columns after
-    the last block, the narrow edge panel among them); None when it does not qualify."""
-    if not all(isinstance(x, int) for x in (s.m, s.n, s.k, s.ldb)):
+    the last block, the narrow edge panel among them); None when it does not qualify. A
+    run-time depth (a parametrized kernel's) counts by its hint."""
+    if not all(isinstance(x, int) for x in (s.m, s.n, s.ldb)):
         return None
     if not s.b_packed or is_int8_product(s) or s.ldb <= 0 or \
-            _b_bytes(s) < COLUMN_SPLIT_BYTES:
+            _b_bytes(s, hints) < COLUMN_SPLIT_BYTES:
         return None
-    if s.m > COLUMN_SPLIT_ROWS and not streams_b(s):
+    if s.m > COLUMN_SPLIT_ROWS and not streams_b(s, hints):
         return None
     width = s.ldb  # a packed B's panel width
     panels = s.n // width
@@ -276,7 +278,7 @@ def split_columns(s: Matmul) -> tuple[Loop, list[Stmt]] | None:
 
     def window(col: Operand, n: int, out: list[Stmt]) -> None:
         c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
-        out += [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, i64(s.k))),
+        out += [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, _operand(s.k))),
                 Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
 
     col = Var(DType.INT64, "col")
