@@ -1,0 +1,89 @@
+"""Products of few rows over a large constant B split over the pool by column panels (a GEMV
+streams B: `codegen.split_matmul.split_columns`), same results for 1 and 2 threads, also when
+layers share a kernel whose depth is a run-time parameter."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from models import finish
+from onnx import TensorProto, helper
+from test_threads import F32, compiled, dispatches
+
+from onnxjit.ir.loops import Buffer, Matmul, i64
+
+
+def test_gemv_split_over_column_panels() -> None:
+    # a product of few rows over a large constant B is bound by streaming B: its whole panels
+    # of columns are split over threads (the edge panel after them, serially); each column's
+    # sum is the same computation, so one and two threads give the same bits
+    from onnxjit.codegen.parallel import split_columns
+    k, n = 512, 300  # 4 panels of 64 columns and an edge of 44: 614 KB of B
+    a, bb, c = (Buffer(x, F32, shape, "temp") for x, shape in
+                (("a", (1, k)), ("b", (k * n,)), ("c", (1, n))))
+    loop, tail = split_columns(Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, 1, n, k,
+                                      b_packed=True))
+    assert int(loop.stop.value) == 4 and [s.n for s in tail if isinstance(s, Matmul)] == [44]
+    assert split_columns(Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, 1, n, k)) is None
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    for rows in (1, 3):
+        model = finish(helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])],
+            [onnx.numpy_helper.from_array(w, "w")]))
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        one, two = (compiled(model, threads) for threads in (1, 2))
+        y1, y2 = one(x)[0], two(x)[0]
+        assert dispatches(two)
+        np.testing.assert_array_equal(y1, y2)
+        np.testing.assert_allclose(y1, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_gemv_split_when_layers_share_a_kernel_of_runtime_depth() -> None:
+    # two layers of one width and other depths (784 and 512) share one kernel function whose
+    # depth is a parameter (`passes.parametrize_kernels`); the column split takes that depth by
+    # its hint, so a batch of one still streams B on both threads (it ran on one: MLP batch 1
+    # at 0.29x onnxruntime on an Intel guest whose L2 holds half of the 2.6 MB of weights)
+    rng = np.random.default_rng(5)
+    w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((784, 512), (512, 512)))
+    b1, b2 = (rng.standard_normal(512).astype(np.float32) for _ in range(2))
+    nodes = []
+    for k, src in ((1, "x"), (2, "r1")):  # MatMul + bias + Relu, as an MLP's layers are
+        nodes += [helper.make_node("MatMul", [src, f"w{k}"], [f"h{k}"]),
+                  helper.make_node("Add", [f"h{k}", f"b{k}"], [f"s{k}"]),
+                  helper.make_node("Relu", [f"s{k}"], [f"r{k}"])]
+    model = finish(helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 784])],
+        [helper.make_tensor_value_info("r2", TensorProto.FLOAT, [1, 512])],
+        [onnx.numpy_helper.from_array(v, n) for v, n in ((w1, "w1"), (w2, "w2"), (b1, "b1"),
+                                                         (b2, "b2"))]))
+    x = rng.standard_normal((1, 784)).astype(np.float32)
+    one, two = (compiled(model, threads) for threads in (1, 2))
+    y1, y2 = one(x)[0], two(x)[0]
+    assert "k = %kp" in two.ir("loops")  # the depth is a run-time parameter
+    assert dispatches(two)
+    np.testing.assert_array_equal(y1, y2)
+    ref = np.maximum(np.maximum(x.astype(np.float64) @ w1 + b1, 0) @ w2 + b2, 0)
+    np.testing.assert_allclose(y1, ref, rtol=1e-4, atol=1e-3)
+
+
+def test_few_rows_over_a_large_b_split_by_columns() -> None:
+    # 20 rows over 8 MB (or 1 MB) of packed B: row blocks would each stream all of B, so the
+    # plan splits its column panels (`split_matmul.streams_b`); 20 rows over 256 KB (a share
+    # of L2) and 96 rows over 8 MB keep the row split
+    from onnxjit.codegen.parallel import plan_kernel
+    from onnxjit.ir.loops import Kernel
+
+    def planned(k: int, n: int, m: int = 20) -> str:
+        a, bb, c = (Buffer(x, F32, shape, "temp") for x, shape in
+                    (("a", (m, k)), ("b", (k * n,)), ("c", (m, n))))
+        s = Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, m, n, k, b_packed=True)
+        (loop, *_), = plan_kernel(Kernel("gemm", [s])).values()
+        return loop.var.hint
+
+    assert planned(1024, 2048) == "cblk"
+    assert planned(512, 512) == "cblk"
+    assert planned(256, 256) != "cblk"
+    assert planned(1024, 2048, m=96) != "cblk"
