@@ -14,7 +14,11 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
-from onnxjit.errors import (
+from onnxjit import bytecode as _bytecode
+
+_bytecode.install()  # before the other modules: they then load from its cache
+
+from onnxjit.errors import (  # noqa: E402
     CompileError,
     InputError,
     InputTypeError,
@@ -22,7 +26,7 @@ from onnxjit.errors import (
     OnnxJitError,
     UnsupportedError,
 )
-from onnxjit.version import __version__
+from onnxjit.version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
     from onnxjit.runtime import CompiledModel
