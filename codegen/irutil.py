@@ -41,6 +41,11 @@ LOOP_SELF = "onnxjit.loop.self"
 _loop_ids = iter(range(1 << 62))
 
 
+def loop_id() -> int:
+    """A fresh number for a loop-ID metadata node (see LOOP_SELF)."""
+    return next(_loop_ids)
+
+
 def interleave_md(module: ir.Module, count: int) -> ir.Value:
     """Loop metadata asking LLVM to interleave the vectorized loop `count` times: two
     independent copies of a long dependent chain (polynomial math) keep both FMA pipes busy."""

@@ -32,6 +32,7 @@ from llvmlite import ir
 from onnxjit.codegen.entry import load_elem_ptr
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.epilogue_fuse import outer_forms
+from onnxjit.codegen.folds import emit_step, fold_md, fold_steps
 from onnxjit.codegen.index_flags import index_vars
 from onnxjit.codegen.int8_gemm import emit_int8_matmul
 from onnxjit.codegen.irutil import (
@@ -99,6 +100,7 @@ class KernelTranslator:
         bounds and captured values); kernels with them never dispatch to the pool."""
         self.scalar = scalar
         self.last_mul = None  # (dst, operand values) of a `mul` just emitted (`_fused_add`)
+        self.steps: dict[int, str] = {}  # the accumulations of fold loops (`codegen.folds`)
         self.kernel = kernel
         self.check_index = check_index
         self.roots, self.arg_of = kernel_args(kernel)
@@ -244,7 +246,7 @@ class KernelTranslator:
         match s:
             case Op(dst=dst, op=op, args=args):
                 vals = [self.operand(a) for a in args]
-                res = self._fused_add(s, vals, prev)
+                res = emit_step(b, self.steps.get(id(s)), vals) or self._fused_add(s, vals, prev)
                 if res is None and dst in self.index_vars:
                     res = getattr(b, op)(vals[0], vals[1], flags=["nsw"])
                 if res is None:
@@ -281,6 +283,9 @@ class KernelTranslator:
                       and flat else None)
                 if s.few and FEW_SCALAR:
                     md = scalar_md(self.fn.module)
+                if s.fold:
+                    md = fold_md(self.fn.module)
+                    self.steps.update(fold_steps(body))
                 # a `rolled` loop (glue code) or a fold of many lanes keeps its loop
                 if md is None and (s.rolled or flat and KEEP_FOLDS and sum(
                         isinstance(t, Op) and t.dst.dtype.is_float and t.dst in t.args

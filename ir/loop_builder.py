@@ -95,12 +95,12 @@ class Builder:
     @contextlib.contextmanager
     def loop(self, start: Operand | Size, stop: Operand | Size, step: int = 1,
              parallel: bool = False, hint: str = "i", rolled: bool = False,
-             few: bool = False) -> Iterator[Var]:
+             few: bool = False, fold: bool = False) -> Iterator[Var]:
         """A Loop (see `ir.loops`); yields its index variable."""
         var = Var(DType.INT64, hint)
         start = size_operand(start) if isinstance(start, (int, Sym)) else start
         stop = size_operand(stop) if isinstance(stop, (int, Sym)) else stop
-        loop = Loop(var, start, stop, step, [], parallel, rolled or self._rolled, few)
+        loop = Loop(var, start, stop, step, [], parallel, rolled or self._rolled, few, fold)
         self.emit(loop)
         self._stack.append(loop.body)
         try:

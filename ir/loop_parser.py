@@ -168,7 +168,8 @@ class _Parser:
             parallel = cur.accept("parallel")
             rolled = cur.accept("rolled")
             few = cur.accept("few")
-            return Loop(var, start, stop, step, self.block(), parallel, rolled, few)
+            fold = cur.accept("fold")
+            return Loop(var, start, stop, step, self.block(), parallel, rolled, few, fold)
         if cur.accept("store"):
             buf = self.buf()
             cur.expect("[")

@@ -145,6 +145,8 @@ class _Printer:
                     head += " rolled"
                 if s.few:
                     head += " few"
+                if s.fold:
+                    head += " fold"
                 lines.append(f"{indent}{head} {{")
                 self.body(s.body, indent + "  ", lines)
                 lines.append(indent + "}")

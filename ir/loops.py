@@ -3,12 +3,17 @@
 A `Program` is what one input signature compiles to: a list of `Buffer`s (every shape concrete)
 and a list of `Kernel`s run in order. A kernel body is a list of statements:
 
-- `Loop(var, start, stop, step, body, parallel, rolled, few)`: a counted loop over an i64 variable;
+- `Loop(var, start, stop, step, body, parallel, rolled, few, fold)`: a counted loop over an i64
+  variable;
   `rolled` asks code generation to keep it a loop (no unrolling by LLVM: glue code such as a
   copy or an epilogue, whose fully unrolled forms cost compile time and no speed); `few` says
   that it runs a few iterations at most, at bounds known only at run time (the edge columns
   of a conv): code generation keeps it scalar (vectorized, it is a vector body, a remainder
-  and their run-time checks that compile for nothing);
+  and their run-time checks that compile for nothing); `fold` says that the float
+  accumulations it carries (an `Op` whose `dst` is among its args: `acc = add acc, v`, or the
+  ordered maximum `c = gt acc, v; acc = select c, acc, v`) may be reassociated, so code
+  generation may keep vector partial accumulators (`codegen.folds`; the interpreter folds in
+  order);
 - `Op(dst, op, args)`: a scalar operation writing the variable `dst` (see `SCALAR_OPS`);
 - `Load(dst, buf, index)` / `Store(buf, index, value)`: flat element index into a buffer;
 - `Check(cond, message)`: if the bool `cond` is false, the whole call stops and the runtime raises
@@ -180,6 +185,7 @@ class Loop:
     parallel: bool = False
     rolled: bool = False
     few: bool = False
+    fold: bool = False
 
 
 @dataclass(eq=False)

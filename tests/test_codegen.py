@@ -261,13 +261,17 @@ def test_checks_raise_input_error() -> None:
 
 
 def test_short_folds_stay_rolled_and_vectorize(monkeypatch) -> None:
-    # LayerNorm over rows of 128: its folds' 16 partial sums (`Lanes`) kept rolled
-    # (no_unroll_md) become vector adds; fully unrolled they were 128 scalar adds a row
+    # LayerNorm over rows of 128: its folds' 16 partial sums (`Lanes`, without fold loops)
+    # kept rolled (no_unroll_md) become vector adds; fully unrolled they were 128 scalar adds
+    # a row. (Fold loops, the default: `test_softmax_fold.py`.)
     from onnx import TensorProto, helper
 
     import onnxjit
     import onnxjit.codegen.llvmgen as llvmgen
+    import onnxjit.ir.ops.reductions.lowering as lowering
     from onnxjit import runtime
+
+    monkeypatch.setattr(lowering, "FOLD_LOOPS", False)
 
     n = 128
     g = helper.make_graph(

@@ -1,6 +1,7 @@
 """Softmax and LogSoftmax rows with NaN, +-inf and all -inf, against numpy's formula, and the
-shape of the row max: the ordered fold (`Lanes` "fmax": select of a greater-than), not the
-NaN-propagating `max` op, since the NaN reaches every output through the sum anyway."""
+shape of the row max and sum: the ordered max (`Lanes` "fmax": select of a greater-than, not
+the NaN-propagating `max` op, since the NaN reaches every output through the sum anyway) and
+the sum in `fold` loops that LLVM vectorizes."""
 
 from __future__ import annotations
 
@@ -41,9 +42,24 @@ def test_rows_with_nan_and_inf(op, n):
     assert np.isnan(y[:2]).all() and np.isnan(y[3]).all()
 
 
-def test_row_max_is_the_ordered_fold():
-    fn = onnxjit.compile(_model("Softmax", 133), cache_dir=False)
-    fn(np.zeros((5, 133), np.float32))
-    text = fn.ir("loops")
-    assert "= max " not in text  # no NaN-propagating max op
-    assert text.count("= select ") >= 16  # the 16 lanes of the fold
+def test_row_max_and_sum_are_vectorizable_fold_loops(monkeypatch):
+    # the row max is the ordered fold (select of a greater-than, not the NaN-propagating `max`
+    # op) and, like the sum, one accumulator in a `fold` loop, emitted as the reductions LLVM
+    # vectorizes (`codegen.folds`); without FOLD_LOOPS, 16 scalar lanes and neither form
+    import onnxjit.ir.ops.reductions.lowering as lowering
+    from onnxjit import runtime
+
+    x = np.random.default_rng(1).standard_normal((5, 133)).astype(np.float32)
+    outs = []
+    for on in (True, False):
+        monkeypatch.setattr(lowering, "FOLD_LOOPS", on)
+        runtime._MEMORY.clear()
+        fn = onnxjit.compile(_model("Softmax", 133), cache_dir=False)
+        outs.append(fn(x)[0])
+        text, llvm = fn.ir("loops"), fn.ir("llvm")
+        assert "= max " not in text  # no NaN-propagating max op
+        assert (text.count(" fold {") == 2) == on  # the max, and the exp with its sum
+        assert (text.count("= select ") == 1) == on  # one accumulator, or 16 lanes
+        assert ("fadd reassoc nsz" in llvm and "llvm.maxnum" in llvm) == on
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(outs[0], _numpy("Softmax", x), rtol=1e-5, atol=1e-7)

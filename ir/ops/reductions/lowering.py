@@ -88,6 +88,11 @@ def identity(combine: str, dtype: DType) -> int | float | bool:
 
 #: Bytes of partial accumulators per fold: one 512-bit vector.
 LANE_BYTES = 64
+#: A long float sum or ordered maximum ("fmax") is one accumulator in a `fold` loop, which
+#: LLVM's loop vectorizer splits into vector partial accumulators (`codegen.folds`); False:
+#: LANE_BYTES of scalar lanes, which the SLP vectorizer joined into 2-wide pieces and
+#: shuffles. Measured: see `codegen.folds`.
+FOLD_LOOPS = True
 
 
 class Lanes:
@@ -102,14 +107,17 @@ class Lanes:
         # stay one serial chain: onnxruntime and numpy multiply in order and agree bit for
         # bit, which partial products would not (ReduceProd is rare; its speed matters less)
         long = not isinstance(n, int) or n >= 2 * width
-        self.lanes = width if long and combine != "mul" else 1
+        # a long float sum or ordered maximum: one accumulator in a `fold` loop, which the
+        # loop vectorizer splits into vector partial accumulators (`codegen.folds`)
+        self.fold = FOLD_LOOPS and long and init.dtype.is_float and combine in ("add", "fmax")
+        self.lanes = width if long and combine != "mul" and not self.fold else 1
         self.accs = [b.var(init, hint=hint) for _ in range(self.lanes)]
 
     def run(self, n: Size, value_at: Callable[[Operand], Operand]) -> None:
         """Fold value_at(j) for j in [0, n) (value_at may also emit stores)."""
         b, accs, lanes = self.b, self.accs, self.lanes
         if lanes == 1:
-            with b.loop(0, n, hint="j") as j:
+            with b.loop(0, n, hint="j", fold=self.fold) as j:
                 self._fold(accs[0], value_at(j))
             return
         q = n // lanes
