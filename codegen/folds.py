@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from onnxjit.codegen.irutil import LOOP_SELF, loop_id
+from onnxjit.codegen.irutil import loop_md
 from onnxjit.codegen.mathlib import intrinsic
 from onnxjit.ir.loops import Op, Stmt
 
@@ -76,11 +76,6 @@ def fold_md(module: ir.Module) -> ir.Value:
     """Loop metadata of a fold loop: vectorize it whatever the cost model says (legal: its
     accumulations are reductions), FOLD_INTERLEAVE vectors an iteration, the tail by masked
     iterations (`predicate.enable`), not a remainder loop."""
-    def md(name: str, value: ir.Constant) -> ir.Value:
-        return module.add_metadata([ir.MetaDataString(module, name), value])
-
-    return module.add_metadata([
-        ir.MetaDataString(module, f"{LOOP_SELF}.{loop_id()}"),
-        md("llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 1)),
-        md("llvm.loop.interleave.count", ir.Constant(ir.IntType(32), FOLD_INTERLEAVE)),
-        md("llvm.loop.vectorize.predicate.enable", ir.Constant(ir.IntType(1), 1))])
+    return loop_md(module, ("llvm.loop.vectorize.enable", 1),
+                   ("llvm.loop.interleave.count", FOLD_INTERLEAVE),
+                   ("llvm.loop.vectorize.predicate.enable", 1))

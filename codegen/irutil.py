@@ -41,37 +41,37 @@ LOOP_SELF = "onnxjit.loop.self"
 _loop_ids = iter(range(1 << 62))
 
 
-def loop_id() -> int:
-    """A fresh number for a loop-ID metadata node (see LOOP_SELF)."""
-    return next(_loop_ids)
+def loop_md(module: ir.Module, *hints: tuple[str, int | None]) -> ir.Value:
+    """A fresh loop-ID metadata node with `hints`: (name, value) pairs such as
+    ("llvm.loop.interleave.count", 2) (an i32 value), ("llvm.loop.vectorize.enable", 0) (an
+    i1: names ending in "enable") or ("llvm.loop.unroll.disable", None) (no value)."""
+    nodes = []
+    for name, value in hints:
+        parts: list = [ir.MetaDataString(module, name)]
+        if value is not None:
+            parts.append(ir.Constant(ir.IntType(1 if name.endswith("enable") else 32), value))
+        nodes.append(module.add_metadata(parts))
+    return module.add_metadata([ir.MetaDataString(module, f"{LOOP_SELF}.{next(_loop_ids)}"),
+                                *nodes])
 
 
 def interleave_md(module: ir.Module, count: int) -> ir.Value:
     """Loop metadata asking LLVM to interleave the vectorized loop `count` times: two
     independent copies of a long dependent chain (polynomial math) keep both FMA pipes busy."""
-    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"),
-                                ir.Constant(ir.IntType(32), count)])
-    return module.add_metadata([ir.MetaDataString(module, f"{LOOP_SELF}.{next(_loop_ids)}"),
-                                hint])
+    return loop_md(module, ("llvm.loop.interleave.count", count))
 
 
 def scalar_md(module: ir.Module) -> ir.Value:
     """Loop metadata keeping the loop scalar and rolled: neither vectorized nor unrolled
     (`Loop.few`: a loop of a few iterations gains nothing from either)."""
-    off = module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
-                               ir.Constant(ir.IntType(1), 0)])
-    keep = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    return module.add_metadata([ir.MetaDataString(module, f"{LOOP_SELF}.{next(_loop_ids)}"),
-                                off, keep])
+    return loop_md(module, ("llvm.loop.vectorize.enable", 0), ("llvm.loop.unroll.disable", None))
 
 
 def no_unroll_md(module: ir.Module) -> ir.Value:
     """Loop metadata keeping LLVM from unrolling the loop: a fold's partial sums (`Lanes`)
     then stay one body the SLP vectorizer turns into vector adds (fully unrolled, a short
     fold became a tangle of scalar chains it left alone)."""
-    hint = module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    return module.add_metadata([ir.MetaDataString(module, f"{LOOP_SELF}.{next(_loop_ids)}"),
-                                hint])
+    return loop_md(module, ("llvm.loop.unroll.disable", None))
 
 
 def for_range_carry(b: ir.IRBuilder, start: ir.Value | int, stop: ir.Value | int, step: int,

@@ -9,13 +9,12 @@ the disk cache) and 160 of the 270 ms of a one-Add model's cold compile.
 modules, and only while `sys.dont_write_bytecode` is set: it asks the other finders for the
 module's spec and, when its loader is the standard source loader, swaps in `_Loader`, whose
 `get_code` keeps the code object in `FOLDER/<module>.pyc` under the disk cache's root
-($ONNXJIT_CACHE_DIR, else `$XDG_CACHE_HOME/onnxjit` or `~/.cache/onnxjit`), in CPython's own
+(`paths.cache_root`: $ONNXJIT_CACHE_DIR, else `~/.cache/onnxjit`), in CPython's own
 timestamp-pyc layout: magic number, flags 0, the source's mtime and size (a changed source
 does not match and is compiled again, as CPython's own cache decides), then the marshalled
 code. A file is written to a temporary name and renamed into place, so concurrent processes
 never read half of one; a file that cannot be read, parsed or written is a miss, never an
-error. Off with $ONNXJIT_BYTECODE_CACHE=0 or an empty $ONNXJIT_CACHE_DIR (the disk cache
-disabled: nothing is written).
+error. Off with $ONNXJIT_BYTECODE_CACHE=0.
 """
 
 from __future__ import annotations
@@ -25,9 +24,10 @@ import importlib.util
 import marshal
 import os
 import sys
-from pathlib import Path
 from types import CodeType
 from typing import Any
+
+from onnxjit.paths import cache_root
 
 #: the subfolder of the cache root holding the code objects, one per Python version
 FOLDER = f"bytecode/{sys.implementation.cache_tag}"
@@ -96,17 +96,6 @@ class _Finder:
         return None
 
 
-def _root() -> str | None:
-    env = os.environ.get("ONNXJIT_CACHE_DIR")
-    if env is not None:
-        return env or None  # empty: the disk cache is disabled
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    try:
-        return str(Path(xdg) / "onnxjit" if xdg else Path.home() / ".cache" / "onnxjit")
-    except RuntimeError:  # no home folder
-        return None
-
-
 def install() -> None:
     """Put the finder first in `sys.meta_path` (once), when Python keeps no bytecode and the
     cache folder can be made; otherwise do nothing."""
@@ -114,13 +103,10 @@ def install() -> None:
     if not sys.dont_write_bytecode or os.environ.get("ONNXJIT_BYTECODE_CACHE") == "0" or \
             any(isinstance(f, _Finder) for f in sys.meta_path):
         return
-    root = _root()
-    if root is None:
-        return
-    folder = os.path.join(root, FOLDER)
     try:
+        folder = os.path.join(cache_root(), FOLDER)
         os.makedirs(folder, exist_ok=True)
-    except OSError:
+    except (OSError, RuntimeError):  # no home folder, or no folder can be made there
         return
     _folder = folder
     sys.meta_path.insert(0, _Finder())

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from onnxjit.errors import OnnxJitError
+from onnxjit.paths import cache_root
 from onnxjit.record import Record
 
 SPECIALIZE = ("shape", "dynamic", "auto")
@@ -69,7 +70,7 @@ class CompileOptions(Record):
                                f"known: {', '.join(sorted(known))}")
         cache = options.get("cache_dir")
         if cache is None:
-            cache = os.environ.get("ONNXJIT_CACHE_DIR") or _default_cache_dir()
+            cache = cache_root()
         cache_dir = None if cache is False or cache == "" else Path(cache)
         dump = options.get("dump_ir") or os.environ.get("ONNXJIT_DUMP_IR") or None
         specialize = options.get("specialize") or os.environ.get("ONNXJIT_SPECIALIZE") or "auto"
@@ -153,12 +154,6 @@ def _cache_cap(value: Any) -> int | None:
     else:
         what = "cache_max_bytes"
     return parse_size(value, what) or None
-
-
-def _default_cache_dir() -> str:
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return str(base / "onnxjit")
 
 
 def available_cores() -> int:

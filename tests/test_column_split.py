@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from models import finish
+from models import finish, mlp, mlp_reference
 from onnx import TensorProto, helper
 from test_threads import F32, compiled, dispatches
 
@@ -46,27 +46,15 @@ def test_gemv_split_when_layers_share_a_kernel_of_runtime_depth() -> None:
     # depth is a parameter (`passes.parametrize_kernels`); the column split takes that depth by
     # its hint, so a batch of one still streams B on both threads (it ran on one: MLP batch 1
     # at 0.29x onnxruntime on an Intel guest whose L2 holds half of the 2.6 MB of weights)
-    rng = np.random.default_rng(5)
-    w1, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((784, 512), (512, 512)))
-    b1, b2 = (rng.standard_normal(512).astype(np.float32) for _ in range(2))
-    nodes = []
-    for k, src in ((1, "x"), (2, "r1")):  # MatMul + bias + Relu, as an MLP's layers are
-        nodes += [helper.make_node("MatMul", [src, f"w{k}"], [f"h{k}"]),
-                  helper.make_node("Add", [f"h{k}", f"b{k}"], [f"s{k}"]),
-                  helper.make_node("Relu", [f"s{k}"], [f"r{k}"])]
-    model = finish(helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 784])],
-        [helper.make_tensor_value_info("r2", TensorProto.FLOAT, [1, 512])],
-        [onnx.numpy_helper.from_array(v, n) for v, n in ((w1, "w1"), (w2, "w2"), (b1, "b1"),
-                                                         (b2, "b2"))]))
-    x = rng.standard_normal((1, 784)).astype(np.float32)
+    model = mlp((784, 512, 512, 10), seed=5, batch=1)
+    x = np.random.default_rng(5).standard_normal((1, 784)).astype(np.float32)
     one, two = (compiled(model, threads) for threads in (1, 2))
     y1, y2 = one(x)[0], two(x)[0]
     assert "k = %kp" in two.ir("loops")  # the depth is a run-time parameter
     assert dispatches(two)
     np.testing.assert_array_equal(y1, y2)
-    ref = np.maximum(np.maximum(x.astype(np.float64) @ w1 + b1, 0) @ w2 + b2, 0)
-    np.testing.assert_allclose(y1, ref, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(y1, mlp_reference(model, x.astype(np.float64)), rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_few_rows_over_a_large_b_split_by_columns() -> None:

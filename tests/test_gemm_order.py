@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models import finish
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
@@ -19,10 +20,9 @@ def _model(m: int | str, k: int, n: int, w: np.ndarray | None):
     ins = [vi("x", TensorProto.FLOAT, [m, k])]
     if w is None:
         ins.append(vi("w", TensorProto.FLOAT, [k, n]))
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", ins,
-                          [vi("y", TensorProto.FLOAT, [m, n])],
-                          [] if w is None else [numpy_helper.from_array(w, "w")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    return finish(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", ins,
+                                    [vi("y", TensorProto.FLOAT, [m, n])],
+                                    [] if w is None else [numpy_helper.from_array(w, "w")]))
 
 
 @pytest.mark.parametrize("outer", [True, False])
