@@ -137,6 +137,16 @@ def test_pipeline_imputer_scaler_logistic():
     _compare(_skl(pipe.fit(X, Y_REG)), XT)
 
 
+def test_pipeline_scaler_mlp():
+    # a scaler in front of an MLP: Scaler, then MatMul/Add/Relu layers, Softmax, ArgMax and
+    # the label lookup (ArrayFeatureExtractor) in one graph
+    from sklearn.neural_network import MLPClassifier
+
+    pipe = pipeline.make_pipeline(preprocessing.StandardScaler(),
+                                  MLPClassifier((16,), max_iter=300, random_state=0))
+    _compare(_skl(pipe.fit(X, Y_MULTI)), XT)
+
+
 def test_pipeline_one_hot_encoder():
     xi = (X * 4).astype(np.int64)
     pipe = pipeline.make_pipeline(preprocessing.OneHotEncoder(handle_unknown="ignore"),
