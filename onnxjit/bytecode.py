@@ -8,7 +8,8 @@ the disk cache) and 160 of the 270 ms of a one-Add model's cold compile.
 `install()` puts a finder at the head of `sys.meta_path` that only handles `onnxjit.*`
 modules, and only while `sys.dont_write_bytecode` is set: it asks the other finders for the
 module's spec and, when its loader is the standard source loader, swaps in `_Loader`, whose
-`get_code` keeps the code object in `FOLDER/<module>.pyc` under the disk cache's root
+`get_code` keeps the code object in `FOLDER/<module>.<crc of its folder>.pyc` under the disk
+cache's root
 (`paths.cache_root`: $ONNXJIT_CACHE_DIR, else `~/.cache/onnxjit`), in CPython's own
 timestamp-pyc layout: magic number, flags 0, the source's mtime and size (a changed source
 does not match and is compiled again, as CPython's own cache decides), then the marshalled
@@ -24,6 +25,7 @@ import importlib.util
 import marshal
 import os
 import sys
+import zlib
 from types import CodeType
 from typing import Any
 
@@ -50,7 +52,10 @@ class _Loader(importlib.machinery.SourceFileLoader):
             st = os.stat(source)
         except OSError:
             return super().get_code(fullname)  # type: ignore[return-value]
-        path = os.path.join(folder or "", fullname + ".pyc")
+        # the source's folder in the name: two checkouts never share a file (their sources
+        # may agree in size and mtime and differ in content)
+        tag = zlib.crc32(os.path.dirname(source).encode(errors="surrogateescape"))
+        path = os.path.join(folder or "", f"{fullname}.{tag:08x}.pyc")
         head = _header(st)
         try:
             with open(path, "rb") as f:

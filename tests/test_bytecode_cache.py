@@ -25,8 +25,8 @@ def _run(cache: Path, **env: str) -> str:
 
 
 def test_code_is_kept_and_read_back_when_python_writes_none(tmp_path: Path) -> None:
-    kept = tmp_path / bytecode.FOLDER / "onnxjit.version.pyc"
     assert _run(tmp_path, PYTHONDONTWRITEBYTECODE="1") == onnxjit.__version__
+    kept, = (tmp_path / bytecode.FOLDER).glob("onnxjit.version.*.pyc")  # one, of this tree
     data = kept.read_bytes()
     assert data[:4] == importlib.util.MAGIC_NUMBER
     # a file whose header matches the source is what the next process runs: swap its code
