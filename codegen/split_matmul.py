@@ -44,8 +44,12 @@ BALANCED_BLOCKS = True
 #: blocks of whole panels of columns, up to COLUMN_BLOCKS of them (`split_columns`): each
 #: thread streams its share of B (from its own L2 when a call repeats). Measured, two threads,
 #: against one thread's GEMV: MatMul 1x512x512 2.03x (onnxruntime 1.0 -> 2.1x), MLP batch 1
-#: 1.69x (0.97 -> 1.59x), AlexNet 1.05x, ZFNet 1.02x, ResNet-50 1.01x (their classifiers)
-COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 512 << 10, 8
+#: 1.69x (0.97 -> 1.59x), AlexNet 1.05x, ZFNet 1.02x, ResNet-50 1.01x (their classifiers).
+#: From 256 KB (was 512 KB): a GPT-style decoder's steps (hidden 256: 256x256 projections,
+#: 3 MB of weights, which two 2 MB L2s hold when each thread streams its own share on every
+#: call) 1.23-1.27x, its stream steady 0.94x -> about 1.2x onnxruntime (Intel guest, same
+#: process, both compile orders); MLP batch 1 1.07x, MiniLM stream 0.99x
+COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 256 << 10, 8
 #: A product of at most WIDE_B_ROWS rows over a prepacked B of at least WIDE_B_BYTES (more than
 #: a core's L2, so B comes from L3 or DRAM on every call) is split by columns too, not by
 #: rows: row blocks would each stream ALL of B, column blocks stream a share each, and a few

@@ -41,6 +41,20 @@ def test_gemv_split_over_column_panels() -> None:
         np.testing.assert_allclose(y1, x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
 
 
+def test_a_decoder_steps_256_square_gemv_is_split() -> None:
+    # 256 x 256 floats (256 KB, COLUMN_SPLIT_BYTES): a GPT-style decoder's projections at one
+    # token a step, whose weights fit the two threads' L2s only when each streams its share
+    from onnxjit.codegen.parallel import split_columns
+    k = n = 256
+    a, bb, c = (Buffer(x, F32, shape, "temp") for x, shape in
+                (("a", (1, k)), ("b", (k * n,)), ("c", (1, n))))
+    split = split_columns(Matmul(c, i64(0), n, a, i64(0), k, bb, i64(0), 64, 1, n, k,
+                                 b_packed=True))
+    assert split is not None and int(split[0].stop.value) == 4 and split[1] == []
+    assert split_columns(Matmul(c, i64(0), n, a, i64(0), 128, bb, i64(0), 64, 1, n, 128,
+                                b_packed=True)) is None  # 128 KB: one thread
+
+
 def test_gemv_split_when_layers_share_a_kernel_of_runtime_depth() -> None:
     # two layers of one width and other depths (784 and 512) share one kernel function whose
     # depth is a parameter (`passes.parametrize_kernels`); the column split takes that depth by
