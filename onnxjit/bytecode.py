@@ -9,9 +9,8 @@ the disk cache) and 160 of the 270 ms of a one-Add model's cold compile.
 modules, and only while `sys.dont_write_bytecode` is set: it asks the other finders for the
 module's spec and, when its loader is the standard source loader, swaps in `_Loader`, whose
 `get_code` keeps the code object in `FOLDER/<module>.<crc of its folder>.pyc` under the disk
-cache's root
-(`paths.cache_root`: $ONNXJIT_CACHE_DIR, else `~/.cache/onnxjit`), in CPython's own
-timestamp-pyc layout: magic number, flags 0, the source's mtime and size (a changed source
+cache's root (`paths.cache_root`: $ONNXJIT_CACHE_DIR, else `~/.cache/onnxjit`), in CPython's
+own timestamp-pyc layout: magic number, flags 0, the source's mtime and size (a changed source
 does not match and is compiled again, as CPython's own cache decides), then the marshalled
 code. A file is written to a temporary name and renamed into place, so concurrent processes
 never read half of one; a file that cannot be read, parsed or written is a miss, never an
