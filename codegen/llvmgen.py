@@ -278,14 +278,14 @@ class KernelTranslator:
                     self.stmts(body)
 
                 flat = not any(isinstance(t, (Loop, Matmul)) for t in body)
-                md = (interleave_md(self.fn.module, 2)
-                      if any(isinstance(t, Op) and t.op in _CHAINED for t in body)
-                      and flat else None)
-                if s.few and FEW_SCALAR:
-                    md = scalar_md(self.fn.module)
-                if s.fold:
+                if s.fold:  # loop metadata: a fold, else a few-trip loop, else chained math
                     md = fold_md(self.fn.module)
                     self.steps.update(fold_steps(body))
+                elif s.few and FEW_SCALAR:
+                    md = scalar_md(self.fn.module)
+                else:
+                    md = (interleave_md(self.fn.module, 2) if flat and any(
+                        isinstance(t, Op) and t.op in _CHAINED for t in body) else None)
                 # a `rolled` loop (glue code) or a fold of many lanes keeps its loop
                 if md is None and (s.rolled or flat and KEEP_FOLDS and sum(
                         isinstance(t, Op) and t.dst.dtype.is_float and t.dst in t.args

@@ -225,22 +225,24 @@ class _Block:
         pb = b.op("div", b.iadd(b.iadd(i0, s1), i64(nr - 1)), i64(nr))
         with b.loop(pa, pb, hint="pn") as pn:
             first = b.imul(pn, nr)
-            width = b.op("min", i64(nr), b.op("sub", self.cnt, first))
             ja = b.op("max", s0, b.op("sub", first, i0))
             jb = b.op("min", s1, b.op("sub", b.iadd(first, i64(nr)), i0))
-            base = b.iadd(self.vbase, b.iadd(b.imul(first, p.gm.c), b.op("mul", c, width)))
-            fn(b.op("sub", base, first), ja, jb)
+            fn(self._vrow(c, first), ja, jb)
+
+    def _vrow(self, c: Operand, first: Operand) -> Operand:
+        """V_0's row c of the packed panel whose first tile is `first` (of width min(NR,
+        cnt - first)), minus `first`: tile i of the panel is at the result + i."""
+        b, p = self.b, self.p
+        width = b.op("min", i64(p.nr), b.op("sub", self.cnt, first))
+        base = b.iadd(self.vbase, b.iadd(b.imul(first, p.gm.c), b.op("mul", c, width)))
+        return b.op("sub", base, first)
 
     def _tile_at(self, c: Operand, i: Operand) -> Operand:
-        """Where V_0[c, tile i of the block] is: in panel i // NR, of width min(NR, cnt - its
-        first tile)."""
+        """Where V_0[c, tile i of the block] is: in panel i // NR (`_vrow`)."""
         b, p = self.b, self.p
         if p.panels == 1:
             return b.iadd(self.vbase, b.iadd(b.op("mul", c, self.cnt), i))
-        first = b.imul(b.op("div", i, i64(p.nr)), p.nr)
-        width = b.op("min", i64(p.nr), b.op("sub", self.cnt, first))
-        return b.iadd(self.vbase, b.iadd(b.iadd(b.imul(first, p.gm.c), b.op("mul", c, width)),
-                                         b.op("sub", i, first)))
+        return b.iadd(self._vrow(c, b.imul(b.op("div", i, i64(p.nr)), p.nr)), i)
 
     def _transform(self, rowinfo: list, at_of, s0: Operand, s1: Operand, check: bool,
                    zero: Operand) -> None:

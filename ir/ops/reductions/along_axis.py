@@ -160,18 +160,18 @@ def _softmax_lower(ctx: LowerContext, node: Node) -> None:
         m = mx.result()
         acc = accumulator(dt)
         sm = Lanes(b, const(0, acc), "add", n, hint="sum")
-        if sm.fold and dt == acc:
-            # exp into y and its sum in one loop (a fold loop vectorizes both)
-            def exp_at(j: Operand) -> Operand:
-                e = b.op("exp", b.op("sub", b.load(x, at(j)), m))
-                b.store(y, at(j), e)
-                return e
 
+        def exp_at(j: Operand) -> Operand:  # exp(x - max) into y
+            e = b.op("exp", b.op("sub", b.load(x, at(j)), m))
+            b.store(y, at(j), e)
+            return e
+
+        if sm.fold and dt == acc:  # exp into y and its sum in one loop (a fold loop: vector)
             sm.run(n, exp_at)
         else:
             # exp into y in a plain loop (it vectorizes like any elementwise loop), then sum y
             with b.loop(0, n, hint="j") as j:
-                b.store(y, at(j), b.op("exp", b.op("sub", b.load(x, at(j)), m)))
+                exp_at(j)
             sm.run(n, lambda j: b.cast(b.load(y, at(j)), acc))
         s = b.cast(sm.result(), dt)  # the sum is a tensor of dt in the reference: round once
         if node.op == "Softmax" and dt in NARROW_FLOATS:
