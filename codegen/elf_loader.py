@@ -273,10 +273,14 @@ def load_elf(object_code: bytes, entry: str | None = None, entry_py: str | None 
 
 
 def load_compiled(obj: Any) -> ElfLibrary:
-    """Link a `CompiledObject`: its parts (kernel groups) first, each in a map of its own, then
-    its entry's object with the parts' symbols; the entry's library keeps the parts alive."""
-    parts = [load_elf(code) for code in obj.parts]
-    symbols = {name: addr for part in parts for name, addr in part.symbols.items()}
+    """Link a `CompiledObject`: its parts (shared microkernels, kernel groups) first, in order,
+    each in a map of its own with the symbols of the parts before it, then its entry's object
+    with all the parts' symbols; the entry's library keeps the parts alive."""
+    parts: list[ElfLibrary] = []
+    symbols: dict[str, int] = {}
+    for code in obj.parts:
+        parts.append(load_elf(code, symbols=symbols))
+        symbols.update(parts[-1].symbols)
     lib = load_elf(obj.object_code, obj.entry, obj.entry_py, symbols=symbols, obj=obj)
     lib.parts = parts
     return lib

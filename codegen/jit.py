@@ -40,7 +40,7 @@ from typing import Any
 import llvmlite.binding as llvm
 
 from onnxjit import timings
-from onnxjit.codegen import pyentry, target
+from onnxjit.codegen import gemm_objects, pyentry, target
 from onnxjit.codegen.entry import n_io
 from onnxjit.codegen.gemm_micro import module_text
 from onnxjit.codegen.irutil import LOOP_SELF
@@ -93,12 +93,14 @@ def _symbol_name(program: Program) -> str:
 
 def compile_program(program: Program, opt_level: int = 3,
                     dump: Callable[[str, str], None] | None = None,
-                    salt: str = "", side: Callable[[], Any] | None = None) -> CompiledObject:
+                    salt: str = "", side: Callable[[], Any] | None = None,
+                    store: gemm_objects.ObjectStore | None = None) -> CompiledObject:
     """Compile a Program to object code for this host (see the module docstring). A large
     program compiles in worker processes (`workers`: parallel and interruptible); `salt`
     (e.g. the cache key) then names its symbols, else a digest of its kernels does. `side`:
     work for the entry's worker to do beside the kernels (the worker pool's compile,
-    `entries.pool_wanted`); on the worker path its result is the object's `side`."""
+    `entries.pool_wanted`); on the worker path its result is the object's `side`. `store`
+    keeps the GEMM microkernels' object code between processes (`gemm_objects`)."""
     from onnxjit.codegen import workers
 
     with _llvm_lock:
@@ -110,7 +112,7 @@ def compile_program(program: Program, opt_level: int = 3,
             if groups is not None:
                 try:
                     return _compile_parts(program, plan, groups, n_jobs, opt_level, salt,
-                                          side)
+                                          side, store)
                 except workers.NoWorkers:
                     pass
         return _compile(program, plan, opt_level, dump,
@@ -137,10 +139,11 @@ def _compile(program: Program, plan: Any, opt_level: int,
 
 
 def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs: int,
-                   opt_level: int, salt: str, side: Callable[[], Any] | None = None
-                   ) -> CompiledObject:
+                   opt_level: int, salt: str, side: Callable[[], Any] | None = None,
+                   store: gemm_objects.ObjectStore | None = None) -> CompiledObject:
     """The kernels in `groups` and the entry module compiled by worker processes (the entry's
-    task also runs `side`)."""
+    task also runs `side`); the GEMM microkernels they call come first in the parts
+    (`gemm_objects`, kept in `store`)."""
     from onnxjit.codegen import workers
 
     if not salt:  # kernels' names and fingerprints: symbol names need not be unique
@@ -165,9 +168,17 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
             listener.begin(f"llvm in {min(n_jobs, total)} workers: {done}/{total}")
 
     t0 = time.perf_counter()
-    parts, (obj, entry, entry_py, fastcall, side_result), cpu = workers.compile_groups(
-        program, plan, groups, prefix, n_jobs,
-        lambda text, lsr: compile_module(text, opt_level, None, lsr), entry_object, on_group)
+    gemm_objects.load(store)
+    with gemm_objects.claiming():
+        results, (obj, entry, entry_py, fastcall, side_result), cpu = workers.compile_groups(
+            program, plan, groups, prefix, n_jobs,
+            lambda text, lsr: compile_module(text, opt_level, None, lsr), entry_object,
+            on_group)
+    used: set[str] = set()
+    for _, names, fresh in results:
+        gemm_objects.remember(fresh, store)
+        used.update(names)
+    parts = [*gemm_objects.parts(used), *(code for code, _, _ in results)]
     wall = time.perf_counter() - t0
     busy = sum(cpu.values()) or 1.0
     for stage, seconds in cpu.items():  # the wall time, split as the workers spent theirs

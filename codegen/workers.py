@@ -242,17 +242,25 @@ def _worker(work: Callable[[int], Any], tasks: int, out: int) -> None:
 
 
 def _compile_group(program: Program, plan: KernelPlan, group: list[int], prefix: str,
-                   compile_text: Callable[[str, bool], bytes]) -> bytes:
-    from onnxjit.codegen import target
-    from onnxjit.codegen.gemm_micro import module_text
+                   compile_text: Callable[[str, bool], bytes]
+                   ) -> tuple[bytes, list[str], dict[str, bytes]]:
+    """(object code, names of the shared microkernels it calls, the object code of those this
+    process had to compile: `gemm_objects`)."""
+    from onnxjit.codegen import gemm_objects, target
+    from onnxjit.codegen.gemm_micro import module_text, used_keys
     from onnxjit.codegen.modules import new_module
 
+    shared = gemm_objects.SHARED
     with timed("llvm-ir"):
         triple, _, _ = target.host()
         module = new_module(f"{prefix}.group", triple, target.data_layout())
         translate_kernels(module, program, plan, group, prefix, external=True)
-        text = module_text(module)
-    return compile_text(text, keeps_lsr(program, group))
+        text = module_text(module, shared)
+        keys = used_keys(module) if shared else []
+    mine = gemm_objects.claim(keys)
+    code = compile_text(text, keeps_lsr(program, group))
+    fresh = gemm_objects.objects_for(mine, lambda t: compile_text(t, True))
+    return code, [k.name() for k in keys], fresh
 
 
 def _portable(e: BaseException) -> BaseException:

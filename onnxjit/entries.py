@@ -130,6 +130,44 @@ def pool_key() -> str:
                               __version__)
 
 
+class MicroStore:
+    """The disk cache's entry holding the GEMM microkernels' object code compiled so far on
+    this host (`codegen.gemm_objects`): a dict of name -> object code, one entry per host and
+    compiler (`micro_key`). A write merges with what the entry holds (another process may have
+    added some); a lost race only means compiling a microkernel again."""
+
+    def __init__(self, disk: cache_mod.DiskCache):
+        self.disk = disk
+        self.ident = str(disk.folder)
+
+    def get(self) -> dict[str, bytes]:
+        entry = self.disk.get(micro_key())
+        if entry is None:
+            return {}
+        try:
+            blobs = {blob: bytes(entry.blobs[blob]) for blob in set(entry.meta["names"].values())}
+            return {name: blobs[blob] for name, blob in entry.meta["names"].items()}
+        except (KeyError, AttributeError, TypeError):
+            cache_mod.STATS.disk_errors += 1
+            return {}
+
+    def put(self, objects: dict[str, bytes]) -> None:
+        """Store `objects` (name -> object code; one object may define several names)."""
+        merged = {**self.get(), **objects}
+        blobs = {code: f"o{i}" for i, code in enumerate(dict.fromkeys(merged.values()))}
+        meta = {"what": "GEMM microkernels", "names": {n: blobs[c] for n, c in merged.items()}}
+        self.disk.put(micro_key(), cache_mod.Entry(meta, {b: c for c, b in blobs.items()}))
+
+
+def micro_key() -> str:
+    """The disk-cache key of the GEMM microkernels' object code on this host."""
+    from onnxjit.hostinfo import compiler_id, host_id
+    from onnxjit.version import __version__
+
+    return cache_mod.make_key("micro", host_id(), compiler_id(), str(cache_mod.FORMAT),
+                              __version__)
+
+
 def _object_meta(obj: Any) -> dict[str, Any]:
     return {"entry": obj.entry, "entry_py": obj.entry_py, "fastcall": obj.fastcall,
             "n_io": obj.n_io, "n_consts": obj.n_consts, "uses_pool": obj.uses_pool,

@@ -347,12 +347,13 @@ class CompiledModel(Interface, StageLookups):
         """(object code, its linked library, the worker pool's code) of a loop program;
         `key` (its cache key) names its symbols."""
         from onnxjit.codegen import compile_program, load_object
-        from onnxjit.entries import pool_wanted
+        from onnxjit.entries import MicroStore, pool_wanted
 
         obj = compile_program(program, opt_level=self.options.opt_level,
                               dump=dumper.write if dumper.folder is not None else None,
                               salt=key, side=pool_wanted(program, self.options.num_threads,
-                                                         self._disk))
+                                                         self._disk),
+                              store=MicroStore(self._disk))
         with timed("link"):
             return obj, load_object(obj), ensure_pool(obj.uses_pool, self.options.num_threads,
                                                       disk=self._disk, built=obj.side)

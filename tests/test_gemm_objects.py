@@ -1,0 +1,79 @@
+"""The GEMM microkernels compiled once per host (`codegen.gemm_objects`): a program compiled in
+parts links them as parts of its own, the same bits as defining them in every module; a
+process compiles each once, and a process whose disk cache holds them compiles none."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from models import mlp
+
+import onnxjit
+from onnxjit import runtime
+from onnxjit.codegen import gemm_objects
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes need fork")
+
+
+@pytest.fixture
+def fresh_table(monkeypatch):
+    """An empty table of microkernel objects, and a record of those workers compiled."""
+    monkeypatch.setattr(gemm_objects, "_OBJECTS", {})
+    monkeypatch.setattr(gemm_objects, "_loaded", set())
+    monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", "2")
+    runtime._MEMORY.clear()
+    compiled: list[str] = []
+    remember = gemm_objects.remember
+
+    def recording(fresh, store):
+        compiled.extend(fresh)
+        remember(fresh, store)
+
+    monkeypatch.setattr(gemm_objects, "remember", recording)
+    return compiled
+
+
+def _x(rows=37):
+    return np.random.default_rng(rows).standard_normal((rows, 784)).astype(np.float32)
+
+
+def test_shared_microkernels_give_the_same_bits(fresh_table, monkeypatch):
+    x = _x()
+    shared = onnxjit.compile(mlp(seed=4), cache_dir=False, tiered=False)
+    y_shared = shared(x)[0]
+    assert fresh_table  # the workers compiled the microkernels on their own
+    assert len(shared._last.library.parts) > 3  # microkernels, then the kernel groups
+    runtime._MEMORY.clear()
+    monkeypatch.setattr(gemm_objects, "SHARED", False)
+    inline = onnxjit.compile(mlp(seed=4), cache_dir=False, tiered=False)
+    np.testing.assert_array_equal(inline(x)[0], y_shared)
+
+
+def test_a_process_compiles_each_microkernel_once(fresh_table):
+    onnxjit.compile(mlp(seed=5), cache_dir=False, tiered=False)(_x())
+    first = set(fresh_table)
+    assert first
+    fresh_table.clear()
+    fn = onnxjit.compile(mlp(sizes=(784, 256, 300, 10), seed=6), cache_dir=False,
+                         tiered=False)
+    y = fn(_x(9))[0]
+    assert not set(fresh_table) & first  # none of the first model's again
+    assert y.shape == (9, 10) and np.isfinite(y).all()
+
+
+def test_the_disk_cache_keeps_them_for_the_next_process(fresh_table, tmp_path, monkeypatch):
+    onnxjit.compile(mlp(seed=7), cache_dir=tmp_path, tiered=False)(_x(39))
+    assert fresh_table
+    # a "new process": an empty table, the same disk cache, another model with the same tiles
+    monkeypatch.setattr(gemm_objects, "_OBJECTS", {})
+    monkeypatch.setattr(gemm_objects, "_loaded", set())
+    runtime._MEMORY.clear()
+    fresh_table.clear()
+    fn = onnxjit.compile(mlp(seed=8), cache_dir=tmp_path, tiered=False)
+    x = _x(21)  # another batch size, the same row tiles
+    y = fn(x)[0]
+    assert fresh_table == []
+    ref = onnxjit.compile(mlp(seed=8), cache_dir=False, tiered=False, specialize="shape")
+    np.testing.assert_allclose(y, ref(x)[0], rtol=1e-5, atol=1e-6)
