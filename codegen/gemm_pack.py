@@ -7,7 +7,7 @@ microkernel reads a panel's rows contiguously. B not transposed: a row of a pane
 len(lanes) vector loads (the edge vector's lanes masked, the rest of it zeros) and stores.
 B transposed: the window's row col+jj (contiguous in k) becomes packed column jj; a packed
 row (one depth kk) gathers element kk of each of the window's rows; the columns past the edge
-(`width`, an int or a run-time value) are zeroed.
+(`width`, an int or a run-time value) are zeroed, up to the columns the microkernel reads.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from onnxjit.codegen.irutil import for_range, i64c, no_unroll_md
 
 
 def pack(t: Any, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
-         lanes: list, width: Any = None) -> None:
-    """Pack for the `TileGemm` `t` (see the module docstring)."""
+         lanes: list, width: Any = None, used: ir.Value | None = None) -> None:
+    """Pack for the `TileGemm` `t` (see the module docstring); `used`: the columns of a
+    panel the microkernel reads, when fewer than its width (the zeros stop there)."""
     s, b = t.s, t.b
     pw = len(lanes) * t.vl
     if width is None:
@@ -67,11 +68,11 @@ def pack(t: Any, pc: ir.Value, kc: ir.Value, col0: ir.Value, npanels: ir.Value,
         if isinstance(width, int):
             return
 
-        def zero_col(jj: ir.Value) -> None:  # the columns past the run-time edge
-            for_range(b, 0, kc, 1, lambda kk: b.store(
-                ir.Constant(t.ety, 0.0), t.gep(t.bp, t.add(
-                    dst0, t.add(t.mul(kk, pw), jj))), align=t.isz), "pz")
+        def zero_row(kk: ir.Value) -> None:  # the columns past the run-time edge
+            row = t.add(dst0, t.mul(kk, pw))
+            for_range(b, width, used or i64c(pw), 1, lambda jj: b.store(
+                ir.Constant(t.ety, 0.0), t.gep(t.bp, t.add(row, jj)), align=t.isz), "pzj")
 
-        for_range(b, width, i64c(pw), 1, zero_col, "pzj")
+        for_range(b, 0, kc, 1, zero_row, "pz")
 
     for_range(b, 0, npanels, 1, panel, "pp")

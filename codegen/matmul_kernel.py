@@ -305,18 +305,26 @@ class TileGemm:
         self.loop(0, full, self.ncp,
                   lambda p0: self.block(self.mul(p0, self.nr),
                                         imin(b, i64c(self.ncp), b.sub(full, p0)), lanes), "jc")
-        # the edge panel in as many vectors as its columns need (one copy of the tile code
-        # per count): a narrow run-time n would otherwise run every vector, most fully masked
+        # the edge panel in as many vectors as its columns need (a tile call per count): a
+        # narrow run-time n would otherwise run every vector, most fully masked. One depth
+        # loop and one packing at full width (the lanes past `w` zeros) serve every count:
+        # a copy of them per count was two thirds of an attention-score kernel's LLVM time
         nv = b.udiv(b.add(w, i64c(self.vl - 1)), i64c(self.vl))
-        for v in range(1, self.nrv + 1):
-            with b.if_then(b.icmp_signed("==", nv, i64c(v))):
-                edge = [self.vl] * (v - 1) + [b.sub(w, i64c((v - 1) * self.vl))]
-                self.block(self.mul(full, self.nr), i64c(1), edge, width=w)
+        with b.if_then(b.icmp_signed(">", w, i64c(0))):
+            counts = [(b.icmp_signed("==", nv, i64c(v)),
+                       [self.vl] * (v - 1) + [b.sub(w, i64c((v - 1) * self.vl))])
+                      for v in range(1, self.nrv + 1)]
+            self.block(self.mul(full, self.nr), i64c(1),
+                       [b.sub(w, i64c(v * self.vl)) for v in range(self.nrv)], width=w,
+                       counts=counts, nv=nv)
 
-    def block(self, col0: ir.Value, npanels: ir.Value, lanes: list, width: Any = None
-              ) -> None:
+    def block(self, col0: ir.Value, npanels: ir.Value, lanes: list, width: Any = None,
+              counts: list | None = None, nv: ir.Value | None = None) -> None:
         """Columns col0 .. col0 + npanels panels (each of len(lanes) vectors); `width` the
-        columns of the edge panel when they are counted at run time."""
+        columns of the edge panel when they are counted at run time; `counts`: (condition,
+        lanes) pairs, the tile calls of the edge panel by its vectors in use (`lanes` then
+        the packing's, a vector's lanes counted from the columns left; `nv` the vectors in
+        use, whose columns alone the packing zeroes past `width`)."""
         s, b = self.s, self.b
         pw = len(lanes) * self.vl  # packed panel width
         if width is None:
@@ -333,7 +341,8 @@ class TileGemm:
                 first = b.icmp_signed("==", pc, i64c(0))
             last = True if k_static else b.icmp_signed(">=", b.add(pc, kc), self.v(self.K))
             if self.bp is not None:
-                pack(self, pc, kc, col0, npanels, lanes, width)
+                pack(self, pc, kc, col0, npanels, lanes, width,
+                     None if nv is None else b.mul(nv, i64c(self.vl)))
             pstride = b.mul(kc, i64c(pw), flags=["nsw"])
 
             def one(p: ir.Value, i: ir.Value, mr: int, valid: ir.Value | None) -> None:
@@ -347,7 +356,14 @@ class TileGemm:
                 else:
                     bptr, ldb = self.gep(self.bp, b.mul(p, pstride, flags=["nsw"])), pw
                 fetch = self.fetch_a and b.icmp_signed("==", p, i64c(0))
-                self.micro(i, mr, lanes, col, pc, kc, bptr, ldb, first, fetch, last, valid)
+                for cond, used in counts or [(None, lanes)]:
+                    if cond is None:
+                        self.micro(i, mr, used, col, pc, kc, bptr, ldb, first, fetch, last,
+                                   valid)
+                        continue
+                    with b.if_then(cond):
+                        self.micro(i, mr, used, col, pc, kc, bptr, ldb, first, fetch, last,
+                                   valid)
 
             def rows(tile: Callable[..., None]) -> None:
                 if not isinstance(self.M, int):

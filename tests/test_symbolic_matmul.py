@@ -145,3 +145,25 @@ def test_every_row_tail(n):
         np.testing.assert_allclose(y, np.maximum(ref + bias, 0), rtol=1e-4, atol=1e-4,
                                    err_msg=str(rows))
     _one_program(fn)
+
+
+@pytest.mark.parametrize("et", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_every_column_edge_of_scores(et):
+    """Attention scores Q @ K^T / 8 with run-time rows and columns (K's rows: a growing KV
+    cache): columns around every count of vectors in the edge panel (one to a panel's worth,
+    each with its lanes counted at run time), the scale in the tile's stores, one program."""
+    m = _model([helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+                helper.make_node("MatMul", ["q", "kt"], ["s"]),
+                helper.make_node("Div", ["s", "eight"], ["y"])],
+               [helper.make_tensor_value_info("q", et, [2, "S", 64]),
+                helper.make_tensor_value_info("k", et, [2, "T", 64])],
+               [helper.make_tensor_value_info("y", et, [2, "S", "T"])],
+               [numpy_helper.from_array(np.array(8.0, NP[et]), "eight")])
+    fn = _compile(m)
+    for s, t in [(1, 1), (3, 16), (1, 17), (7, 31), (1, 33), (2, 48), (1, 49), (6, 63),
+                 (1, 64), (9, 65), (1, 100), (13, 127), (1, 128), (4, 130), (1, 0), (0, 5)]:
+        q, k = _data((2, s, 64), et), _data((2, t, 64), et)
+        y, = fn(q, k)
+        ref = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 2, 1) / 8
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{s} x {t}")
+    _one_program(fn)
