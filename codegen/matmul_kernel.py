@@ -213,14 +213,16 @@ class TileGemm:
     def micro(self, i: ir.Value, mr: int, lanes: list, col: ir.Value, pc: ir.Value,
               kc: ir.Value, bptr: ir.Value, ldb: int | ir.Value,
               first: ir.Value | bool | None, fetch: ir.Value | bool,
-              last: ir.Value | bool = True, valid: ir.Value | None = None) -> None:
+              last: ir.Value | bool = True, valid: ir.Value | None = None,
+              epilogue: bool = True) -> None:
         """C[i:i+mr, col:col+sum(lanes)] (+)= alpha * A'[i:i+mr, pc:pc+kc] @ Bpanel by a call
         of the shared microkernel (`gemm_micro`): row kk of the B panel at bptr + kk*ldb;
         `first` (True: always, an i1, None: never) selects overwriting C instead of adding;
         `fetch` (a bool or an i1): prefetch the next tile's A rows. `last` (True, or an i1:
         the depth block is the product's last) says when the stores are final: then the
-        epilogue (`self.epi`), if any, runs on the stored tile. `valid` (a run-time m): the
-        tile's first `valid` rows are C's, the others are computed on row i and not stored."""
+        epilogue (`self.epi`), if any, runs on the stored tile (unless not `epilogue`: the
+        caller runs it, `final`). `valid` (a run-time m): the tile's first `valid` rows are
+        C's, the others are computed on row i and not stored."""
         b = self.b
         edge = lanes[-1]
         masked = not isinstance(edge, int) or edge < self.vl
@@ -245,18 +247,25 @@ class TileGemm:
                     b.call(micro_function(b.module, key._replace(fetch=True)), args)
                 with no:
                     b.call(micro_function(b.module, key), args)
+        if epilogue:
+            self.final(i, mr, lanes, col, valid, last)
+
+    def final(self, i: ir.Value, mr: int, lanes: list, col: ir.Value, valid: ir.Value | None,
+              last: ir.Value | bool) -> None:
+        """The epilogue, if any, on a tile whose depth block is the product's `last`."""
         if self.epi is None:
             return
         if last is True:
             self.epilogue(i, mr, lanes, col, valid)
             return
-        with b.if_then(last):
+        with self.b.if_then(last):
             self.epilogue(i, mr, lanes, col, valid)
 
     def epilogue(self, i: ir.Value, mr: int, lanes: list, col: ir.Value,
                  valid: ir.Value | None) -> None:
         """The fused epilogue on the tile the microkernel just stored (in L1): a loop over
-        its rows that are C's (kept rolled: one copy of the epilogue's code per tile shape)."""
+        its rows that are C's (kept rolled: one copy of the epilogue's code per tile shape;
+        vectors whose lanes are counted at run time run only when they have some)."""
         b = self.b
 
         def row(q: ir.Value) -> None:
@@ -264,10 +273,17 @@ class TileGemm:
             self.epi.row(b, r)
             base = self.add(self.c_off, self.mul(r, self.LDC), col)
             for v, ln in enumerate(lanes):
-                p = self.gep(self.pc, self.add(base, i64c(v * self.vl)))
-                out = self.epi.apply(b, self.add(col, i64c(v * self.vl)),
-                                     self.vload(p, ln, self.isz), ln, self.vload)
-                self.vstore(out, p, ln)
+                if v and not isinstance(ln, int):  # an edge's vector past its columns: none
+                    with b.if_then(b.icmp_signed(">", ln, i64c(0))):
+                        vector(base, v, ln)
+                else:
+                    vector(base, v, ln)
+
+        def vector(base: ir.Value, v: int, ln: int | ir.Value) -> None:
+            p = self.gep(self.pc, self.add(base, i64c(v * self.vl)))
+            out = self.epi.apply(b, self.add(col, i64c(v * self.vl)),
+                                 self.vload(p, ln, self.isz), ln, self.vload)
+            self.vstore(out, p, ln)
 
         for_range(b, 0, i64c(mr) if valid is None else valid, 1, row, "er",
                   loop_md=no_unroll_md(b.module))
@@ -356,14 +372,14 @@ class TileGemm:
                 else:
                     bptr, ldb = self.gep(self.bp, b.mul(p, pstride, flags=["nsw"])), pw
                 fetch = self.fetch_a and b.icmp_signed("==", p, i64c(0))
-                for cond, used in counts or [(None, lanes)]:
-                    if cond is None:
-                        self.micro(i, mr, used, col, pc, kc, bptr, ldb, first, fetch, last,
-                                   valid)
-                        continue
+                if counts is None:
+                    self.micro(i, mr, lanes, col, pc, kc, bptr, ldb, first, fetch, last, valid)
+                    return
+                for cond, used in counts:  # then one epilogue, its lanes counted at run time
                     with b.if_then(cond):
                         self.micro(i, mr, used, col, pc, kc, bptr, ldb, first, fetch, last,
-                                   valid)
+                                   valid, epilogue=False)
+                self.final(i, mr, lanes, col, valid, last)
 
             def rows(tile: Callable[..., None]) -> None:
                 if not isinstance(self.M, int):
