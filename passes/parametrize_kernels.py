@@ -19,8 +19,10 @@ Algorithm (the last pass on the loop IR):
    its max pools 1.5x slower). Of a float Matmul, the depth, leading dims and offsets are slots
    (`MATMUL_FIELDS`: the tiled GEMM runs its depth in blocks whatever it is, and its row split
    estimates a run-time depth by its hint), never m and n (the driver's tiles and tails are
-   chosen for them); integer products are left alone (their AMX and VNNI kernels want a constant
-   depth);
+   chosen for them) unless n is counted at run time already (a symbolic program's pointwise
+   convs: then m is a slot too, `RUNTIME_M`; the loop of the product's epilogue over its rows
+   has to be one, MIN_TRIP rows or more, for two layers to share a function); integer
+   products are left alone (their AMX and VNNI kernels want a constant depth);
 2) a kernel's skeleton is its canonical text (`ir.loop_canon.kernel_key`, buffers named by
    argument, no shapes) with every slot replaced by a placeholder variable; kernels without a
    `Check` and with equal skeletons form a group;
@@ -89,7 +91,9 @@ INNER_CONSTANT = True
 #: the fields of a float Matmul that are slots (see the module docstring)
 MATMUL_FIELDS = ("k", "lda", "ldb", "ldc", "c_off", "a_off", "b_off")
 MATMUL = True
-_SIZE_FIELDS = ("k", "lda", "ldb", "ldc")  # ints, not operands, when constant
+#: a product whose n is counted at run time (a symbolic program's) also has m as a slot
+RUNTIME_M = True
+_SIZE_FIELDS = ("m", "k", "lda", "ldb", "ldc")  # ints, not operands, when constant
 
 
 class _Slot:
@@ -143,9 +147,13 @@ def _slots(body: list[Stmt], out: list[_Slot], inner: bool = False, depth: int =
             _slots(s.body, out, innermost, depth + 1)
 
 
+def _runtime_m(s: Matmul) -> bool:
+    return RUNTIME_M and not isinstance(s.n, int) and isinstance(s.m, int)
+
+
 def _matmul_slots(products: list[Matmul], out: list[_Slot]) -> None:
     for s in products:
-        for f in MATMUL_FIELDS:
+        for f in (*MATMUL_FIELDS, "m") if _runtime_m(s) else MATMUL_FIELDS:
             x = getattr(s, f)
             if isinstance(x, int) and not isinstance(x, bool):
                 x = i64(x)

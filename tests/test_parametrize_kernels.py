@@ -164,3 +164,43 @@ def test_channel_divisors_become_parameters(monkeypatch, depth):
     depthwise = re.findall(r'^define [^@]*@"[^"]*\.k\d+\.conv_depthwise\w*"\(', fn.ir("llvm"),
                            re.M)
     assert len(depthwise) == (1 if depth >= 1 else 3)
+
+
+def _pointwise_chain(channels=(16, 128, 160, 144)) -> tuple[object, np.ndarray]:
+    """1x1 convs (+ bias + Relu) from one channel count to the next: products differing in
+    their rows (output channels; a thread's half of them at least `MIN_TRIP`, the epilogue's
+    row loop) and depth."""
+    rs = np.random.RandomState(2)
+    nodes, inits, x = [], [], "x"
+    for k, (c, m) in enumerate(zip(channels, channels[1:])):
+        w = numpy_helper.from_array((0.3 * rs.randn(m, c, 1, 1)).astype(np.float32), f"w{k}")
+        b = numpy_helper.from_array(rs.randn(m).astype(np.float32), f"b{k}")
+        inits += [w, b]
+        nodes += [helper.make_node("Conv", [x, w.name, b.name], [f"c{k}"]),
+                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"])]
+        x = f"r{k}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, channels[0], "h", "w"])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model, rs.randn(1, channels[0], 20, 64).astype(np.float32)
+
+
+@pytest.mark.parametrize("runtime_m", [False, True])
+def test_symbolic_products_of_other_rows_share_a_function(monkeypatch, runtime_m):
+    """A symbolic program's pointwise convs, whose columns (pixels) are counted at run time,
+    take their rows (output channels) as a parameter too: fewer functions for the three
+    layers (three without; a layer split over threads by rows has other loops than one
+    that is not), matching onnxruntime at several image sizes."""
+    model, x = _pointwise_chain()
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    monkeypatch.setattr(parametrize_kernels, "RUNTIME_M", runtime_m)
+    model.doc_string = f"runtime m {runtime_m}"  # another model: no in-memory cache hit
+    fn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
+    for h, w in ((20, 64), (1, 1), (5, 70), (9, 31), (24, 100)):
+        xs = np.ascontiguousarray(np.resize(x, (1, 16, h, w)))
+        want = sess.run(None, {"x": xs})[0]
+        np.testing.assert_allclose(fn(xs)[0], want, rtol=1e-4, atol=1e-4)
+    products = re.findall(r'^define [^@]*@"[^"]*\.k\d+\.conv_gemm\w*"\(', fn.ir("llvm"), re.M)
+    assert len(products) < 3 if runtime_m else len(products) == 3
