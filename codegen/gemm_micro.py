@@ -23,7 +23,9 @@ The function, `void (ptr a, i64 lda, ptr b, i64 ldb, i64 kc, ptr c, i64 ldc, i1 
   and broadcasts MR values of A' into MR * NV FMAs (and, when `fetch`, prefetches row
   kk mod MR of the next tile, `a_next` + (kk mod MR)*lda + kk + PREFETCH_A elements: one line
   a step of the rows the hardware prefetcher does not follow). Then C = alpha * acc when
-  `overwrite`, else C += alpha * acc (one FMA: bit for bit the old `old + acc` for alpha = 1).
+  `overwrite`, else C += alpha * acc (one FMA); a key without `scaled` (alpha = 1, most
+  products) stores acc or old + acc, the same bits without the multiplies (a shared function
+  cannot have alpha = 1 folded in by LLVM, and a small depth's call is short).
   With `rows` in the key only the first `valid` rows are C's: the others compute row 0 again
   and their stores are skipped (a branch per row).
 The epilogue a product fuses (bias, activation, residual: `epilogue_fuse`) runs at the call
@@ -61,9 +63,10 @@ class MicroKey(NamedTuple):
     trans: bool  # A' is A transposed (its k stride is lda, its row stride 1)
     fetch: bool  # prefetch the next tile's A rows
     rows: bool  # the first `valid` rows alone are C's
+    scaled: bool = False  # alpha is not 1 (else the `alpha` argument is not read)
 
     def name(self) -> str:
-        flags = "".join(c for c, on in zip("mtfr", self[3:]) if on)
+        flags = "".join(c for c, on in zip("mtfrs", self[3:]) if on)
         sfx = "f32" if self.itemsize == 4 else "f64"
         return f"onnxjit.gemm.{sfx}.{self.mr}x{self.nv}" + (f".{flags}" if flags else "")
 
@@ -228,8 +231,11 @@ class _Builder:
         for v in range(nv):
             p = self.gep(crow, i64c(v * self.vl))
             acc = accs[q * nv + v]
-            out = (b.call(self.fma, [va, acc, self.load(p, mask(v), isz)]) if plus
-                   else b.fmul(va, acc))
+            if not self.key.scaled:  # alpha = 1: bit for bit the scaled forms' results
+                out = b.fadd(acc, self.load(p, mask(v), isz)) if plus else acc
+            else:
+                out = (b.call(self.fma, [va, acc, self.load(p, mask(v), isz)]) if plus
+                       else b.fmul(va, acc))
             self.store(out, p, mask(v), isz)
 
     def load(self, p: ir.Value, m: ir.Value | None, align: ir.Constant) -> ir.Value:

@@ -1,9 +1,10 @@
-"""The GEMM microkernels' object code, compiled once per host and shared by every program.
+"""The GEMM microkernels' object code, compiled once per host and shared by symbolic programs.
 
-Every module of a program compiled in parts (`workers`) used to define the microkernels its
-kernels call (`gemm_micro`): ResNet-50's seven kernel groups compiled 51 functions of 33 kinds,
-and a process compiling a model for several shapes compiled them again for each. That was a
-fifth of its LLVM time (0.65 of 3.6 worker-seconds). Now:
+Every module of a program compiled in parts (`workers`) defines the microkernels its kernels
+call (`gemm_micro`): ResNet-50's seven kernel groups compile 51 functions of 33 kinds, a fifth
+of its LLVM time, and a process compiling a model for several shapes compiles them again for
+each. A symbolic program (the one program of a dynamic-shape stream, compiled while tier 0
+answers its first calls: `shares`) links shared ones instead:
 1) a group's module declares the microkernels instead (`gemm_micro.module_text(shared=True)`),
    and the worker finds the keys it used (`gemm_micro.used_keys`);
 2) of those, the worker compiles the ones this process's table lacks (`_OBJECTS`, inherited
@@ -19,11 +20,13 @@ fifth of its LLVM time (0.65 of 3.6 worker-seconds). Now:
    before (`elf_loader`).
 The names are global (`onnxjit.gemm.f32.6x4...`), fixed by the key: each program links its
 own copy, so two programs never share code, and a cached artifact holds what it links.
-The functions lose what internal linkage gave (arguments every call passes alike folded into
-the body: alpha = 1, constant strides) and get the attributes LLVM inferred for them
-(`gemm_micro.shared_header`). Measured steady state (this Intel host, three builds of each
-variant timed interleaved, since the placement of a build's buffers moves a product by 5%):
-BERT-tiny 0.98-0.99x, ResNet-50 0.98x, a 64x784x512 product 0.99x, an MLP 1.04x.
+The functions lose what internal linkage gave (LLVM specialising them to the constant
+strides and depths their calls pass) and get the attributes LLVM inferred for them
+(`gemm_micro.shared_header`); alpha = 1 is a key of its own (`MicroKey.scaled`). Only
+symbolic programs share them (`shares`): measured steady state (this Intel host, several builds
+of each variant timed interleaved, since the placement of a build's buffers moves a product
+by 5%), shared against own copies: ResNet-50 1.00x, SqueezeNet 0.97x; the streams of the
+bench's OCR recognizer 0.98x, decoder 0.99x, MiniLM 0.99x.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from typing import Protocol
 
 from onnxjit.codegen import target
 from onnxjit.codegen.gemm_micro import MicroKey, library_module, module_text, shared_header
+from onnxjit.ir.loops import Program
 
-#: Compile the microkernels once per host (above); False defines them in every module.
+#: Compile a symbolic program's microkernels once per host (above); False defines them in
+#: every module, as a program of one signature always does (`shares`).
 SHARED = True
 #: object code by microkernel name, for this host; `_loaded`: the stores already read
 _OBJECTS: dict[str, bytes] = {}
@@ -55,6 +60,15 @@ class ObjectStore(Protocol):
     def get(self) -> dict[str, bytes]: ...
 
     def put(self, objects: dict[str, bytes]) -> None: ...
+
+
+def shares(program: Program) -> bool:
+    """Whether `program`'s modules call shared microkernels: a symbolic program's (its sizes
+    known at run time). One of a single signature keeps its own copies, which LLVM
+    specialises to the constant strides and depths of their calls: shared ones were 3-4%
+    slower there (ResNet-50 and SqueezeNet, three builds of each variant timed interleaved),
+    where a symbolic program's streams ran within 1-2%."""
+    return SHARED and not all(b.is_static for b in program.buffers)
 
 
 def load(store: ObjectStore | None) -> None:

@@ -229,7 +229,7 @@ class TileGemm:
         if any(not isinstance(x, int) or x != self.vl for x in lanes[:-1]):
             raise CompileError("the tiled GEMM's panels have full vectors but the last")
         key = MicroKey(self.isz, mr, len(lanes), masked, self.s.a_trans, False,
-                       valid is not None)
+                       valid is not None, float(self.s.alpha) != 1.0)
         over = {True: ir.Constant(I1, 1), None: ir.Constant(I1, 0)}.get(first, first)
         a_next = (b.gep(self.pa, [self.add(self.a_off, self.mul(self.add(i, i64c(mr)),
                                                                  self.LDA), pc)],

@@ -250,7 +250,7 @@ def _compile_group(program: Program, plan: KernelPlan, group: list[int], prefix:
     from onnxjit.codegen.gemm_micro import module_text, used_keys
     from onnxjit.codegen.modules import new_module
 
-    shared = gemm_objects.SHARED
+    shared = gemm_objects.shares(program)
     with timed("llvm-ir"):
         triple, _, _ = target.host()
         module = new_module(f"{prefix}.group", triple, target.data_layout())

@@ -1,6 +1,7 @@
-"""The GEMM microkernels compiled once per host (`codegen.gemm_objects`): a program compiled in
-parts links them as parts of its own, the same bits as defining them in every module; a
-process compiles each once, and a process whose disk cache holds them compiles none."""
+"""The GEMM microkernels compiled once per host (`codegen.gemm_objects`): a symbolic program
+compiled in parts links them as parts of its own, the same bits as defining them in every
+module; a process compiles each once, and a process whose disk cache holds them compiles none;
+a program of one signature keeps its own copies."""
 
 from __future__ import annotations
 
@@ -39,40 +40,52 @@ def _x(rows=37):
     return np.random.default_rng(rows).standard_normal((rows, 784)).astype(np.float32)
 
 
+def _symbolic(model, cache_dir=False):
+    return onnxjit.compile(model, cache_dir=cache_dir, tiered=False, specialize="dynamic")
+
+
 def test_shared_microkernels_give_the_same_bits(fresh_table, monkeypatch):
     x = _x()
-    shared = onnxjit.compile(mlp(seed=4), cache_dir=False, tiered=False)
+    shared = _symbolic(mlp(seed=4))
     y_shared = shared(x)[0]
     assert fresh_table  # the workers compiled the microkernels on their own
     assert len(shared._last.library.parts) > 3  # microkernels, then the kernel groups
     runtime._MEMORY.clear()
     monkeypatch.setattr(gemm_objects, "SHARED", False)
-    inline = onnxjit.compile(mlp(seed=4), cache_dir=False, tiered=False)
+    inline = _symbolic(mlp(seed=4))
     np.testing.assert_array_equal(inline(x)[0], y_shared)
 
 
+def test_a_program_of_one_signature_keeps_its_own(fresh_table):
+    fn = onnxjit.compile(mlp(seed=3), cache_dir=False, tiered=False, specialize="shape")
+    x = _x()
+    y = fn(x)[0]
+    assert fresh_table == [] and gemm_objects._OBJECTS == {}  # its modules define them
+    np.testing.assert_allclose(y, _symbolic(mlp(seed=3))(x)[0], rtol=1e-5, atol=1e-6)
+    assert fresh_table
+
+
 def test_a_process_compiles_each_microkernel_once(fresh_table):
-    onnxjit.compile(mlp(seed=5), cache_dir=False, tiered=False)(_x())
+    _symbolic(mlp(seed=5))(_x())
     first = set(fresh_table)
     assert first
     fresh_table.clear()
-    fn = onnxjit.compile(mlp(sizes=(784, 256, 300, 10), seed=6), cache_dir=False,
-                         tiered=False)
+    fn = _symbolic(mlp(sizes=(784, 256, 300, 10), seed=6))
     y = fn(_x(9))[0]
     assert not set(fresh_table) & first  # none of the first model's again
     assert y.shape == (9, 10) and np.isfinite(y).all()
 
 
 def test_the_disk_cache_keeps_them_for_the_next_process(fresh_table, tmp_path, monkeypatch):
-    onnxjit.compile(mlp(seed=7), cache_dir=tmp_path, tiered=False)(_x(39))
+    _symbolic(mlp(seed=7), tmp_path)(_x(39))
     assert fresh_table
     # a "new process": an empty table, the same disk cache, another model with the same tiles
     monkeypatch.setattr(gemm_objects, "_OBJECTS", {})
     monkeypatch.setattr(gemm_objects, "_loaded", set())
     runtime._MEMORY.clear()
     fresh_table.clear()
-    fn = onnxjit.compile(mlp(seed=8), cache_dir=tmp_path, tiered=False)
-    x = _x(21)  # another batch size, the same row tiles
+    fn = _symbolic(mlp(seed=8), tmp_path)
+    x = _x(21)
     y = fn(x)[0]
     assert fresh_table == []
     ref = onnxjit.compile(mlp(seed=8), cache_dir=False, tiered=False, specialize="shape")
