@@ -407,7 +407,11 @@ class TileGemm:
 
             rows(tile)
 
-        self.loop(0, self.v(self.K), self.kc, depth, "pc")
+        # a run-time depth of 0 still runs one block (kc = 0): its tiles store C = 0 (or add
+        # nothing) and the epilogue runs on them, as for any other depth
+        depth_end = self.K if isinstance(self.K, int) else b.select(
+            b.icmp_signed(">", self.K, i64c(0)), self.K, i64c(1))
+        self.loop(0, self.v(depth_end), self.kc, depth, "pc")
 
     def runtime_rows(self, tile: Callable[..., None]) -> None:
         """Tiles over a run-time m: MR-row tiles from row 0, then the rows left over (rem):

@@ -167,3 +167,25 @@ def test_every_column_edge_of_scores(et):
         ref = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 2, 1) / 8
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4, err_msg=f"{s} x {t}")
     _one_program(fn)
+
+
+@pytest.mark.parametrize("et", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_zero_depth_at_run_time_runs_the_epilogue(et):
+    """A run-time depth of 0 (an empty sequence feeding a product): C is zeros and the
+    epilogue fused into its stores (here a Max with a constant) still runs on them; depths
+    around it before and after. (Found by the differential fuzzer: all zeros came out.)"""
+    c = _data((1, 1, 1, 4), et)
+    m = _model([helper.make_node("MatMul", ["a", "b"], ["z"]),
+                helper.make_node("Max", ["z", "c"], ["y"])],
+               [helper.make_tensor_value_info("a", et, ["B", 4, 3, "K"]),
+                helper.make_tensor_value_info("b", et, ["B", 4, "K", 4])],
+               [helper.make_tensor_value_info("y", et, ["B", 4, 3, 4])],
+               [numpy_helper.from_array(c, "c")])
+    fn = _compile(m)
+    for bb, kk in ((1, 2), (2, 0), (1, 5), (1, 0), (3, 300), (2, 0)):
+        a, b = _data((bb, 4, 3, kk), et), _data((bb, 4, kk, 4), et)
+        y, = fn(a, b)
+        ref = a.astype(np.float64) @ b
+        np.testing.assert_allclose(y, np.maximum(ref, c), rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{bb} x {kk}")
+    _one_program(fn)
