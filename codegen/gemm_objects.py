@@ -63,12 +63,10 @@ class ObjectStore(Protocol):
 
 
 def shares(program: Program) -> bool:
-    """Whether `program`'s modules call shared microkernels: a symbolic program's (its sizes
-    known at run time). One of a single signature keeps its own copies, which LLVM
-    specialises to the constant strides and depths of their calls: shared ones were 3-4%
-    slower there (ResNet-50 and SqueezeNet, three builds of each variant timed interleaved),
-    where a symbolic program's streams ran within 1-2%."""
-    return SHARED and not all(b.is_static for b in program.buffers)
+    """Whether `program`'s modules call shared microkernels: a symbolic program's. One of a
+    single signature keeps its own copies, which LLVM specialises to the constant strides and
+    depths of their calls (see the module docstring)."""
+    return SHARED and program.symbolic
 
 
 def load(store: ObjectStore | None) -> None:
@@ -130,7 +128,7 @@ def objects_for(keys: list[MicroKey], compile_text: Callable[[str], bytes]
 
 
 def remember(fresh: dict[str, bytes], store: ObjectStore | None) -> None:
-    """Keep objects a worker compiled, here and in `store`."""
+    """Keep objects the workers of a compile compiled, here and in `store` (one write)."""
     new = {name: code for name, code in fresh.items() if name not in _OBJECTS}
     _OBJECTS.update(new)
     if new and store is not None:

@@ -29,6 +29,7 @@ pool) are registered with LLVM once, from the addresses the process's own C libr
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import re
@@ -168,16 +169,20 @@ def _compile_parts(program: Program, plan: Any, groups: list[list[int]], n_jobs:
             listener.begin(f"llvm in {min(n_jobs, total)} workers: {done}/{total}")
 
     t0 = time.perf_counter()
-    gemm_objects.load(store)
-    with gemm_objects.claiming():
+    shared = gemm_objects.shares(program)
+    if shared:
+        gemm_objects.load(store)
+    with gemm_objects.claiming() if shared else contextlib.nullcontext():
         results, (obj, entry, entry_py, fastcall, side_result), cpu = workers.compile_groups(
             program, plan, groups, prefix, n_jobs,
             lambda text, lsr: compile_module(text, opt_level, None, lsr), entry_object,
             on_group)
     used: set[str] = set()
-    for _, names, fresh in results:
-        gemm_objects.remember(fresh, store)
+    fresh: dict[str, bytes] = {}
+    for _, names, compiled in results:
         used.update(names)
+        fresh.update(compiled)
+    gemm_objects.remember(fresh, store)
     parts = [*gemm_objects.parts(used), *(code for code, _, _ in results)]
     wall = time.perf_counter() - t0
     busy = sum(cpu.values()) or 1.0

@@ -121,7 +121,7 @@ def _conv_kernel(program: Program, n: int) -> bool:
 
 def _splits_lsr(program: Program) -> bool:
     """Whether the program's conv kernels go without LSR: it is symbolic (and the rule on)."""
-    return SYMBOLIC_CONV_NO_LSR and not all(b.is_static for b in program.buffers)
+    return SYMBOLIC_CONV_NO_LSR and program.symbolic
 
 
 def keeps_lsr(program: Program, kernels: Iterable[int]) -> bool:
