@@ -362,7 +362,7 @@ class CompiledModel(Interface, StageLookups):
         from onnxjit.entries import native_entry
 
         with timed("cache-write"):
-            self._disk.put(key, native_entry(art, obj, pool_code))
+            self._disk.put_later(key, native_entry(art, obj, pool_code))
 
     def _from_entry(self, sig: tuple, entry: cache_mod.Entry) -> Artifact | None:
         from onnxjit.entries import native_from_entry

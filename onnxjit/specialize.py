@@ -160,7 +160,7 @@ class Specializer:
         sym = SymbolicArtifact.of_program(program, lib, layout_ok(), threads)
         sym.program = program
         with timed("cache-write"):
-            owner._disk.put(key, symbolic_entry(sym, obj, pool_code))
+            owner._disk.put_later(key, symbolic_entry(sym, obj, pool_code))
         return sym
 
     def precompile(self, hints: dict[str, int]) -> dict[str, Any]:
