@@ -8,10 +8,10 @@ key. Everything else that varies between products (depth, strides, pointers, alp
 block's overwrite, the lanes of the edge vector, the rows that are C's) is an argument, so the
 kernels of a CNN whose layers differ in their channel counts call a handful of functions
 instead of each emitting tens of specialised tiles (DenseNet-121: 84 products, 311 tiles).
-LLVM compiles each once per module; internal linkage lets it propagate arguments every call
-passes alike (alpha = 1). A program compiled in parts declares them instead
-(`module_text(module, shared=True)`): their object code is compiled once per host and
-shared by every module (`gemm_objects`).
+LLVM compiles each once per module; internal linkage lets it specialise them to the arguments
+their calls pass. A symbolic program compiled in parts declares them instead
+(`module_text(module, shared=True)`): their object code is compiled once per host and shared
+by its modules and later programs (`gemm_objects`).
 
 The function, `void (ptr a, i64 lda, ptr b, i64 ldb, i64 kc, ptr c, i64 ldc, i1 overwrite,
 <elt> alpha, i64 lanes, ptr a_next, i64 valid)`:

@@ -327,24 +327,24 @@ class TileGemm:
         # a copy of them per count was two thirds of an attention-score kernel's LLVM time
         nv = b.udiv(b.add(w, i64c(self.vl - 1)), i64c(self.vl))
         with b.if_then(b.icmp_signed(">", w, i64c(0))):
-            counts = [(b.icmp_signed("==", nv, i64c(v)),
-                       [self.vl] * (v - 1) + [b.sub(w, i64c((v - 1) * self.vl))])
-                      for v in range(1, self.nrv + 1)]
             self.block(self.mul(full, self.nr), i64c(1),
-                       [b.sub(w, i64c(v * self.vl)) for v in range(self.nrv)], width=w,
-                       counts=counts, nv=nv)
+                       [b.sub(w, i64c(v * self.vl)) for v in range(self.nrv)], width=w, nv=nv)
 
     def block(self, col0: ir.Value, npanels: ir.Value, lanes: list, width: Any = None,
-              counts: list | None = None, nv: ir.Value | None = None) -> None:
+              nv: ir.Value | None = None) -> None:
         """Columns col0 .. col0 + npanels panels (each of len(lanes) vectors); `width` the
-        columns of the edge panel when they are counted at run time; `counts`: (condition,
-        lanes) pairs, the tile calls of the edge panel by its vectors in use (`lanes` then
-        the packing's, a vector's lanes counted from the columns left; `nv` the vectors in
-        use, whose columns alone the packing zeroes past `width`)."""
+        columns of the edge panel when they are counted at run time; `nv` (with `width`): the
+        edge panel's vectors in use, one tile call per count of them (`lanes` then the
+        packing's, a vector's lanes counted from the columns left; the packing zeroes past
+        `width` only the columns of those vectors)."""
         s, b = self.s, self.b
         pw = len(lanes) * self.vl  # packed panel width
         if width is None:
             width = sum(lanes)  # a prepacked panel's width (the edge panel is not padded)
+        counts = None if nv is None else [  # (condition, the lanes of that many vectors)
+            (b.icmp_signed("==", nv, i64c(v)),
+             [self.vl] * (v - 1) + [b.sub(width, i64c((v - 1) * self.vl))])
+            for v in range(1, self.nrv + 1)]
         k_static = isinstance(self.K, int) and self.K <= self.kc
 
         def depth(pc: ir.Value) -> None:
