@@ -22,10 +22,13 @@ The function, `void (ptr a, i64 lda, ptr b, i64 ldb, i64 kc, ptr c, i64 ldc, i1 
   The k loop keeps the MR * NV accumulators in phis; each step loads the NV vectors of a B row
   and broadcasts MR values of A' into MR * NV FMAs (and, when `fetch`, prefetches row
   kk mod MR of the next tile, `a_next` + (kk mod MR)*lda + kk + PREFETCH_A elements: one line
-  a step of the rows the hardware prefetcher does not follow). Then C = alpha * acc when
-  `overwrite`, else C += alpha * acc (one FMA); a key without `scaled` (alpha = 1, most
-  products) stores acc or old + acc, the same bits without the multiplies (a shared function
-  cannot have alpha = 1 folded in by LLVM, and a small depth's call is short).
+  a step of the rows the hardware prefetcher does not follow); when `fetch_b`, a_next is the
+  first row of B's next slice instead, whose row kk (NV lines) is prefetched into L2; when
+  `fetch_at`, the line of A' FETCH_AT steps ahead is (`matmul_kernel.FETCH_B`, `FETCH_AT`).
+  Then C = alpha * acc when `overwrite`, else C += alpha * acc (one FMA); a key without
+  `scaled` (alpha = 1, most products) stores acc or old + acc, the same bits without the
+  multiplies (a shared function cannot have alpha = 1 folded in by LLVM, and a small depth's
+  call is short).
   With `rows` in the key only the first `valid` rows are C's: the others compute row 0 again
   and their stores are skipped (a branch per row).
 The epilogue a product fuses (bias, activation, residual: `epilogue_fuse`) runs at the call
@@ -51,6 +54,15 @@ PTR = ir.PointerType()
 #: alike; prefetching in every panel instead of the first one ~0.7% slower. A non-constant A
 #: (an MLP's activations, already in cache) gets none: 0.97x there.
 PREFETCH_A = 64
+#: Steps ahead that a transposed A' (`MicroKey.fetch_at`) is prefetched into L2: one depth block
+#: of the panels-outer order (`matmul_kernel.KC_OUTER`), so a tile's rows of the next block are
+#: on their way while the panels of this one run. 0 turns it off. A T-form conv's input (A' is
+#: X transposed, `conv.few_positions`) was mostly written by the other thread into its own L2:
+#: the transposed reads, a line per k step, waited on the other core, and its products ran 40%
+#: slower per thread on two threads than on one. Measured against 0 (several builds a variant,
+#: interleaved, two threads, Intel AVX-512 host): ResNet-50 1.065x, eight 1x1 256<->1024
+#: convs at 14x14 1.20x; the streams 0.99-1.02x (noise); locality 2 beat 3 by 5%.
+FETCH_AT = 128
 
 
 class MicroKey(NamedTuple):
@@ -64,9 +76,15 @@ class MicroKey(NamedTuple):
     fetch: bool  # prefetch the next tile's A rows
     rows: bool  # the first `valid` rows alone are C's
     scaled: bool = False  # alpha is not 1 (else the `alpha` argument is not read)
+    fetch_b: bool = False  # prefetch B's next slice (its rows at `a_next`) into L2
+    fetch_at: bool = False  # prefetch A' (transposed) FETCH_AT steps ahead into L2
+
+    @property
+    def prefetches(self) -> bool:
+        return self.fetch or self.fetch_b or self.fetch_at
 
     def name(self) -> str:
-        flags = "".join(c for c, on in zip("mtfrs", self[3:]) if on)
+        flags = "".join(c for c, on in zip("mtfrsba", self[3:]) if on)
         sfx = "f32" if self.itemsize == 4 else "f64"
         return f"onnxjit.gemm.{sfx}.{self.mr}x{self.nv}" + (f".{flags}" if flags else "")
 
@@ -114,7 +132,7 @@ def shared_header(text: str, key: MicroKey) -> str:
     arguments point to (and the prefetch's inaccessible state), keeps no pointer, frees
     nothing, does not synchronise. Without them the caller must assume the call changed any
     memory and reload what it kept in registers (measured: a 64x784x512 product 8% slower)."""
-    memory = "argmem: readwrite" + (", inaccessiblemem: readwrite" if key.fetch else "")
+    memory = "argmem: readwrite" + (", inaccessiblemem: readwrite" if key.prefetches else "")
     head = f'@"{key.name()}"('
     start = text.index(head)
     end = text.index(") noinline nounwind", start)
@@ -149,7 +167,7 @@ class _Builder:
         self.mstore = intrinsic(module, f"llvm.masked.store.{vs}.p0", ir.VoidType(),
                                 [self.vty, PTR, I32, mty])
         self.prefetch = intrinsic(module, "llvm.prefetch.p0", ir.VoidType(),
-                                  [PTR, I32, I32, I32]) if key.fetch else None
+                                  [PTR, I32, I32, I32]) if key.prefetches else None
         fnty = ir.FunctionType(ir.VoidType(), [PTR, I64, PTR, I64, I64, PTR, I64, I1,
                                                self.ety, I64, PTR, I64])
         self.fn = ir.Function(module, fnty, key.name())
@@ -196,9 +214,14 @@ class _Builder:
             if key.fetch:
                 ahead = b.add(b.add(self.mul(b.urem(kk, i64c(key.mr)), lda), kk),
                               i64c(PREFETCH_A))
-                b.call(self.prefetch, [self.gep(a_next, ahead, inbounds=False),
-                                       ir.Constant(I32, 0), ir.Constant(I32, 3),
-                                       ir.Constant(I32, 1)])
+                self.fetch(self.gep(a_next, ahead, inbounds=False), 3)
+            if key.fetch_b:
+                nrow = self.gep(a_next, self.mul(kk, ldb), inbounds=False)
+                for v in range(key.nv):
+                    self.fetch(self.gep(nrow, i64c(v * self.vl), inbounds=False), 2)
+            if key.fetch_at:
+                ahead = self.mul(b.add(kk, i64c(FETCH_AT)), lda)
+                self.fetch(self.gep(a, ahead, inbounds=False), 2)
             acol = self.gep(a, self.mul(kk, lda)) if key.trans else None
             out = []
             for q in range(key.mr):
@@ -237,6 +260,11 @@ class _Builder:
                 out = (b.call(self.fma, [va, acc, self.load(p, mask(v), isz)]) if plus
                        else b.fmul(va, acc))
             self.store(out, p, mask(v), isz)
+
+    def fetch(self, p: ir.Value, locality: int) -> None:
+        """A read prefetch of the line at p (locality 3: into L1, 2: into L2)."""
+        self.b.call(self.prefetch, [p, ir.Constant(I32, 0), ir.Constant(I32, locality),
+                                    ir.Constant(I32, 1)])
 
     def load(self, p: ir.Value, m: ir.Value | None, align: ir.Constant) -> ir.Value:
         if m is None:

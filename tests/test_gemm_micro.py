@@ -117,3 +117,53 @@ def test_microkernel_text_built_once(monkeypatch) -> None:
         texts.append(re.sub(r"onnxjit\.loop\.self\.\d+", "L", gemm_micro.module_text(module)))
     assert len(gemm_micro._TEXTS) == texts[0].count('define internal void @"onnxjit.gemm.') > 0
     assert texts[0] == texts[1] == texts[2]
+
+
+def test_streamed_weights_are_prefetched() -> None:
+    """A product over a prepacked constant B (a layer's weights, read from L3 or DRAM on each
+    call) prefetches B's next slice from its first row tile (a microkernel keyed `b`) when it
+    has more rows than one tile, and A' too when it is read transposed (keyed `a`: a T-form
+    conv's input); a product of one row tile does not prefetch B. All of them right on one
+    thread and on two, past every panel and depth block (the prefetches reach past B)."""
+    import re
+
+    from onnxjit.passes import PassContext, get_pass
+    from onnxjit.passes.plan_memory import run as plan
+
+    rng = np.random.default_rng(7)
+    cases = [(40, 300, 200), (3, 300, 200), (49, 260, 130)]  # the last: A' transposed
+    bufs: list[Buffer] = []
+    kernels: list[Kernel] = []
+    inputs: list[np.ndarray] = []
+    expected: list[np.ndarray] = []
+    for j, (m, k, n) in enumerate(cases):
+        trans = j == 2
+        a = Buffer(f"a{j}", F32, (k, m) if trans else (m, k), "input", slot=j)
+        w = Buffer(f"w{j}", F32, (k, n), "const", slot=j, data=_rand(F32, (k, n), rng))
+        c = Buffer(f"c{j}", F32, (m, n), "output", slot=len(cases) + j)
+        bufs += [a, w, c]
+        inputs.append(_rand(F32, a.shape, rng))
+        bld = Builder()
+        bld.emit(Matmul(c, i64(0), n, a, i64(0), m if trans else k, w, i64(0), n, m, n, k,
+                        a_trans=trans))
+        kernels.append(Kernel(f"mm{j}", bld.body))
+        expected.append((inputs[-1].T if trans else inputs[-1]).astype(np.float64) @ w.data)
+    p = Program(bufs, kernels)
+    assert get_pass("prepack-weights").run(p, PassContext()).changed
+    assert all(s.b_packed for kern in p.kernels for s in kern.body if isinstance(s, Matmul))
+    texts: list[str] = []
+    compile_program(p, dump=lambda name, text: texts.append(text) if name == "llvm.ll" else None)
+    bodies = texts[0].split("\ndefine ")
+
+    def flags(kernel: str) -> set[str]:
+        """The flags of the microkernels that kernel `kernel` (or its tasks) calls."""
+        calls = set()
+        for f in bodies:
+            if f".{kernel}." in f.split("(")[0] or f'@"{kernel}"' in f.split("(")[0]:
+                calls |= set(re.findall(r'call void @"onnxjit\.gemm\.f32\.\d+x\d+\.?([a-z]*)"', f))
+        return calls
+
+    assert any("b" in f for f in flags("mm0")) and not any("a" in f for f in flags("mm0"))
+    assert not any("b" in f for f in flags("mm1"))
+    assert any("b" in f for f in flags("mm2")) and all("a" in f for f in flags("mm2"))
+    _check_threads(plan(p, PassContext()).ir, inputs, cases, expected)
