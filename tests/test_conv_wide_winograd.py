@@ -27,16 +27,6 @@ WIDE = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _few_channels_on_any_host(monkeypatch):
-    """The run-time Winograd's channel floor depends on the host's vector lanes (64 channels
-    with 16 lanes, 16 with 8: `RUNTIME_MIN_CHANNELS`); these convs of 16-96 channels test the
-    route, not the floor, so it is 16 here whatever the host (and no program compiled under
-    another floor is found in memory)."""
-    monkeypatch.setattr(winograd_runtime, "RUNTIME_MIN_CHANNELS", {8: 16, 16: 16})
-    runtime._MEMORY.clear()
-
-
 def _spy(monkeypatch, module, name: str) -> list:
     """Wrap module.name so that each call's result is appended to the returned list."""
     seen: list = []

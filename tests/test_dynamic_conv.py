@@ -258,6 +258,17 @@ def test_db_detector():
     assert served == 4
 
 
+def test_few_channel_convs_take_runtime_winograd(monkeypatch):
+    """A DB detector head's 3x3 convs (few channels, run-time H and W: its 96->24) take the
+    run-time Winograd, 1.4-2x faster than im2col there on 8- and 16-lane hosts alike
+    (`conv.winograd_runtime`), and match tier 0 at every size, images under a tile too."""
+    from onnxjit.ir.ops.conv import runtime_sizes
+
+    calls = _counting(monkeypatch, runtime_sizes, "lower_winograd_runtime")
+    _, served = _check(conv_case(24, 16, 3, pads=[1, 1, 1, 1]), [(1, 20, 40)] + SHAPES, 24)
+    assert calls and served == 1 + len(SHAPES)
+
+
 
 def stem_block_case(c):
     """A 3->c 3x3 stride-2 stem conv + Relu, then a ResNet basic block of c channels."""

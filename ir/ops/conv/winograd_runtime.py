@@ -21,8 +21,8 @@ Blocks are dealt to `parts` parallel iterations, each with its own V and M slot 
 independent of the image size); with fewer blocks than `blocking.MIN_TASKS` by the hints, the
 input transforms run first over (block, chunk of input channels), then the products and
 output transforms over (block, chunk of output channels), as `conv.winograd` does.
-`applies`: the conditions of `winograd.applies`, tile counts taken from the size hints, and
-at least RUNTIME_MIN_CHANNELS channels (by the host's vector lanes) and RUNTIME_MIN_TILES tiles.
+`applies`: the conditions of `winograd.applies` (MIN_CHANNELS, MIN_TILES), tile counts
+taken from the size hints.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from onnxjit.ir.loop_builder import Builder, const
 from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
 from onnxjit.ir.opdef import LowerContext
-from onnxjit.ir.ops.conv.blocking import MIN_TASKS, c_split, for_chunk, host_tile, m_split
+from onnxjit.ir.ops.conv.blocking import MIN_TASKS, c_split, for_chunk, m_split
 from onnxjit.ir.ops.conv.geometry import Geometry, operand, smax, smin
 from onnxjit.ir.ops.conv.winograd import (
     MIN_CHANNELS,
@@ -49,16 +49,15 @@ from onnxjit.ir.types import DType
 if TYPE_CHECKING:
     from onnxjit.ir.ops.fused.epilogue import Epilogue
 
-#: Fewest channels (in and out) and hinted tiles for which this lowering beats the symbolic
-#: im2col one (`conv.runtime_sizes`), by the host's float vector lanes (fewer lanes: more
-#: channels below 64 pay). Measured, one thread, AVX-512 (16 lanes), against the specialised
-#: Winograd: 64->64 at 56x56 (784 tiles) 1.3x here, 1.7x by im2col; 128->128 at 28x28 0.9x /
-#: 1.2x; but CRNN-sized convs (16->32 at 16x50, 64->64 at 8x25 and 4x25: 26-200 tiles)
-#: 2.0-2.6x here, 1.2-1.5x by im2col. Two threads, Zen 3 (AVX2, 8 lanes), this lowering
-#: against the symbolic im2col one: 96->24 at 160x160 1.5x, at 80x80 2.1x, 24->96 at 40x40
-#: 1.4x, 32->32 at 56x56 1.8x, 32->32 at 16x100 1.7x, 16->32 at 16x50 2.4x, 64->64 at 8x50
-#: 1.1x (the PP-OCR-style detector's head: five 96->24 convs, half its time by im2col).
-RUNTIME_MIN_CHANNELS, RUNTIME_MIN_TILES = {8: 16, 16: 64}, 128
+#: It takes every conv `winograd.applies` would by the hints: against the symbolic im2col
+#: lowering (`conv.runtime_sizes`), two threads, Intel AVX-512 host, one conv with run-time
+#: H and W: 96->24 at 160x160 1.76x, at 60x60 1.99x, 24->96 at 40x40 1.43x, 16->32 at 16x50
+#: 1.52x, 32->32 at 56x56 1.61x, 48->48 at 32x320 1.56x, 64->64 at 8x25 (52 tiles) 1.44x,
+#: 128->128 at 6x40 1.75x, 256->256 at 8x8 1.33x, 16->16 at 128x128 1.00x; static wide
+#: images (`runtime_sizes.wide_winograd`) 16->20 at 13x29 1.74x, 16->16 at 64x256 1.82x,
+#: 32->32 at 32x320 1.88x, 24->24 at 40x300 2.13x; the bench's OCR detector stream (five
+#: 96->24 convs in its head) 1.24x. (Floors of 64 channels and 128 tiles on 16-lane hosts,
+#: set from earlier measurements, kept those convs on im2col.)
 #: A block is up to MAX_PANELS packed panels of NR tiles while its V (16 x C x tiles) stays
 #: within BLOCK_V_BYTES and the hinted tiles make BLOCKS_PER_THREAD blocks a thread: each
 #: channel's input rows are then read in longer runs and the products are wider. Measured in
@@ -71,12 +70,10 @@ MAX_PANELS, BLOCK_V_BYTES, BLOCKS_PER_THREAD = 4, 256 * 1024, 4
 
 def applies(gm: Geometry, w: Buffer, dtype: DType) -> bool:
     """True when this lowering takes the conv (see the module docstring)."""
-    lanes = host_tile(4)[0]
-    least = RUNTIME_MIN_CHANNELS.get(lanes, RUNTIME_MIN_CHANNELS[16])
-    if not plain_3x3(gm, w, dtype, max(MIN_CHANNELS, least)):
+    if not plain_3x3(gm, w, dtype, MIN_CHANNELS):
         return False
     th, tw = (hint(gm.out[0]) + 1) // 2, (hint(gm.out[1]) + 1) // 2
-    return th * tw >= max(MIN_TILES, RUNTIME_MIN_TILES)
+    return th * tw >= MIN_TILES
 
 
 def lower_winograd_runtime(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
