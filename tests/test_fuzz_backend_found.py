@@ -23,6 +23,9 @@ onnx.reference, which agree on all of them.
 8. Attention with a float mask holding +inf where the causal rule masks the key: the
    references add the rule's -inf to the mask (NaN) rather than select it, so such a row is
    NaN; it was finite.
+9. NegativeLogLikelihoodLoss summing losses near float max and one +inf: the float32 running
+   sum overflowed to -inf first and gave NaN where the references give inf, the true sum (the
+   sums are now float64, which has no such overflow).
 """
 
 from __future__ import annotations
@@ -77,6 +80,25 @@ def test_ignored_target_keeps_nan_out_of_the_loss(op, reduction):
     m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5]),
                         helper.make_tensor_value_info("y", TensorProto.INT64, [3])],
                [helper.make_tensor_value_info("z", TensorProto.FLOAT, zshape)], 13)
+    _check(m, {"x": x, "y": y})
+
+
+@pytest.mark.parametrize("reduction", ["sum", "mean"])
+def test_large_losses_and_an_infinite_one_sum_to_inf(reduction):
+    """Losses of +-3e38 and one +inf: the true sum is +inf. A float32 running sum meets two
+    -3e38 losses in a row first (-inf, then NaN); the references' sums, in other orders, give
+    inf here (in some orders they overflow too: no float32 order is right for every input)."""
+    rng = np.random.default_rng(14)  # picked: the references agree on inf, in-order float32 NaN
+    x = rng.choice(np.array([-3e38, 3e38, 1.0], np.float32), size=(24, 2),
+                   p=[0.3, 0.2, 0.5]).astype(np.float32)
+    x[rng.integers(24), 0] = -np.inf
+    y = np.zeros(24, np.int64)
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "y"], ["z"],
+                            reduction=reduction)
+    m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [24, 2]),
+                        helper.make_tensor_value_info("y", TensorProto.INT64, [24])],
+               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [])], 13)
+    assert _both(m, {"x": x, "y": y})[0] == np.inf
     _check(m, {"x": x, "y": y})
 
 

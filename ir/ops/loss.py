@@ -5,7 +5,9 @@ with t = target[n, d]: an element whose t equals `ignore_index` is ignored (loss
 otherwise t must lie in [0, C) (a run-time Check raises InputError), w = weight[t] (1 without
 weights) and loss = -input[n, t, d] * w. Reductions: "none" gives the (N, d1..dk) losses, "sum"
 their sum, "mean" sum(loss) / sum(w) (so an all-ignored batch is 0/0 = NaN, as in the
-reference).
+reference). The sums are kept in float64 whatever the input type: in the input's own type a
+run of large finite losses could overflow to -inf before a +inf loss arrives, giving NaN where
+the sum is +inf (the references' pairwise float32 sums happened to give inf there).
 
 SoftmaxCrossEntropyLoss first computes log_prob = LogSoftmax(scores) along axis 1 (max pass,
 exp pass, sum pass, then x - max - log(sum)), into its optional second output or a scratch buffer,
@@ -112,9 +114,10 @@ def nll(node: Node, x: np.ndarray, target: np.ndarray, weight: np.ndarray | None
         loss = np.where(ignored, 0, -picked * w).astype(x.dtype)
         if red == "none":
             return loss.reshape(target.shape)
+        total = loss.sum(dtype=np.float64)
         if red == "sum":
-            return np.asarray(loss.sum(), x.dtype)
-        return np.asarray(loss.sum() / w.sum(), x.dtype)
+            return np.asarray(total, x.dtype)
+        return np.asarray(total / w.sum(dtype=np.float64), x.dtype)
 
 
 def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
@@ -182,13 +185,14 @@ def _nll_lower(b: Builder, node: Node, x: Buffer, t: Buffer, w: Buffer | None, y
                 loss, _ = element(ni, di)
                 b.store(y, b.iadd(b.imul(ni, d), di), loss)
         return
-    sl, sw = b.var(zero, hint="sl"), b.var(zero, hint="sw")
+    wide = DType.DOUBLE  # the sums' type (see the module docstring)
+    sl, sw = b.var(const(0, wide), hint="sl"), b.var(const(0, wide), hint="sw")
     with b.loop(0, n, hint="n") as ni:
         with b.loop(0, d, hint="d") as di:
             loss, wv = element(ni, di)
-            b.assign(sl, "add", sl, loss)
-            b.assign(sw, "add", sw, wv)
-    b.store(y, i64(0), sl if red == "sum" else b.op("div", sl, sw))
+            b.assign(sl, "add", sl, b.cast(loss, wide))
+            b.assign(sw, "add", sw, b.cast(wv, wide))
+    b.store(y, i64(0), b.cast(sl if red == "sum" else b.op("div", sl, sw), dt))
 
 
 def _lower(ctx: LowerContext, node: Node) -> None:
