@@ -26,6 +26,9 @@ onnx.reference, which agree on all of them.
 9. NegativeLogLikelihoodLoss summing losses near float max and one +inf: the float32 running
    sum overflowed to -inf first and gave NaN where the references give inf, the true sum (the
    sums are now float64, which has no such overflow).
+10. LinearAttention's read o = scale * (q^T S): the scale was folded into q (alpha of the
+   product, which the small-product loops apply to A), so a q^T S past float max stayed
+   finite where the references overflow; it is now applied after the product.
 """
 
 from __future__ import annotations
@@ -188,6 +191,23 @@ def test_gated_delta_state_decays_before_the_delta():
 
 CAST_VALUES = [np.nan, np.inf, -np.inf, 1e10, -1e10, 300, -300, 70000, -1, 2.5e9, 5e9, -2.5e9,
                1e20, -0.5, 1.5e19, 2147483520.0, -2147483648.0, 4294967040.0, 65504, -65504]
+
+
+def test_linear_attention_scales_after_the_read():
+    b, t, h, dk = 1, 1, 2, 4  # k = 0: the state stays past, o = scale * q^T past
+    feeds = {"q": np.full((b, t, h * dk), 3e38, np.float32),
+             "k": np.zeros((b, t, h * dk), np.float32),
+             "v": np.ones((b, t, h * dk), np.float32),
+             "past": np.full((b, h, dk, dk), 0.5, np.float32)}
+    feeds["q"][0, 0, dk:] = 1.0  # head 1 stays finite
+    node = helper.make_node("LinearAttention", ["q", "k", "v", "past"], ["y", "present"],
+                            q_num_heads=h, kv_num_heads=h, update_rule="linear")
+    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                        for n, a in feeds.items()],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                helper.make_tensor_value_info("present", TensorProto.FLOAT, None)], 27)
+    assert np.isinf(_both(m, feeds)[0][0, 0, :dk]).all()  # 4 x 1.5e38 overflows
+    _check(m, feeds)
 
 
 @pytest.mark.parametrize("src", [np.float16, np.float32, np.float64])

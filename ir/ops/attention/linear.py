@@ -19,9 +19,11 @@ Lowering: one kernel, a parallel loop over the B*Hkv independent states; inside 
    - the rank-1 update S[i, j] = e_i * S[i, j] + k_i * u_j (delta rules: S[i, j] + k_i * u_j)
      as one (dk x dv) loop nest (the innermost loop runs along a contiguous row of S, so it
      vectorizes);
-   - the G query heads sharing this state read it with one Matmul (G x dk) x (dk x dv),
-     alpha = scale, straight from the packed 3-D query into the packed 3-D output (the heads
-     of a group are adjacent in the last dim); narrow types go through f32 scratch rows;
+   - the G query heads sharing this state read it with one Matmul (G x dk) x (dk x dv)
+     straight from the packed 3-D query into the packed 3-D output (the heads of a group
+     are adjacent in the last dim), then scale times that (the spec's order: q^T S near
+     float max overflows as the references' does, where alpha = scale folded into q did
+     not); narrow types go through f32 scratch rows;
 3) present_state is written from the state when it is not the state itself.
 `evaluate` runs the same recurrence in numpy (constant folding and the host interpreter).
 """
@@ -318,19 +320,23 @@ def _step(b: Builder, p: _Plan, bh: Operand, hi: Operand, row: Operand, s0: Oper
             b.store(p.state, at_j, b.op("add", sv, b.op("mul", ki, uj)))
     q_off = b.iadd(b.imul(row, at.hq * dk), b.imul(hi, G * dk))
     y_off = b.iadd(b.imul(row, at.hq * dv), b.imul(hi, G * dv))
-    scale = at.scale_for(dk)
+    scale = const(at.scale_for(dk), DType.FLOAT)
     if p.y is None:
         return
     if not p.narrow:
-        b.emit(Matmul(p.y, y_off, dv, q, q_off, dk, p.state, s0, dv, G, dv, dk, alpha=scale))
+        b.emit(Matmul(p.y, y_off, dv, q, q_off, dk, p.state, s0, dv, G, dv, dk))
+        with b.loop(0, G * dv, hint="e") as e:
+            at_e = b.iadd(y_off, e)
+            b.store(p.y, at_e, b.op("mul", scale, b.load(p.y, at_e)))
         return
     assert p.qw is not None and p.yw is not None and q is not None
     qw0, yw0 = b.imul(bh, G * dk), b.imul(bh, G * dv)
     with b.loop(0, G * dk, hint="e") as e:
         b.store(p.qw, b.iadd(qw0, e), _f32(b, q, b.iadd(q_off, e)))
-    b.emit(Matmul(p.yw, yw0, dv, p.qw, qw0, dk, p.state, s0, dv, G, dv, dk, alpha=scale))
+    b.emit(Matmul(p.yw, yw0, dv, p.qw, qw0, dk, p.state, s0, dv, G, dv, dk))
     with b.loop(0, G * dv, hint="e") as e:
-        b.store(p.y, b.iadd(y_off, e), b.cast(b.load(p.yw, b.iadd(yw0, e)), p.y.dtype))
+        yv = b.op("mul", scale, b.load(p.yw, b.iadd(yw0, e)))
+        b.store(p.y, b.iadd(y_off, e), b.cast(yv, p.y.dtype))
 
 
 op("LinearAttention", (27,), infer=_infer, evaluate=_evaluate, lower=_lower,
