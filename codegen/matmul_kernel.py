@@ -237,7 +237,8 @@ class TileGemm:
         """C[i:i+mr, col:col+sum(lanes)] (+)= alpha * A'[i:i+mr, pc:pc+kc] @ Bpanel by a call
         of the shared microkernel (`gemm_micro`): row kk of the B panel at bptr + kk*ldb;
         `first` (True: always, an i1, None: never) selects overwriting C instead of adding;
-        `fetch` (a bool or an i1): prefetch the next tile's A rows. `last` (True, or an i1:
+        `fetch` (a bool or an i1): prefetch the next tile's A rows, or with `b_next` the
+        rows of B's next slice there (`FETCH_B`). `last` (True, or an i1:
         the depth block is the product's last) says when the stores are final: then the
         epilogue (`self.epi`), if any, runs on the stored tile (unless not `epilogue`: the
         caller runs it, `final`). `valid` (a run-time m): the tile's first `valid` rows are
@@ -394,9 +395,10 @@ class TileGemm:
                     bptr, ldb = self.gep(self.pb, start), width
                 else:
                     bptr, ldb = self.gep(self.bp, b.mul(p, pstride, flags=["nsw"])), pw
-                fetch = self.fetch_a and b.icmp_signed("==", p, i64c(0))
                 b_next = None
-                if self.fetch_b:  # the next panel's slice, or the next block's first one
+                if not self.fetch_b:  # a constant A's next tile, from the first panel
+                    fetch = self.fetch_a and b.icmp_signed("==", p, i64c(0))
+                else:  # the next panel's slice, or the next block's first one
                     fetch = b.icmp_signed("==", i, i64c(0))
                     if not isinstance(self.M, int):
                         fetch = b.and_(fetch, b.icmp_signed(">", self.M, i64c(self.mr)))
