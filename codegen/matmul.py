@@ -26,8 +26,14 @@ here, both needing no extra memory. A B packed at compile time (`Matmul.b_packed
 Small products (m*n*k <= SMALL_WORK) skip register blocking: their loops have small constant
 trip counts that LLVM unrolls fully, and the blocked form only costs compile time there.
 
-Floats multiply-add with `llvm.fmuladd` (fused on FMA hardware); alpha is folded into the A'
-value. Integers wrap (mul/add), and alpha is converted to the integer type as numpy's
+Floats multiply-add with `llvm.fmuladd` (fused on FMA hardware); alpha multiplies the sum,
+as numpy's `alpha * (A @ B)` and the tiled kernel do (the dot form at its store, the axpy form
+in a pass over C after the product), so a sum near float max overflows, or not, as the
+references' does (folded into A', `alpha * a` overflowed where `alpha * (a . b)` did not, and
+the other way round); the axpy form with `accumulate` and the run-time loops of
+`_runtime_loops` (a symbolic program's products of other than f32/f64) still fold it into
+the A' value.
+Integers wrap (mul/add), and alpha is converted to the integer type as numpy's
 `prod * np.asarray(alpha, dtype)` does (truncation): in wrap-around arithmetic
 `sum((alpha * a) * b) == alpha * sum(a * b)` exactly.
 """
@@ -71,6 +77,8 @@ class _Emitter:
             alpha = int(s.alpha)  # numpy converts alpha to the integer dtype by truncation
             self.alpha = None if alpha == 1 else constant(alpha, self.dt)
         self.zero = constant(0, self.dt)
+        # a float axpy form that overwrites C scales it after the product (`scale_c`)
+        self.alpha_after = self.is_float and self.alpha is not None and not s.accumulate
         small = s.m * s.n * s.k <= SMALL_WORK
         self.r, self.u = (1, 1) if small else (R_ROWS, U_DEPTH)
         self.ri, self.rj = (1, 1) if small else (RI_ROWS, RJ_COLS)
@@ -88,11 +96,12 @@ class _Emitter:
         store_elem(self.b, value, ptr, index, self.ty, self.align)
 
     def a_value(self, i: ir.Value, kk: ir.Value) -> ir.Value:
-        """alpha * A'[i, kk]"""
+        """A'[i, kk] for the axpy form, times alpha unless C is scaled after (`scale_c`)"""
         s = self.s
         index = (self.idx(self.a_off, kk, s.lda, i) if s.a_trans
                  else self.idx(self.a_off, i, s.lda, kk))
-        return self.scale(self.load(self.pa, index))
+        a = self.load(self.pa, index)
+        return a if self.alpha_after else self.scale(a)
 
     def scale(self, x: ir.Value) -> ir.Value:
         if self.alpha is None:
@@ -119,6 +128,23 @@ class _Emitter:
                       lambda j: self.store(self.zero, self.pc, self.b.add(base, j)), "zj")
 
         for_range(self.b, 0, s.m, 1, row, "zi")
+
+    def scale_c(self) -> None:
+        """C *= alpha over the window, after an axpy product that left alpha out."""
+        s = self.s
+        if not self.alpha_after:
+            return
+
+        def row(i: ir.Value) -> None:
+            base = self.idx(self.c_off, i, s.ldc, i64c(0))
+
+            def col(j: ir.Value) -> None:
+                ci = self.b.add(base, j)
+                self.store(self.scale(self.load(self.pc, ci)), self.pc, ci)
+
+            for_range(self.b, 0, s.n, 1, col, "sj")
+
+        for_range(self.b, 0, s.m, 1, row, "si")
 
     def axpy(self) -> None:
         s, b = self.s, self.b
@@ -259,6 +285,7 @@ def emit_matmul(b: ir.IRBuilder, s: Matmul, ptrs: Sequence[ir.Value], offs: Sequ
         if not s.accumulate:
             e.zero_c()
         e.axpy()
+        e.scale_c()
     return False
 
 

@@ -436,3 +436,25 @@ def test_packed_edge_tiles_every_row_count() -> None:
     got = _run_program(plan(p, PassContext()).ir, inputs)
     for case, g, r in zip(cases, got, ref):
         np.testing.assert_allclose(g, r, rtol=3e-5, atol=3e-5, err_msg=str(case))
+
+
+@pytest.mark.parametrize("alpha,a,bv,finite", [(2.0, 3e38, 0.1, True), (0.5, 2e38, 1.0, False)])
+def test_small_product_alpha_multiplies_the_sum(alpha, a, bv, finite):
+    """A small float product (the axpy form) takes alpha * (A @ B), as numpy and the tiled
+    kernel do: 2 * (3e38 * 0.1 * 2) is finite where (2 * 3e38) * 0.1 overflowed, and
+    0.5 * (2e38 + 2e38) overflows where 0.5 * 2e38 + 0.5 * 2e38 did not."""
+    from onnxjit.passes import PassContext
+    from onnxjit.passes.plan_memory import run as plan
+
+    ab = Buffer("a", F32, (2, 2), "input", slot=0)
+    bb = Buffer("b", F32, (2, 3), "input", slot=1)
+    c = Buffer("c", F32, (2, 3), "output", slot=2)
+    bld = Builder()
+    bld.emit(Matmul(c, i64(0), 3, ab, i64(0), 2, bb, i64(0), 3, 2, 3, 2, alpha=alpha))
+    p = plan(Program([ab, bb, c], [Kernel("k", bld.body)]), PassContext()).ir
+    x, y = np.full((2, 2), a, np.float32), np.full((2, 3), bv, np.float32)
+    with np.errstate(over="ignore"):
+        want = np.float32(alpha) * (x @ y)
+    (got,) = _runner(p)([x, y])
+    assert np.isfinite(got).all() == finite
+    np.testing.assert_allclose(got, want, rtol=1e-6)
