@@ -119,32 +119,24 @@ class _Emitter:
         return b.call(fma, [x, y, acc])
 
     # forms -------------------------------------------------------------------------------------
-    def zero_c(self) -> None:
+    def each_c(self, visit, hint: str) -> None:
+        """visit(index) for every element of C's window, row by row."""
         s = self.s
 
         def row(i: ir.Value) -> None:
             base = self.idx(self.c_off, i, s.ldc, i64c(0))
-            for_range(self.b, 0, s.n, 1,
-                      lambda j: self.store(self.zero, self.pc, self.b.add(base, j)), "zj")
+            for_range(self.b, 0, s.n, 1, lambda j: visit(self.b.add(base, j)), hint + "j")
 
-        for_range(self.b, 0, s.m, 1, row, "zi")
+        for_range(self.b, 0, s.m, 1, row, hint + "i")
+
+    def zero_c(self) -> None:
+        self.each_c(lambda ci: self.store(self.zero, self.pc, ci), "z")
 
     def scale_c(self) -> None:
         """C *= alpha over the window, after an axpy product that left alpha out."""
-        s = self.s
-        if not self.alpha_after:
-            return
-
-        def row(i: ir.Value) -> None:
-            base = self.idx(self.c_off, i, s.ldc, i64c(0))
-
-            def col(j: ir.Value) -> None:
-                ci = self.b.add(base, j)
-                self.store(self.scale(self.load(self.pc, ci)), self.pc, ci)
-
-            for_range(self.b, 0, s.n, 1, col, "sj")
-
-        for_range(self.b, 0, s.m, 1, row, "si")
+        if self.alpha_after:
+            self.each_c(lambda ci: self.store(self.scale(self.load(self.pc, ci)), self.pc, ci),
+                        "s")
 
     def axpy(self) -> None:
         s, b = self.s, self.b
