@@ -17,7 +17,8 @@ Requires concrete shapes (it runs per signature). One forward sweep over the nod
    Transpose toggles transA/transB instead;
 4) (with `FOLD_VIEWS`) a Transpose that is the only reader of a float MatMul's (or an
    epilogue-free FusedMatMul's) product, keeping the last dim last, is dropped: the product is
-   written through it (`y_perm`), e.g. attention's context straight into [B, S, heads, dh].
+   written through it (`y_perm`), e.g. attention's context straight into [B, S, heads, dh];
+   not after a MatMul whose K is a known 0 (as in 3).
 Readers of a folded node's output that are not rewritten keep it alive; dce removes the
 transposes nobody reads any more.
 """
@@ -150,8 +151,9 @@ def _fold_output(graph: Graph, node: Node, live: list[Node], kept: list[Node]) -
             _readers(live, p) != 1:
         return False
     if _is(mm, "MatMul"):
-        if any(v.shape is None or len(v.shape) < 2 for v in mm.inputs):
-            return False
+        if any(v.shape is None or len(v.shape) < 2 for v in mm.inputs) or \
+                mm.inputs[0].shape[-1] == 0:
+            return False  # (K = 0: the plain MatMul zero-fills; a FusedMatMul needs K > 0)
         fused = Node("FusedMatMul", list(mm.inputs), [p], {"trans_a": 0, "trans_b": 0,
                      "alpha": 1.0}, FUSED_DOMAIN, 1, name=mm.name)
         kept[kept.index(mm)] = mm = fused

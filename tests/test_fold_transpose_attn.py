@@ -241,3 +241,17 @@ def test_switch_off_keeps_transposes(monkeypatch, tmp_path):
     fn = _compile(m, False, monkeypatch, dump_ir=str(tmp_path))
     np.testing.assert_allclose(fn(x)[0], _ort(m, {"x": x})[0], rtol=1e-4, atol=1e-5)
     assert "@transpose" in _dumps(tmp_path, "plan-memory.loops.txt")
+
+
+def test_output_of_an_empty_sum_is_not_folded(monkeypatch, tmp_path):
+    """K = 0: the plain MatMul zero-fills its output; a FusedMatMul view needs K > 0, so the
+    transpose after it stays (fuzz seed 9122237 stopped with a CompileError)."""
+    g = G()
+    p = g.node("MatMul", ["a", "b"])
+    g.node("Transpose", [p], "y", perm=[1, 0, 2, 3])
+    m = g.model({"a": (1, 2, 3, 0), "b": (1, 2, 0, 4)}, ["y"])
+    feeds = {"a": _rand((1, 2, 3, 0)), "b": _rand((1, 2, 0, 4))}
+    text, _ = check(m, feeds, monkeypatch, tmp_path)
+    assert "y_perm" not in text
+    y = _compile(m, True, monkeypatch)(**feeds)[0]
+    assert y.shape == (2, 1, 3, 4) and not y.any()
