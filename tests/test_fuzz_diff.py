@@ -33,7 +33,8 @@ from fuzz_corners import generate as generate_corner
 from fuzz_graphs import generate
 from fuzz_issue26 import CASES
 from fuzz_known import known_bug
-from fuzz_oracle import _run_ort, _vote, close, judge
+from fuzz_oracle import _run_ort, _run_ref, _vote, close, judge
+from onnx import TensorProto, helper
 
 FIRST = int(os.environ.get("ONNXJIT_FUZZ_SEED", "0"))
 COUNT = int(os.environ.get("ONNXJIT_FUZZ_EXAMPLES", "80"))
@@ -197,3 +198,15 @@ def test_vote_needs_two_implementations_against_onnxjit():
     nan = [np.array([np.nan, 0.5], np.float16)]
     other = [np.array([1.0, -0.7], np.float16)]
     assert _vote(nan, {"ort": other, "ref": nan, "float64": other})[0] == "disagree"
+
+
+def test_reference_erf_keeps_float64_precision():
+    # onnx.reference's own Erf rounds through float32: erf(3.93) = 1 - 2.7e-8 became 1.0 and
+    # a Cast to int64 after it 1, not 0 (seed 9122420: it outvoted onnxjit with ort32)
+    g = helper.make_graph(
+        [helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Cast", ["e"], ["y"], to=7)],
+        "erf", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    (out,) = _run_ref(model, [{"x": np.array([3.929, 7.0, -3.929])}])
+    assert out[0].tolist() == [0, 1, 0]
