@@ -29,6 +29,9 @@ onnx.reference, which agree on all of them.
 10. LinearAttention's read o = scale * (q^T S): the scale was folded into q (alpha of the
    product, which the small-product loops apply to A), so a q^T S past float max stayed
    finite where the references overflow; it is now applied after the product.
+11. LinearAttention's products (u = k^T S, o = q^T S) add products rounded one by one, as the
+   references do: a query head holding inf and 3.4e38 has an infinite product and one that
+   overflows with the other sign, NaN; the GEMM's fused 3.4e38 * s + (-inf) stayed -inf.
 """
 
 from __future__ import annotations
@@ -331,3 +334,27 @@ def test_attention_mask_inf_under_the_causal_rule_is_nan(dtype):
     got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, feeds)[0]
     assert np.isnan(want[0, :, :3]).all() and not np.isnan(want[0, :, 3]).any()
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3, equal_nan=True)
+
+
+@pytest.mark.parametrize("rule", ["linear", "delta"])
+def test_linear_attention_adds_rounded_products(rule):
+    b, t, h, dk = 1, 1, 1, 4  # one step from past: o = scale * q^T S with S = past (+ k u^T)
+    feeds = {"q": np.array([[[np.inf, 3.4e38, 1.0, 1.0]]], np.float32),
+             "k": np.zeros((b, t, h * dk), np.float32),
+             "v": np.ones((b, t, h * dk), np.float32),
+             "past": np.ones((b, h, dk, dk), np.float32)}
+    feeds["past"][0, 0, 0] = -1.0  # inf * -1 = -inf; 3.4e38 * 1 ... in the sum with 2: +inf
+    feeds["past"][0, 0, 1] = 2.0
+    names = ["q", "k", "v", "past"]
+    if rule == "delta":  # u = beta (v - k^T S): k = [inf, 3.4e38, 0, 0] makes it NaN too
+        feeds["k"] = feeds["q"].copy()
+        feeds["beta"] = np.ones((b, t, h), np.float32)
+        names += ["", "beta"]
+    node = helper.make_node("LinearAttention", names, ["y", "present"], q_num_heads=h,
+                            kv_num_heads=h, update_rule=rule)
+    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                        for n, a in feeds.items()],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                helper.make_tensor_value_info("present", TensorProto.FLOAT, None)], 27)
+    assert np.isnan(_both(m, feeds)[0]).all()
+    _check(m, feeds)

@@ -13,17 +13,20 @@ Lowering: one kernel, a parallel loop over the B*Hkv independent states; inside 
    past_state or zeros;
 2) a serial loop over the T steps, each:
    - delta rules: S <- e * S in place when gated (formed, not folded into k as
-     S^T (e*k): the spec's order, whose rounding and overflow the references share), k_t
-     into per-state f32 scratch, then u = k^T S as a one-row `loops.Matmul`, then
-     u <- beta * (v - u) in place;
+     S^T (e*k): the spec's order, whose rounding and overflow the references share), then
+     u = k^T S (`_times_state`), then u <- beta * (v - u) in place;
    - the rank-1 update S[i, j] = e_i * S[i, j] + k_i * u_j (delta rules: S[i, j] + k_i * u_j)
      as one (dk x dv) loop nest (the innermost loop runs along a contiguous row of S, so it
      vectorizes);
-   - the G query heads sharing this state read it with one Matmul (G x dk) x (dk x dv)
+   - the G query heads sharing this state read it (`_times_state`, (G x dk) x (dk x dv))
      straight from the packed 3-D query into the packed 3-D output (the heads of a group
-     are adjacent in the last dim), then scale times that (the spec's order: q^T S near
-     float max overflows as the references' does, where alpha = scale folded into q did
-     not); narrow types go through f32 scratch rows;
+     are adjacent in the last dim; narrow types through an f32 scratch row), then scale
+     times that (the spec's order: q^T S near float max overflows as the references' does,
+     where alpha = scale folded into q did not). `_times_state` adds products rounded one by
+     one, as the references do, not the GEMM microkernels' fused multiply-adds: a head whose
+     query holds inf and 3.4e38 has an infinite product and one that overflows, +inf and
+     -inf, NaN there, where the fused 3.4e38 * s + (-inf) stayed -inf (fuzz seeds 9340315,
+     9340747);
 3) present_state is written from the state when it is not the state itself.
 `evaluate` runs the same recurrence in numpy (constant folding and the host interpreter).
 """
@@ -37,7 +40,7 @@ import numpy as np
 from onnxjit.errors import ModelError
 from onnxjit.ir.graph import Node
 from onnxjit.ir.loop_builder import Builder, const
-from onnxjit.ir.loops import Buffer, Matmul, Operand, i64
+from onnxjit.ir.loops import Buffer, Operand, i64
 from onnxjit.ir.narrow import narrow, widen
 from onnxjit.ir.opdef import LowerContext, op
 from onnxjit.ir.ops.elementwise.arithmetic import BF16, Types, accept, float_attr, int_attr
@@ -231,9 +234,7 @@ class _Plan:
             ctx.scratch("la_state", _F, (self.nbh, g.dk, g.dv))
         self.narrow = self.ins[_Q].dtype != _F  # type: ignore[union-attr]
         G = at.group
-        self.qw = ctx.scratch("la_q", _F, (self.nbh, G * g.dk)) if self.narrow else None
         self.yw = ctx.scratch("la_y", _F, (self.nbh, G * g.dv)) if self.narrow else None
-        self.ke = ctx.scratch("la_ke", _F, (self.nbh, g.dk)) if at.delta else None
         self.u = ctx.scratch("la_u", _F, (self.nbh, g.dv)) if at.delta else None
 
 
@@ -290,17 +291,16 @@ def _step(b: Builder, p: _Plan, bh: Operand, hi: Operand, row: Operand, s0: Oper
         return b.op("exp", _f32(b, decay, b.iadd(k_off, i)))
 
     if at.delta:
-        assert p.ke is not None and p.u is not None and beta is not None
-        ke0, u0 = b.imul(bh, dk), b.imul(bh, dv)
-        with b.loop(0, dk, hint="i") as i:
-            b.store(p.ke, b.iadd(ke0, i), _f32(b, k, b.iadd(k_off, i)))
-            e = gate(i)
-            if e is not None:  # S <- e * S first, rounded as the spec's formula is
+        assert p.u is not None and beta is not None
+        u0 = b.imul(bh, dv)
+        if decay is not None:  # S <- e * S first, rounded as the spec's formula is
+            with b.loop(0, dk, hint="i") as i:
+                e = gate(i)
                 srow = b.iadd(s0, b.imul(i, dv))
                 with b.loop(0, dv, hint="j") as j:
                     at_j = b.iadd(srow, j)
                     b.store(p.state, at_j, b.op("mul", b.load(p.state, at_j), e))
-        b.emit(Matmul(p.u, u0, dv, p.ke, ke0, dk, p.state, s0, dv, 1, dv, dk))
+        _times_state(b, p, p.u, u0, k, k_off, 1, s0)
         bt = _f32(b, beta, head if g.beta_per_head else row)
         with b.loop(0, dv, hint="j") as j:
             at_j = b.iadd(u0, j)
@@ -324,19 +324,35 @@ def _step(b: Builder, p: _Plan, bh: Operand, hi: Operand, row: Operand, s0: Oper
     if p.y is None:
         return
     if not p.narrow:
-        b.emit(Matmul(p.y, y_off, dv, q, q_off, dk, p.state, s0, dv, G, dv, dk))
+        _times_state(b, p, p.y, y_off, q, q_off, G, s0)
         with b.loop(0, G * dv, hint="e") as e:
             at_e = b.iadd(y_off, e)
             b.store(p.y, at_e, b.op("mul", scale, b.load(p.y, at_e)))
         return
-    assert p.qw is not None and p.yw is not None and q is not None
-    qw0, yw0 = b.imul(bh, G * dk), b.imul(bh, G * dv)
-    with b.loop(0, G * dk, hint="e") as e:
-        b.store(p.qw, b.iadd(qw0, e), _f32(b, q, b.iadd(q_off, e)))
-    b.emit(Matmul(p.yw, yw0, dv, p.qw, qw0, dk, p.state, s0, dv, G, dv, dk))
+    assert p.yw is not None and q is not None
+    yw0 = b.imul(bh, G * dv)
+    _times_state(b, p, p.yw, yw0, q, q_off, G, s0)
     with b.loop(0, G * dv, hint="e") as e:
         yv = b.op("mul", scale, b.load(p.yw, b.iadd(yw0, e)))
         b.store(p.y, b.iadd(y_off, e), b.cast(yv, p.y.dtype))
+
+
+def _times_state(b: Builder, p: _Plan, out: Buffer, out0: Operand, a: Buffer, a0: Operand,
+                 rows: int, s0: Operand) -> None:
+    """out[r, :] = sum_d a[r, d] * S[d, :] for r < rows (rows of dk at a0, of dv at out0; out
+    is f32), each product rounded before it is added (module docstring)."""
+    dk, dv = p.g.dk, p.g.dv
+    with b.loop(0, rows, hint="r") as r:
+        orow, arow = b.iadd(out0, b.imul(r, dv)), b.iadd(a0, b.imul(r, dk))
+        with b.loop(0, dv, hint="j") as j:
+            b.store(out, b.iadd(orow, j), const(0, _F))
+        with b.loop(0, dk, hint="d") as d:
+            ad = _f32(b, a, b.iadd(arow, d))
+            srow = b.iadd(s0, b.imul(d, dv))
+            with b.loop(0, dv, hint="j") as j:
+                at_j = b.iadd(orow, j)
+                prod = b.op("mul", ad, b.load(p.state, b.iadd(srow, j)))
+                b.store(out, at_j, b.op("add", b.load(out, at_j), prod))
 
 
 op("LinearAttention", (27,), infer=_infer, evaluate=_evaluate, lower=_lower,
