@@ -32,6 +32,9 @@ onnx.reference, which agree on all of them.
 11. LinearAttention's products (u = k^T S, o = q^T S) add products rounded one by one, as the
    references do: a query head holding inf and 3.4e38 has an infinite product and one that
    overflows with the other sign, NaN; the GEMM's fused 3.4e38 * s + (-inf) stayed -inf.
+12. NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss "mean" with weights whose sum passes
+   float max: the references' float32 sums are inf and the mean NaN; the float64 weight sum
+   of item 9 stayed finite (mean inf). Each sum is now rounded to the input type first.
 """
 
 from __future__ import annotations
@@ -107,6 +110,31 @@ def test_large_losses_and_an_infinite_one_sum_to_inf(reduction):
     assert _both(m, {"x": x, "y": y})[0] == np.inf
     _check(m, {"x": x, "y": y})
 
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_mean_loss_divides_sums_rounded_to_float32(folded):
+    """Weights whose sum passes float max: the references' float32 sums are inf and inf / inf
+    is NaN; a float64 weight sum stayed finite and made the mean inf. As a constant input the
+    node folds: the numpy evaluation follows the same rule."""
+    x = -np.abs(np.random.default_rng(2).standard_normal((4, 3))).astype(np.float32) - 1
+    y = np.array([0, 0, 1, 0], np.int64)
+    w = np.array([3.4e38, 1.0, 1.0], np.float32)
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "y", "w"], ["z"],
+                            reduction="mean")
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+           helper.make_tensor_value_info("y", TensorProto.INT64, [4]),
+           helper.make_tensor_value_info("w", TensorProto.FLOAT, [3])]
+    out = [helper.make_tensor_value_info("z", TensorProto.FLOAT, [])]
+    m = _model([node], ins, out, 13)
+    assert np.isnan(_both(m, {"x": x, "y": y, "w": w})[0])
+    if folded:
+        m = _model([node], ins[1:2], out, 13, [onnx.numpy_helper.from_array(x, "x"),
+                                               onnx.numpy_helper.from_array(w, "w")])
+        got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, {"y": y})[0]
+        assert np.isnan(got)
+        return
+    _check(m, {"x": x, "y": y, "w": w})
 
 def test_fully_masked_row_is_zero_despite_nan_scores():
     rng = np.random.default_rng(1)

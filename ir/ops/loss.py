@@ -7,7 +7,10 @@ weights) and loss = -input[n, t, d] * w. Reductions: "none" gives the (N, d1..dk
 their sum, "mean" sum(loss) / sum(w) (so an all-ignored batch is 0/0 = NaN, as in the
 reference). The sums are kept in float64 whatever the input type: in the input's own type a
 run of large finite losses could overflow to -inf before a +inf loss arrives, giving NaN where
-the sum is +inf (the references' pairwise float32 sums happened to give inf there).
+the sum is +inf (the references' pairwise float32 sums happened to give inf there). Each sum
+is rounded to the input type before "mean" divides, as the references' sums are: weights
+whose sum passes float max make it inf, and inf / inf = NaN, as they give (a float64 sum of
+the weights stayed finite and made the mean inf: fuzz seed 9341026).
 
 SoftmaxCrossEntropyLoss first computes log_prob = LogSoftmax(scores) along axis 1 (max pass,
 exp pass, sum pass, then x - max - log(sum)), into its optional second output or a scratch buffer,
@@ -117,7 +120,8 @@ def nll(node: Node, x: np.ndarray, target: np.ndarray, weight: np.ndarray | None
         total = loss.sum(dtype=np.float64)
         if red == "sum":
             return np.asarray(total, x.dtype)
-        return np.asarray(total / w.sum(dtype=np.float64), x.dtype)
+        # each sum rounded to the input type first (module docstring)
+        return np.asarray(x.dtype.type(total) / x.dtype.type(w.sum(dtype=np.float64)))
 
 
 def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
@@ -192,7 +196,8 @@ def _nll_lower(b: Builder, node: Node, x: Buffer, t: Buffer, w: Buffer | None, y
             loss, wv = element(ni, di)
             b.assign(sl, "add", sl, b.cast(loss, wide))
             b.assign(sw, "add", sw, b.cast(wv, wide))
-    b.store(y, i64(0), b.cast(sl if red == "sum" else b.op("div", sl, sw), dt))
+    total = b.cast(sl, dt)
+    b.store(y, i64(0), total if red == "sum" else b.op("div", total, b.cast(sw, dt)))
 
 
 def _lower(ctx: LowerContext, node: Node) -> None:
