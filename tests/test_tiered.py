@@ -238,6 +238,26 @@ def test_erf_is_within_8_ulp_over_the_float_range():
     assert np.isnan(erf32(np.array([np.nan], np.float32))).all()
 
 
+def test_matmul_of_a_stack_and_a_matrix_keeps_every_shape():
+    from onnxjit.ir.graph import Node
+    from onnxjit.tiered.registry import KERNELS
+
+    run = KERNELS[("", "MatMul")](Node("MatMul", [], [], version=13))
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal((5, 3)).astype(np.float32)
+    stacks = [rng.standard_normal((2, 4, 5)), rng.standard_normal((2, 3, 4, 5)),
+              rng.standard_normal((3, 5, 4)).transpose(0, 2, 1),  # not contiguous
+              np.zeros((2, 0, 5)), np.zeros((0, 4, 5)), rng.standard_normal((5,))]
+    for a in stacks:
+        a = a.astype(np.float32)
+        (got,) = run(a, b)
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        assert got.shape == want.shape and got.dtype == np.float32
+        assert np.allclose(got, want, rtol=1e-5, atol=1e-5)
+    (got,) = run(np.zeros((2, 4, 0), np.float32), np.zeros((0, 3), np.float32))
+    assert got.shape == (2, 4, 3) and not got.any()
+
+
 def test_an_exiting_process_finishes_its_compile_first(tmp_path):
     path = tmp_path / "mlp.onnx"
     path.write_bytes(_mlp())
