@@ -64,6 +64,11 @@ COLUMN_SPLIT, COLUMN_SPLIT_ROWS, COLUMN_SPLIT_BYTES, COLUMN_BLOCKS = True, 4, 25
 #: MiniLM-style symbolic program, same process, columns over rows at 16 rows 1.41x, 48 rows
 #: 1.20x, 256 1.03x, 1024 0.95x
 WIDE_B_ROWS, WIDE_B_BYTES = 64, 512 << 10
+#: A run-time m is cut into blocks of MATMUL_MIN_ROWS (rounded to tiles) rows or more, as
+#: `split_matmul` cuts a concrete m: m // cap blocks, made even. False: ceil(m / cap) blocks,
+#: which made 160 rows four blocks (two for a concrete m), each streaming all of a large
+#: prepacked B.
+RUNTIME_WHOLE_BLOCKS = True
 
 
 def _b_bytes(s: Matmul, hints: dict | None) -> int:
@@ -106,7 +111,9 @@ def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
         head.append(Op(dst, kind, (x, i64(y) if isinstance(y, int) else y)))
         return dst
 
-    nb = arith("div", arith("add", m, cap - 1), cap)  # type: ignore[arg-type]
+    # blocks of cap rows at least (RUNTIME_WHOLE_BLOCKS), else at most
+    nb = arith("div", m, cap) if RUNTIME_WHOLE_BLOCKS else \
+        arith("div", arith("add", m, cap - 1), cap)  # type: ignore[arg-type]
     # an even number of blocks, two at least, of whole tiles and enough work each
     nb = arith("max", arith("mul", arith("div", arith("add", nb, 1), 2), 2), 2)
     mb = arith("div", arith("sub", arith("add", m, nb), 1), nb)  # type: ignore[arg-type]

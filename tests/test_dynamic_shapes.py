@@ -183,7 +183,7 @@ def test_layer_over_a_large_weight_every_batch(k, n):
                           [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     fn = onnxjit.compile(model, cache_dir=False, specialize="dynamic")
-    for rows in (1, 2, 3, 4, 5, 9, 33, 64, 65, 70):
+    for rows in (1, 2, 3, 4, 5, 9, 33, 64, 65, 70, 131, 132, 160, 199):  # row blocks: 66+
         x = RNG.standard_normal((rows, k)).astype(np.float32)
         want = np.maximum(x.astype(np.float64) @ w + b, 0)
         np.testing.assert_allclose(fn(x)[0], want, rtol=1e-4, atol=1e-3, err_msg=str(rows))
