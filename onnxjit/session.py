@@ -14,7 +14,8 @@ with its field names, read where onnxjit has the matching notion and otherwise i
 Providers: onnxjit is one CPU provider; a list naming others runs on the CPU with a warning,
 as onnxruntime does when a listed provider is not available.
 
-Not supported: `io_binding`, `run_with_ort_values`/`OrtValue`, `run_async`, profiling,
+`run_async` runs `run` on a thread of its own and reports through the callback.
+Not supported: `io_binding`, `run_with_ort_values`/`OrtValue`, profiling,
 `set_providers` to another device, and `sess_options` fields that change onnxruntime's own
 graph optimisations or logging (onnxjit optimises with its own pipeline).
 """
@@ -130,6 +131,25 @@ class InferenceSession:
         """Outputs (all when `output_names` is None or empty, else those named) as a list."""
         return self._compiled.run(output_names or None, input_feed)
 
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                  callback: Any, user_data: Any, run_options: Any = None) -> None:
+        """`run` on a thread of its own; then `callback(outputs, user_data, error)`, the
+        error message "" on success (outputs None on failure), as onnxruntime calls it. A
+        feed that lacks or misnames an input raises here, as onnxruntime's does."""
+        import threading
+
+        self._compiled._order((), dict(input_feed))
+
+        def work() -> None:
+            try:
+                out = self.run(output_names, input_feed, run_options)
+            except Exception as e:  # noqa: BLE001 - onnxruntime reports through the callback
+                callback(None, user_data, f"{type(e).__name__}: {e}")
+                return
+            callback(out, user_data, "")
+
+        threading.Thread(target=work, name="onnxjit-run-async", daemon=True).start()
+
     def get_inputs(self) -> list:
         """The required inputs (not those with an initializer) as NodeArgs."""
         return self._compiled.inputs
@@ -168,6 +188,15 @@ class InferenceSession:
 
     def end_profiling(self) -> str:
         return ""
+
+    def get_profiling_start_time_ns(self) -> int:
+        return 0
+
+    def disable_fallback(self) -> None:
+        """Accepted: onnxjit has no other provider to fall back to."""
+
+    def enable_fallback(self) -> None:
+        """Accepted: onnxjit has no other provider to fall back to."""
 
     def __repr__(self) -> str:
         return f"<onnxjit.InferenceSession over {self._compiled!r}>"

@@ -143,3 +143,31 @@ def test_unknown_feed_and_output_names_name_the_mistake() -> None:
         sess.run(["nope"], feeds)
     with pytest.raises(onnxjit.InputError, match="missing input 'ids'"):
         sess.run(None, {"x": feeds["x"]})
+
+
+def test_run_async_reports_through_the_callback_as_onnxruntime_does() -> None:
+    import threading
+
+    m = _mixed_model()
+    feeds = {"x": np.ones((1, 2, 3), np.float32), "ids": np.ones((1, 1), np.int64)}
+    results = {}
+    for name, sess in (("ours", onnxjit.InferenceSession(m, cache_dir=False)), ("ort", _ort(m))):
+        sess.disable_fallback()
+        done = [threading.Event(), threading.Event()]
+
+        def callback(out, user_data, err, name=name, done=done):
+            results[(name, user_data)] = (out, err)
+            done[user_data].set()
+
+        sess.run_async(None, feeds, callback, 0)
+        # a bad value reaches the callback (a run-time error); a missing input raises at once
+        sess.run_async(None, {**feeds, "x": np.ones((1, 2, 4), np.float32)}, callback, 1)
+        with pytest.raises((onnxjit.InputError, ValueError), match="ids"):
+            sess.run_async(None, {"x": feeds["x"]}, callback, 1)
+        assert all(d.wait(30) for d in done)
+    (ours, err), (theirs, their_err) = results[("ours", 0)], results[("ort", 0)]
+    assert err == their_err == ""
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b)
+    assert results[("ours", 1)][0] is None and "x" in results[("ours", 1)][1]
+    assert results[("ort", 1)][1]  # onnxruntime reports an error there too
