@@ -35,6 +35,9 @@ onnx.reference, which agree on all of them.
 12. NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss "mean" with weights whose sum passes
    float max: the references' float32 sums are inf and the mean NaN; the float64 weight sum
    of item 9 stayed finite (mean inf). Each sum is now rounded to the input type first.
+13. ScatterElements max/min with a NaN update: an update counts only when it compares greater
+   (less), onnx.reference's rule; 1.09 then updates NaN and 1.23 is 1.23 in both references
+   (onnxruntime lets NaN win, then 1.23), where NaN propagation kept NaN.
 """
 
 from __future__ import annotations
@@ -385,4 +388,28 @@ def test_linear_attention_adds_rounded_products(rule):
                [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
                 helper.make_tensor_value_info("present", TensorProto.FLOAT, None)], 27)
     assert np.isnan(_both(m, feeds)[0]).all()
+    _check(m, feeds)
+
+
+@pytest.mark.parametrize("folded", [False, True])
+@pytest.mark.parametrize("red", ["max", "min"])
+def test_scatter_elements_skips_a_nan_update_where_the_references_agree(red, folded):
+    sign = 1 if red == "max" else -1
+    data = np.array([[1.09, 2.0, 0.5]], np.float32) * sign
+    ind = np.array([[0, 0, 2]], np.int64)
+    upd = np.array([[np.nan, 1.23, 4.0]], np.float32) * sign
+    node = helper.make_node("ScatterElements", ["d", "i", "u"], ["y"], axis=1, reduction=red)
+    feeds = {"d": data, "i": ind, "u": upd}
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT64 if n == "i" else
+                                         TensorProto.FLOAT, a.shape) for n, a in feeds.items()]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])]
+    m = _model([node], ins, out, 18)
+    want = _both(m, feeds)[0]
+    assert want[0, 0] == np.float32(1.23 * sign)
+    if folded:  # constants: the node folds through the numpy evaluation
+        m = _model([node], [], out, 18, [onnx.numpy_helper.from_array(a, n)
+                                          for n, a in feeds.items()])
+        np.testing.assert_array_equal(onnxjit.compile(m, cache_dir=False).run(None, {})[0],
+                                      want)
+        return
     _check(m, feeds)

@@ -11,6 +11,12 @@ node and the bound) before it addresses memory.
   order and combining each into the output element (or slice, for ScatterND) its index names:
   `reduction` none stores, add/mul/max/min fold with the old value. Serial because two updates
   may hit one element (the reference applies them in order; with reduction none the last wins).
+  NaN under max/min: onnx.reference's ScatterElements takes an update only when it compares
+  greater (less), so a NaN update is skipped and a NaN element stays; onnxruntime takes the
+  update unless the element compares greater, so both NaNs win there. Where the two agree
+  (1.09, then updates NaN and 1.23: both 1.23, fuzz seed 9450404) the first rule gives their
+  answer and NaN propagation did not. ScatterND's max/min propagate NaN (onnx.reference's
+  np.maximum, which onnxruntime's rule matches whenever they agree).
 - TensorScatter (KV-cache write): for each prefix of the dims before `axis`, the `update` rows
   go to positions write_indices[batch] + s (modulo the axis size in circular mode; in linear
   mode a position past the end is an InputError).
@@ -149,17 +155,26 @@ def _reduction(node: Node) -> str:
     return red
 
 
-def _combine(b: Builder, red: str, old: Operand, new: Operand) -> Operand:
+def _combine(b: Builder, red: str, old: Operand, new: Operand, beats: bool = False
+             ) -> Operand:
+    """The element after `new` meets `old`. With `beats` (ScatterElements), max/min take the
+    update only when it compares greater/less, as onnx.reference does: a NaN update is
+    skipped and a NaN element stays (module docstring); else NaN propagates (ScatterND)."""
     if red == "none":
         return new
     if old.dtype == DType.BOOL:  # add/mul on bool are or/and (numpy's bool arithmetic)
         return b.op({"add": "or", "mul": "and", "max": "or", "min": "and"}[red], old, new)
+    if beats and red in ("max", "min"):
+        return b.op("select", b.op("gt" if red == "max" else "lt", new, old), new, old)
     return b.op(red, old, new)
 
 
-def _np_combine(red: str, old: np.ndarray, new: np.ndarray) -> np.ndarray:
+def _np_combine(red: str, old: np.ndarray, new: np.ndarray, beats: bool = False
+                ) -> np.ndarray:
     if red == "none":
         return new
+    if beats and red in ("max", "min") and old.dtype != np.bool_:
+        return np.where(new > old if red == "max" else new < old, new, old)
     fn = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[red]
     return fn(old, new)
 
@@ -196,7 +211,7 @@ def _se_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     out = data.copy()
     for pos in np.ndindex(*ind.shape):
         dst = pos[:axis] + (int(ind[pos]),) + pos[axis + 1:]
-        out[dst] = _np_combine(red, out[dst], upd[pos])
+        out[dst] = _np_combine(red, out[dst], upd[pos], beats=True)
     return [out]
 
 
@@ -214,7 +229,7 @@ def _se_lower(ctx: LowerContext, node: Node) -> None:
             k = wrap_index(b, b.load(ind, pos), dim, msg)
             dst = b.linear(idx[:axis] + [k] + idx[axis + 1:], row_strides(data.shape))
             new = b.load(upd, pos)
-            val = new if red == "none" else _combine(b, red, b.load(out, dst), new)
+            val = new if red == "none" else _combine(b, red, b.load(out, dst), new, True)
             b.store(out, dst, val)
     ctx.kernel(node.op.lower(), b.body)
 
