@@ -38,6 +38,9 @@ onnx.reference, which agree on all of them.
 13. ScatterElements max/min with a NaN update: an update counts only when it compares greater
    (less), onnx.reference's rule; 1.09 then updates NaN and 1.23 is 1.23 in both references
    (onnxruntime lets NaN win, then 1.23), where NaN propagation kept NaN.
+14. GroupNormalization of a group whose E[x^2] passes float max: both references follow the
+   spec body E[x^2] - E[x]^2 (NaN, or the bias), the two-pass variance did not; it now takes
+   that formula where E[x^2] is not finite.
 """
 
 from __future__ import annotations
@@ -412,4 +415,24 @@ def test_scatter_elements_skips_a_nan_update_where_the_references_agree(red, fol
         np.testing.assert_array_equal(onnxjit.compile(m, cache_dir=False).run(None, {})[0],
                                       want)
         return
+    _check(m, feeds)
+
+
+@pytest.mark.parametrize("big", [1e30, 1.9e19])
+def test_group_normalization_past_float_max_takes_the_spec_formula(big):
+    """A group holding 1e30: the spec body's E[x^2] - E[x]^2 is inf - inf (NaN) in both
+    references, where (x - mean)^2 normalized the group; 1.9e19: E[x^2] overflows alone
+    (inf variance, x - mean over it 0), where the two-pass variance stayed finite. (MVN keeps
+    two passes, as onnxruntime's kernel; onnx.reference's spec body disagrees with it there.)"""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 4, 2, 2)).astype(np.float32)
+    x[0, 1, 1, 1] = big
+    feeds = {"x": x, "s": rng.standard_normal(4).astype(np.float32),
+             "b": rng.standard_normal(4).astype(np.float32)}
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)
+    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                        for n, a in feeds.items()],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)], 21)
+    want = _both(m, feeds)[0]
+    assert np.isnan(want).any() == (big == 1e30)
     _check(m, feeds)

@@ -5,7 +5,11 @@ kernel per node: a parallel loop over rows, and per row of n contiguous elements
 1) a mean pass (sum folded by `Lanes`, several partial sums so it vectorizes without
    fast-math) - skipped by RMSNorm;
 2) a variance pass over (x - mean)^2 (two passes: exact for rows with a large mean, where
-   E[x^2] - E[x]^2 cancels), or the mean of x^2 for RMSNorm; inv = 1 / sqrt(var + eps);
+   E[x^2] - E[x]^2 cancels), or the mean of x^2 for RMSNorm; inv = 1 / sqrt(var + eps).
+   GroupNorm, whose spec body is E[x^2] - E[x]^2 (onnxruntime's and onnx.reference's), takes
+   that formula where the sum of x^2 (= the sum of (x - mean)^2 + n mean^2, no extra pass)
+   passes float max: both references then give inf - E[x]^2 (NaN when E[x]^2 overflows too,
+   the bias when not), where (x - mean)^2 could stay finite (fuzz seed 9452609);
 3) a normalize-scale-shift pass y = (x - mean) * inv * scale + bias: a nest over the row's
    dims (merged where contiguous) so that scale/bias are read with their broadcast strides; in
    the common case (a full-row scale) it is one contiguous loop.
@@ -19,7 +23,9 @@ variance over (n, spatial), writing the running statistics, then normalizing its
 LRN: per (n, c) (parallel), the channel window's sum of squares accumulates into the output row
 (contiguous spatial loops), then y = x / (bias + alpha/size * sum)^beta in place.
 MeanVarianceNormalization: the reduction nests of `reductions.lowering` (mean, then the mean of
-the squared deviation) into scratch buffers, with broadcast elementwise passes between them.
+the squared deviation) into scratch buffers, with broadcast elementwise passes between them
+(two passes, as onnxruntime's kernel: past float max it disagrees with onnx.reference's spec
+body E[x^2] - E[x]^2, which GroupNorm follows because both references do).
 LpNormalization: along a contiguous last axis, a `Lanes` fold per row then y = x / norm
 (the norm of float16/bfloat16 in f32; a division, as the references round);
 otherwise per (outer) block the norms of the `inner` columns accumulate in a scratch row
@@ -86,7 +92,7 @@ def _out(node: Node, i: int) -> object:
 def normalize_rows(b: Builder, x: Buffer, y: Buffer, rows: int, dims: Sequence[int],
                    eps: float, cdt: DType, rms: bool, scale: Param | None,
                    bias: Param | None, mean_out: Buffer | None = None,
-                   inv_out: Buffer | None = None) -> None:
+                   inv_out: Buffer | None = None, spec_overflow: bool = False) -> None:
     """Emit the row-normalizer kernel body (see module docstring)."""
     n = math.prod(dims)
     with b.loop(0, rows, parallel=True, hint="r") as r:
@@ -108,6 +114,11 @@ def normalize_rows(b: Builder, x: Buffer, y: Buffer, rows: int, dims: Sequence[i
         v = Lanes(b, const(0, cdt), "add", n, hint="var")
         v.run(n, sq)
         var = b.op("div", v.result(), size_value(b, n, cdt))
+        if spec_overflow and mean is not None:  # the spec's E[x^2] - E[x]^2 past float max
+            m2 = b.op("mul", mean, mean)
+            sum_sq = b.op("add", v.result(), b.op("mul", m2, size_value(b, n, cdt)))
+            spec = b.op("sub", b.op("div", sum_sq, size_value(b, n, cdt)), m2)
+            var = b.op("select", b.op("lt", sum_sq, const(math.inf, cdt)), var, spec)
         inv = b.op("div", const(1, cdt), b.op("sqrt", b.op("add", var, const(eps, cdt))))
         if mean_out is not None and mean is not None:
             b.store(mean_out, r, b.cast(mean, mean_out.dtype))
@@ -179,7 +190,7 @@ def instance_lower(ctx: LowerContext, node: Node) -> None:
         DType.DOUBLE if x.dtype == DType.DOUBLE else DType.FLOAT)
     b = Builder()
     normalize_rows(b, x, y, x.shape[0] * g, [cpg, inner], float_attr(node, "epsilon", 1e-5),
-                   cdt, False, scale, bias)
+                   cdt, False, scale, bias, spec_overflow=node.op == "GroupNormalization")
     ctx.kernel(node.op.lower(), b.body)
 
 

@@ -198,9 +198,15 @@ def instance_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     if node.op == "GroupNormalization":
         cdt = stash_dtype(node, D.from_numpy(x.dtype)).numpy
     r = x.astype(cdt).reshape(n, g, (c // g) * math.prod(x.shape[2:]))  # n may be 0
-    mean = r.mean(axis=2, keepdims=True)
-    inv = 1 / np.sqrt(((r - mean) ** 2).mean(axis=2, keepdims=True) + eps)
-    y = ((r - mean) * inv).reshape(x.shape)
+    with np.errstate(all="ignore"):
+        mean = r.mean(axis=2, keepdims=True)
+        var = ((r - mean) ** 2).mean(axis=2, keepdims=True)
+        if node.op == "GroupNormalization":  # the spec's formula past float max (lowering)
+            n_ = cdt(r.shape[2])
+            sum_sq = var * n_ + mean * mean * n_
+            var = np.where(sum_sq < np.inf, var, sum_sq / n_ - mean * mean)
+        inv = 1 / np.sqrt(var + eps)
+        y = ((r - mean) * inv).reshape(x.shape)
     if node.op == "GroupNormalization" and node.version < 21:
         scale, bias = np.repeat(scale, c // g), np.repeat(bias, c // g)
     return [(y * scale.reshape(bshape) + bias.reshape(bshape)).astype(x.dtype)]
