@@ -384,6 +384,27 @@ def test_prepacked_model_from_disk_cache(tmp_path) -> None:
         assert warm.cache_info()["disk_hits"] == hits + 1
 
 
+
+def test_constants_start_on_a_cache_line(tmp_path) -> None:
+    """Packed weights and every other constant start at a multiple of 64 bytes, compiled or
+    loaded from the disk cache, symbolic or not (numpy allocates at 16: a vector load of a
+    packed panel then spanned two cache lines)."""
+    from models import mlp
+
+    import onnxjit
+    import onnxjit.runtime as rt
+
+    model = mlp((784, 512, 100))
+    x = np.ones((7, 784), np.float32)
+    for spec in ("shape", "dynamic"):
+        for _ in range(2):  # compiled, then from the disk cache
+            rt._MEMORY.clear()
+            fn = onnxjit.compile(model, cache_dir=tmp_path / spec, specialize=spec,
+                                 tiered=False)
+            fn(x)
+            consts = fn._last.consts
+            assert len(consts) >= 2 and all(c.ctypes.data % 64 == 0 for c in consts)
+
 # few-row products (the small-batch MLP shapes) and every row edge tile ------------------------
 
 #: (m, k, n, b_trans, alpha, accumulate): m <= 64 rows, most large enough to be split over
