@@ -5,10 +5,13 @@ Temps are placed in order of their first kernel (ties: as given); each takes the
 its first kernel (its conflicts). The arena's size is the highest end. The plan-memory pass runs
 it once for a program's concrete sizes; a symbolic program runs it at every new shape it binds
 (`onnxjit.dynamic`), which is why what does not depend on sizes is computed once, here, and why
-this module imports nothing (the runtime's warm path loads it).
+this module imports nothing (the runtime's warm path loads it). `aligned_bytes` is storage that
+starts at an ALIGN boundary as the arena's offsets do (constants, disk-cache reads).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 ALIGN = 64
 
@@ -47,3 +50,12 @@ class FirstFit:
             if offset + size > arena:
                 arena = offset + size
         return offsets, arena
+
+
+def aligned_bytes(size: int) -> Any:
+    """A writeable uint8 numpy buffer of `size` bytes whose start is a multiple of ALIGN."""
+    import numpy as np  # here: the module imports nothing
+
+    raw = np.empty(size + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + size]

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from onnxjit import cache_prune, digest
+from onnxjit.ir.arena import aligned_bytes
 
 MAGIC = b"ONNXJIT\x00"
 FORMAT = 4
@@ -146,7 +147,7 @@ class DiskCache:
                 # so `decode` uses the arrays in place. Writers replace files, never truncate.
                 data: Any = memoryview(mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY))
             else:
-                data = aligned_buffer(st.st_size)
+                data = aligned_bytes(st.st_size)
                 with os.fdopen(fd, "rb", closefd=False) as f:
                     if f.readinto(memoryview(data)) != st.st_size:
                         STATS.disk_errors += 1  # changed while being read
@@ -300,13 +301,6 @@ def sum64(data: bytes | memoryview) -> int:
 def encode(entry: Entry, key: str = "") -> bytes:
     """The bytes of an entry (see `encode_parts`)."""
     return b"".join(encode_parts(entry, key))
-
-
-def aligned_buffer(size: int) -> np.ndarray:
-    """A writeable uint8 buffer of `size` bytes whose start is a multiple of ALIGN."""
-    raw = np.empty(size + ALIGN, np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    return raw[start:start + size]
 
 
 def decode(data: bytes | bytearray | memoryview | np.ndarray, key: str | None = None

@@ -17,16 +17,12 @@ expression and live range (`Program.temps`) and the runtime runs the same first 
 
 from __future__ import annotations
 
-import numpy as np
-
-from onnxjit.ir.arena import FirstFit
+from onnxjit.ir.arena import ALIGN, FirstFit, aligned_bytes
 from onnxjit.ir.loops import Buffer, Program, TempPlan
 from onnxjit.passes import PassContext, PassResult
 
 name = "plan-memory"
 level = "loops"
-#: the constants' storage starts at a multiple of this (a cache line, as the temps' offsets)
-ALIGN = 64
 
 
 def first_fit(temps: list[tuple[int, int, int]], n_kernels: int) -> tuple[list[int], int]:
@@ -41,9 +37,7 @@ def align_consts(program: Program) -> None:
     for b in program.consts:
         data = b.data
         if data is not None and data.nbytes and data.ctypes.data % ALIGN:
-            raw = np.empty(data.nbytes + ALIGN, np.uint8)
-            start = -raw.ctypes.data % ALIGN
-            copy = raw[start:start + data.nbytes].view(data.dtype).reshape(data.shape)
+            copy = aligned_bytes(data.nbytes).view(data.dtype).reshape(data.shape)
             copy[...] = data
             b.data = copy
 

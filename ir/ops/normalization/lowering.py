@@ -113,11 +113,12 @@ def normalize_rows(b: Builder, x: Buffer, y: Buffer, rows: int, dims: Sequence[i
 
         v = Lanes(b, const(0, cdt), "add", n, hint="var")
         v.run(n, sq)
-        var = b.op("div", v.result(), size_value(b, n, cdt))
+        total, count = v.result(), size_value(b, n, cdt)
+        var = b.op("div", total, count)
         if spec_overflow and mean is not None:  # the spec's E[x^2] - E[x]^2 past float max
             m2 = b.op("mul", mean, mean)
-            sum_sq = b.op("add", v.result(), b.op("mul", m2, size_value(b, n, cdt)))
-            spec = b.op("sub", b.op("div", sum_sq, size_value(b, n, cdt)), m2)
+            sum_sq = b.op("add", total, b.op("mul", m2, count))
+            spec = b.op("sub", b.op("div", sum_sq, count), m2)
             var = b.op("select", b.op("lt", sum_sq, const(math.inf, cdt)), var, spec)
         inv = b.op("div", const(1, cdt), b.op("sqrt", b.op("add", var, const(eps, cdt))))
         if mean_out is not None and mean is not None:

@@ -229,7 +229,8 @@ def _se_lower(ctx: LowerContext, node: Node) -> None:
             k = wrap_index(b, b.load(ind, pos), dim, msg)
             dst = b.linear(idx[:axis] + [k] + idx[axis + 1:], row_strides(data.shape))
             new = b.load(upd, pos)
-            val = new if red == "none" else _combine(b, red, b.load(out, dst), new, True)
+            val = new if red == "none" else _combine(b, red, b.load(out, dst), new,
+                                                       beats=True)
             b.store(out, dst, val)
     ctx.kernel(node.op.lower(), b.body)
 
