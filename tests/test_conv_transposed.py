@@ -184,6 +184,7 @@ def test_odd_panels_split_their_positions_too(monkeypatch):
     ((1, 128, 7, 7), 128, 2, "two groups"),
     ((1, 256, 40, 40), 64, 1, "deep, but 1600 positions"),
     ((1, 256, 13, 13), 600, 1, "deep, but 600 output channels"),
+    ((1, 256, 14, 14), 256, 1, "deep, but 256 output channels (DEEP_MAX_M)"),
     ((1, 128, 14, 14), 64, 1, "196 positions, depth below DEEP"),
 ])
 def test_other_pointwise_convs_keep_the_usual_form(xs, cout, group, why):

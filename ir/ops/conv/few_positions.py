@@ -76,13 +76,17 @@ MIN_DEPTH = 64
 #: input channels, at most DEEP_MAX_P positions and DEEP_MAX_M output channels. The usual
 #: form splits their few output channels into chunks that each pack X again (one thread:
 #: 1024->256 at 14x14 1.11x, 512->128 at 28x28 1.05x, 384->96 at 14x14 1.14x transposed;
-#: 512->1000 at 13x13 0.98x, 256->64 at 56x56 0.98x, so not those). Pointwise convs only:
+#: 512->1000 at 13x13 0.98x, 256->64 at 56x56 0.98x, so not those). At most 128 output
+#: channels (was 512): with 256 the usual form, prefetching its streamed panels, is now the
+#: faster one. Measured, two threads, three builds each interleaved, 512 -> 128: PP-LCNet-like
+#: (five 256->256 at 14x14) 1.07x, ResNet-50 (1024->256 at 14x14) 1.02x, Inception-v2 1.02x,
+#: MobileNetV2-like 1.01x, DenseNet-121 and SqueezeNet unchanged. Pointwise convs only:
 #: an im2col conv's usual form builds its panel once, already packed (`conv.packed_panels`),
 #: and the transposed form reads that panel's columns one cache line a depth step (one
 #: thread, against the usual form: a 1-D 5-tap 256->512 conv over 512 positions, magika's,
 #: 0.61x; 5x5 64->128 at 28x28 0.79x, 3-tap 128->256 over 256 positions 0.83x, 5-tap
 #: 256->256 over 128 0.91x, 3-tap 512->256 over 64 1.03x).
-DEEP, DEEP_MAX_P, DEEP_MAX_M = 256, 1024, 512
+DEEP, DEEP_MAX_P, DEEP_MAX_M = 256, 1024, 128
 #: Elements of padding after each row of T: unpadded, M = 2048 puts the rows 8 KB apart, all in
 #: one L1 set, and the copy's column reads miss (measured 512->2048 at 7x7: 1.045x with it).
 PAD = 16
