@@ -164,7 +164,7 @@ def test_violated_relation_is_an_input_error_not_a_result():
         fn(np.ones((1, 5), np.float32))
 
 
-@pytest.mark.parametrize("k,n", [(784, 512), (512, 256)])
+@pytest.mark.parametrize("k,n", [(784, 512), (512, 256), (512, 300)])
 def test_layer_over_a_large_weight_every_batch(k, n):
     """A layer y = Relu(x @ W + b) whose constant W is large enough that calls of few rows
     (up to 64: `split_matmul.WIDE_B_ROWS`) split it by columns (a GEMV per thread) and calls
