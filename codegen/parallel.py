@@ -94,6 +94,8 @@ ABSORBED = (None, [], [], [])
 #: recognizer's 0.8 ms at width 96 (bias over 24 x 6625 logits): that width, specialised,
 #: 1.08x; MLP batch 1 1.03x, AlexNet 1.01x (two threads, three builds each interleaved).
 EPILOGUE_ROWS = True
+
+
 def _reads(s: Stmt) -> Iterator[Operand]:
     match s:
         case Op(args=args):

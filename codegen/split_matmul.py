@@ -86,6 +86,11 @@ def _operand(x: object) -> Operand:
     return x if isinstance(x, Var) else i64(x)  # type: ignore[arg-type]
 
 
+def _once(flag: Var, stmts: list[Stmt]) -> Loop:
+    """`stmts` when the i64 `flag` is 1, not when it is 0: a loop of that many trips."""
+    return Loop(Var(DType.INT64, "once"), i64(0), flag, 1, stmts)
+
+
 def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
                        ) -> tuple[Loop, list[Stmt], list[Stmt]]:
     """`s` with a run-time m as a parallel loop over blocks of MB rows (the last one shorter,
@@ -172,9 +177,6 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
         return [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, _operand(s.k))),
                 Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
 
-    def once(flag: Var, stmts: list[Stmt]) -> Loop:
-        return Loop(Var(DType.INT64, "once"), i64(0), flag, 1, stmts)
-
     col = Var(DType.INT64, "col")
     block: Var = small
     body: list[Stmt] = []
@@ -185,13 +187,13 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
         body += [Op(is_block, "lt", (t, i64(nblkc))),
                  Op(block, "select", (is_block, small, i64(0))),
                  Op(last, "sub", (small, block)),
-                 once(last, window(i64(done), s.n - done))]
+                 _once(last, window(i64(done), s.n - done))]
     elif done < s.n:
-        after.append(once(small, window(i64(done), s.n - done)))
-    body += [once(block, [Op(col, "mul", (t, i64(per * width))), *window(col, per * width)]),
-             once(big, rows)]
+        after.append(_once(small, window(i64(done), s.n - done)))
+    body += [_once(block, [Op(col, "mul", (t, i64(per * width))), *window(col, per * width)]),
+             _once(big, rows)]
     if epilogue is not None:  # a copy: the planned kernel skips the nest itself (absorbed)
-        after.append(once(small, [replace(epilogue)]))
+        after.append(_once(small, [replace(epilogue)]))
     return Loop(t, i64(0), trip, 1, body, parallel=True), head, after  # type: ignore[arg-type]
 
 
@@ -317,14 +319,11 @@ def split_columns(s: Matmul, hints: dict | None = None) -> tuple[Loop, list[Stmt
         window(i64(done), s.n - done, tail)
     if not tail or not TAIL_BLOCK:
         return Loop(t, i64(0), i64(nblk), 1, body, parallel=True), tail
-    # the columns after the last block are one more iteration: a loop of 0 or 1 trips each
-    first, last = Var(DType.INT64, "cfull"), Var(DType.INT64, "ctail")
-    flags = [Op(Var(DType.BOOL, "isfull"), "lt", (t, i64(nblk))),
-             Op(Var(DType.BOOL, "istail"), "eq", (t, i64(nblk)))]
-    trips = [Op(first, "select", (flags[0].dst, i64(1), i64(0))),
-             Op(last, "select", (flags[1].dst, i64(1), i64(0)))]
-    both = [*flags, *trips, Loop(Var(DType.INT64, "cb"), i64(0), first, 1, body),
-            Loop(Var(DType.INT64, "ct"), i64(0), last, 1, tail)]
+    # the columns after the last block are one more iteration (t = nblk)
+    is_block, block, last = (Var(DType.BOOL, "isblk"), Var(DType.INT64, "colblk"),
+                             Var(DType.INT64, "coltail"))
+    both = [Op(is_block, "lt", (t, i64(nblk))), Op(block, "cast", (is_block,)),
+            Op(last, "sub", (i64(1), block)), _once(block, body), _once(last, tail)]
     return Loop(t, i64(0), i64(nblk + 1), 1, both, parallel=True), []
 
 
