@@ -46,7 +46,8 @@ def body_cost(body: list[Stmt], hints: dict | None = None) -> int:
     total = 0
     own = False  # `hints` is the caller's until this body defines a block extent
     for s in body:
-        if isinstance(s, Op) and s.op == "min":  # a block's extent: at most the constant
+        if isinstance(s, Op) and s.op == "min" and not s.dst.dtype.is_float:
+            # a block's extent: at most the constant (a float min is data: -inf, NaN)
             bound = [int(a.value) for a in s.args if isinstance(a, Const)]
             if bound:
                 if not own:

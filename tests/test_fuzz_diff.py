@@ -210,3 +210,20 @@ def test_reference_erf_keeps_float64_precision():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     (out,) = _run_ref(model, [{"x": np.array([3.929, 7.0, -3.929])}])
     assert out[0].tolist() == [0, 1, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_min_with_an_infinite_constant_compiles(dtype):
+    # the cost model took every `min` with a constant for a block's extent and called int()
+    # on it: Min(x, -inf) stopped the compile with an OverflowError (corners seed 9911027)
+    tp = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    w = helper.make_tensor("w", tp, [], [-np.inf])
+    g = helper.make_graph([helper.make_node("Min", ["x", "w"], ["y"])], "m",
+                          [helper.make_tensor_value_info("x", tp, [4, 3])],
+                          [helper.make_tensor_value_info("y", tp, None)], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = np.linspace(-2, 2, 12).reshape(4, 3).astype(dtype)
+    import onnxjit
+
+    y = onnxjit.compile(model, cache_dir=False, tiered=False)(x)[0]
+    assert y.dtype == dtype and np.isneginf(y).all()
