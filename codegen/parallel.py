@@ -173,9 +173,9 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
         elif isinstance(s, Matmul):
             nxt = kernel.body[k + 1] if k + 1 < len(kernel.body) else None
             wide = COLUMN_SPLIT and streams_b(s, hints)  # by columns, the epilogue not absorbed
-            if not wide and ABSORB_EPILOGUES and isinstance(nxt, Loop) and nxt.step == 1 and \
-                    match_epilogue(s, Loop(nxt.var, nxt.start, nxt.stop, 1, nxt.body),
-                                   vector=False) is not None:
+            epilogue = isinstance(nxt, Loop) and nxt.step == 1 and match_epilogue(
+                s, Loop(nxt.var, nxt.start, nxt.stop, 1, nxt.body), vector=False) is not None
+            if not wide and ABSORB_EPILOGUES and epilogue:
                 split = split_matmul(s, nxt, hints)
                 rest = [x for x in kernel.body if x is not nxt]
                 captured = None if split is None else _vars(rest, split[0])
@@ -189,9 +189,8 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
                 captured = _vars(kernel.body, split[0])
                 if captured is not None:
                     plan[id(s)] = _entry(s, split, captured)
-                    if wide and EPILOGUE_ROWS and isinstance(nxt, Loop) and nxt.step == 1 and \
-                            match_epilogue(s, nxt, vector=False) is not None:
-                        consider(nxt, SERIAL_OPS)  # its rows over the threads
+                    if wide and EPILOGUE_ROWS and epilogue:
+                        consider(nxt, SERIAL_OPS)  # type: ignore[arg-type]  # rows over threads
     return plan
 
 

@@ -86,6 +86,21 @@ def _operand(x: object) -> Operand:
     return x if isinstance(x, Var) else i64(x)  # type: ignore[arg-type]
 
 
+def _column_blocks(s: Matmul) -> tuple[int, int, int]:
+    """(panels a block, blocks, columns the blocks cover) of a column split of `s` (n and
+    ldb, the packed panel width, concrete): up to COLUMN_BLOCKS blocks of whole panels."""
+    per = max(1, (s.n // s.ldb) // COLUMN_BLOCKS)
+    nblk = (s.n // s.ldb) // per
+    return per, nblk, nblk * per * s.ldb
+
+
+def _column_window(s: Matmul, col: Operand, n: int) -> list[Stmt]:
+    """`s` on its n columns from `col`: C's and B's offsets moved there."""
+    c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
+    return [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, _operand(s.k))),
+            Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
+
+
 def _once(flag: Var, stmts: list[Stmt]) -> Loop:
     """`stmts` when the i64 `flag` is 1, not when it is 0: a loop of that many trips."""
     return Loop(Var(DType.INT64, "once"), i64(0), flag, 1, stmts)
@@ -160,22 +175,14 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
             _b_bytes(s, hints) < COLUMN_SPLIT_BYTES or s.n // s.ldb < 2:
         return None
     width = s.ldb
-    panels = s.n // width
-    per = max(1, panels // COLUMN_BLOCKS)
-    nblkc = panels // per
+    per, nblkc, done = _column_blocks(s)
     few, small, big, trip = (Var(DType.BOOL, "few"), Var(DType.INT64, "small"),
                              Var(DType.INT64, "big"), Var(DType.INT64, "trip"))
     at_most = WIDE_B_ROWS if _b_bytes(s, hints) >= WIDE_B_BYTES else COLUMN_SPLIT_ROWS
-    done = nblkc * per * width
     tail_in_loop = TAIL_BLOCK and done < s.n  # the columns after the blocks: one more trip
     head += [Op(few, "le", (s.m, i64(at_most))),
              Op(small, "cast", (few,)), Op(big, "sub", (i64(1), small)),
              Op(trip, "select", (few, i64(nblkc + tail_in_loop), nblk))]
-
-    def window(col: Operand, n: int) -> list[Stmt]:
-        c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
-        return [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, _operand(s.k))),
-                Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
 
     col = Var(DType.INT64, "col")
     block: Var = small
@@ -187,10 +194,11 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
         body += [Op(is_block, "lt", (t, i64(nblkc))),
                  Op(block, "select", (is_block, small, i64(0))),
                  Op(last, "sub", (small, block)),
-                 _once(last, window(i64(done), s.n - done))]
+                 _once(last, _column_window(s, i64(done), s.n - done))]
     elif done < s.n:
-        after.append(_once(small, window(i64(done), s.n - done)))
-    body += [_once(block, [Op(col, "mul", (t, i64(per * width))), *window(col, per * width)]),
+        after.append(_once(small, _column_window(s, i64(done), s.n - done)))
+    body += [_once(block, [Op(col, "mul", (t, i64(per * width))),
+                          *_column_window(s, col, per * width)]),
              _once(big, rows)]
     if epilogue is not None:  # a copy: the planned kernel skips the nest itself (absorbed)
         after.append(_once(small, [replace(epilogue)]))
@@ -298,25 +306,14 @@ def split_columns(s: Matmul, hints: dict | None = None) -> tuple[Loop, list[Stmt
     if s.m > COLUMN_SPLIT_ROWS and not streams_b(s, hints):
         return None
     width = s.ldb  # a packed B's panel width
-    panels = s.n // width
-    if panels < 2:
+    if s.n // width < 2:
         return None
-    per = max(1, panels // COLUMN_BLOCKS)  # panels a block
-    nblk = panels // per
+    per, nblk, done = _column_blocks(s)
     t = Var(DType.INT64, "cblk")
-
-    def window(col: Operand, n: int, out: list[Stmt]) -> None:
-        c_off, b_col, b_off = (Var(DType.INT64, h) for h in ("coff", "bcol", "boff"))
-        out += [Op(c_off, "add", (col, s.c_off)), Op(b_col, "mul", (col, _operand(s.k))),
-                Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
-
     col = Var(DType.INT64, "col")
-    body: list[Stmt] = [Op(col, "mul", (t, i64(per * width)))]
-    window(col, per * width, body)
-    tail: list[Stmt] = []
-    done = nblk * per * width
-    if done < s.n:
-        window(i64(done), s.n - done, tail)
+    body: list[Stmt] = [Op(col, "mul", (t, i64(per * width))),
+                        *_column_window(s, col, per * width)]
+    tail = _column_window(s, i64(done), s.n - done) if done < s.n else []
     if not tail or not TAIL_BLOCK:
         return Loop(t, i64(0), i64(nblk), 1, body, parallel=True), tail
     # the columns after the last block are one more iteration (t = nblk)
