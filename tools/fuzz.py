@@ -62,8 +62,7 @@ def child(first: int, count: int, out: Path, mode: str) -> None:
         case = None
         try:
             case = generator(mode)(seed)
-            v = judge(case.model, case.feeds, case.symbolic, case.spec_shapes(),
-                      case.inferred_shapes())
+            v = judge(case.model, case.feeds, case.symbolic, case.spec_shapes())
             rec = {"seed": seed, "status": v.status, "detail": v.detail[:3000],
                    "refs_agree": v.refs_agree, "notes": v.notes[:6], "ops": case.ops}
             if v.status in ("mismatch", "error"):
@@ -144,8 +143,7 @@ def triage(seed: int, mode: str = "chains") -> None:
     from fuzz_oracle import judge
 
     case = generator(mode)(seed)
-    v = judge(case.model, case.feeds, case.symbolic, case.spec_shapes(),
-              case.inferred_shapes())
+    v = judge(case.model, case.feeds, case.symbolic, case.spec_shapes())
     print(f"case {seed}: {v.status}: {v.detail[:1500]}\n  notes: {v.notes}")
     node, fv = first_failure(case)
     if node is not None:

@@ -26,6 +26,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from onnxjit.ir.graph import Node
 from onnxjit.ir.ops.pooling.max_rule import drops_nan
+from onnxjit.ir.ops.pooling.semantics import geometry
 from onnxjit.tiered.kernels import _floats
 from onnxjit.tiered.kernels_shape import _ints
 from onnxjit.tiered.registry import Decline, kernel
@@ -380,7 +381,15 @@ def _pool(node: Node) -> Any:
 
     def run(x: np.ndarray) -> list:
         _floats(x)
-        pads, k, strides, dil, out, _ = _geometry(node, x, None)
+        g = geometry(node, x.shape[2:])  # the pool's own SAME rule, not the conv's
+        if min(g.pb) < 0:  # windows that start past the input's start: drop what they skip
+            x = x[(slice(None), slice(None)) + tuple(slice(max(0, -b), None) for b in g.pb)]
+        pads = [(max(0, b), e) for b, e in zip(g.pb, g.pe)]
+        k, strides, dil, out = g.kernel, g.strides, g.dilations, g.out
+        if min(out, default=1) < 1 or any(  # a window past the padding: host evaluation
+                (o - 1) * st + (kk - 1) * dl + 1 > n + b + e
+                for o, st, kk, dl, n, (b, e) in zip(out, strides, k, dil, x.shape[2:], pads)):
+            raise Decline
         drop = drops_nan(SimpleNamespace(strides=strides, dilations=dil))
         fill = (np.nan if drop else -np.inf) if is_max else 0.0
         win = _windows(_pad(x, pads, fill), k, strides, dil, out)

@@ -7,8 +7,13 @@ positions o * s - pb + t * d for taps t < K; positions outside [0, D) are paddin
   ceil_mode, dropping a last window that would start inside the end padding (onnxruntime's and
   the reference's rule);
 - VALID: no pads, floor((D - E) / s) + 1;
-- SAME_UPPER / SAME_LOWER: ceil(D / s), total pad max(0, (out - 1) * s + E - D) split evenly,
-  the odd one at the end (UPPER) or the beginning (LOWER).
+- SAME_UPPER / SAME_LOWER: total pad T = (ceil(D / s) - 1) * s + K - D, pb = T / 2 (UPPER) or
+  (T + 1) / 2 (LOWER) rounded toward zero (negative when s > K + 1: windows start later, as
+  in onnxruntime's AveragePool), pe = max(0, T - pb); output
+  (D + T - E) / s + 1 rounded toward zero (up with ceil_mode, as for explicit pads), which is
+  ceil(D / s) when d = 1. With d > 1 the spec pads for the dilated extent E and keeps
+  ceil(D / s) windows, but onnxruntime and onnx.reference pad for the undilated K and keep the
+  windows that fit: theirs is the rule here (a model's results are onnxruntime's).
 Padding never contributes a value: MaxPool ignores it, AveragePool divides by the number of
 real taps, or with count_include_pad by the taps inside [-pb, D + pe), LpPool adds zeros.
 MaxPool's Indices output is the flat index of the maximum in the input (first maximum in
@@ -49,6 +54,11 @@ _FLOAT_TYPES: Types = ((1, FLOATS), (22, FLOATS | BF16))
 _MAX_TYPES: Types = ((1, FLOATS), (12, FLOATS | {D.INT8, D.UINT8}),
                      (22, FLOATS | BF16 | {D.INT8, D.UINT8}))
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def _tdiv(a: int, b: int) -> int:
+    """a / b rounded toward zero (C's division, b > 0)."""
+    return a // b if a >= 0 else -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -105,18 +115,28 @@ def geometry(node: Node, spatial: tuple[Dim, ...]) -> Geometry:
         if auto in ("SAME_UPPER", "SAME_LOWER"):
             o = None if d is None else (d + s - 1) // s
             if isinstance(d, int) and isinstance(o, int):
-                total = max(0, (o - 1) * s + e - d)
-                small = total // 2
-                pb.append(small if auto == "SAME_UPPER" else total - small)
-                pe.append(total - pb[-1])
-            elif isinstance(o, Sym) and symbolic.active():  # pads fixed for each call
-                total_s = e - 1 if s == 1 else sym_max(0, (o - 1) * s + (e - d))
+                total = (o - 1) * s + kernel[i] - d
+                head = _tdiv(total + (auto == "SAME_LOWER"), 2)
+                pb.append(head)  # < 0 (strides past the kernel): the windows start later
+                pe.append(max(0, total - head))
+                if dil[i] > 1:  # the undilated pads leave fewer windows (docstring)
+                    span = d + total - e
+                    o = (-(-span // s) if ceil else _tdiv(span, s)) + 1
+                    if ceil and o > 1 and (o - 1) * s >= d + head:
+                        o -= 1  # the last window would start in the end padding
+            elif isinstance(o, Sym) and symbolic.active() and (
+                    s == 1 or dil[i] == 1 and kernel[i] >= s - 1):  # then T >= -1, pb >= 0
+                total_s = kernel[i] - 1 if s == 1 else sym_max(0, (o - 1) * s + (kernel[i] - d))
                 small_s = total_s // 2
                 pb.append(small_s if auto == "SAME_UPPER" else total_s - small_s)
                 pe.append(total_s - pb[-1])
-            else:
+                if dil[i] > 1:
+                    o = d + kernel[i] - e
+            else:  # specialised: pads and (with dilations) the output size need d
                 pb.append(None)
                 pe.append(None)
+                if dil[i] > 1:
+                    o = None
         else:
             a, z = (0, 0) if auto == "VALID" else (pads[i], pads[k + i])
             pb.append(a)
@@ -208,9 +228,10 @@ def pool_numpy(node: Node, x: np.ndarray) -> list[np.ndarray]:
         shape = x.shape[:2] + tuple(int(o) for o in g.out)
         return [np.zeros(shape, x.dtype), np.zeros(shape, np.int64)][:len(node.outputs)]
     lengths = [(int(g.out[i]) - 1) * g.strides[i] + g.extent(i) for i in range(k)]
-    widths = [(0, 0), (0, 0)] + [(g.pb[i], max(0, lengths[i] - g.pb[i] - spatial[i]))
+    widths = [(0, 0), (0, 0)] + [(max(0, g.pb[i]), max(0, lengths[i] - g.pb[i] - spatial[i]))
                                   for i in range(k)]
-    crop = (slice(None), slice(None)) + tuple(slice(0, n) for n in lengths)
+    crop = (slice(None), slice(None)) + tuple(slice(max(0, -g.pb[i]), max(0, -g.pb[i]) + n)
+                                              for i, n in enumerate(lengths))
     # Positions per dim (input coordinates) of the padded, cropped frame.
     pos = [np.arange(lengths[i]) - g.pb[i] for i in range(k)]
     real = np.ones((1, 1) + tuple(lengths), dtype=bool)
