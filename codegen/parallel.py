@@ -182,6 +182,12 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
                 if split is not None and captured is not None:
                     plan[id(s)] = _entry(s, split, captured)
                     plan[id(nxt)] = ABSORBED
+                    for x in split[2] if len(split) == 3 and EPILOGUE_ROWS else ():
+                        # a run-time column case's epilogue rows (the nest's copy: its
+                        # variables are the absorbed nest's, so that one is left out)
+                        rows = _vars(rest, x) if isinstance(x, Loop) and x.parallel else None
+                        if rows is not None:
+                            plan[id(x)] = (x, rows, [], [])
                     continue
             split = (split_columns(s, hints) if wide else None) or \
                 split_matmul(s, None, hints) or (split_columns(s, hints) if COLUMN_SPLIT else None)

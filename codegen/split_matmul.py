@@ -168,7 +168,8 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     when this call's m is COLUMN_SPLIT_ROWS or fewer (WIDE_B_ROWS for a B of WIDE_B_BYTES),
     by column panels as `split_columns` splits a concrete few-row product: one parallel loop
     whose body runs one of the two (a loop of 0 or 1 trips each), the columns after the last
-    panel block and the epilogue of the column case after it (`t`: the block index). None
+    panel block, and after it the epilogue rows of the column case (a parallel loop of 0 trips
+    in the row case, which `parallel.plan_kernel` gives the pool; `t`: the block index). None
     when B is not a large prepacked constant."""
     if not COLUMN_SPLIT or not s.b_packed or is_int8_product(s) or not all(
             isinstance(x, int) for x in (s.n, s.ldb)) or s.ldb <= 0 or \
@@ -200,8 +201,11 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     body += [_once(block, [Op(col, "mul", (t, i64(per * width))),
                           *_column_window(s, col, per * width)]),
              _once(big, rows)]
-    if epilogue is not None:  # a copy: the planned kernel skips the nest itself (absorbed)
-        after.append(_once(small, [replace(epilogue)]))
+    if epilogue is not None:  # a copy (the planned kernel skips the nest itself: absorbed)
+        # on the column case's rows only, a loop the pool may run (`parallel.EPILOGUE_ROWS`)
+        stop = Var(DType.INT64, "erows")
+        after += [Op(stop, "mul", (epilogue.stop, small)),
+                  Loop(epilogue.var, epilogue.start, stop, 1, epilogue.body, parallel=True)]
     return Loop(t, i64(0), trip, 1, body, parallel=True), head, after  # type: ignore[arg-type]
 
 

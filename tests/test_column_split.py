@@ -10,6 +10,7 @@ from models import finish, mlp, mlp_reference
 from onnx import TensorProto, helper
 from test_threads import F32, compiled, dispatches
 
+import onnxjit
 from onnxjit.ir.loops import Buffer, Matmul, i64, walk
 
 
@@ -90,3 +91,31 @@ def test_few_rows_over_a_large_b_split_by_columns() -> None:
     assert planned(512, 512) == "cblk"
     assert planned(256, 256) != "cblk"
     assert planned(1024, 2048, m=96) != "cblk"
+
+
+def test_runtime_rows_column_case_runs_its_epilogue_on_the_pool() -> None:
+    # a symbolic program's product decides at run time between row blocks and column blocks
+    # (`split_matmul._or_columns`); in the column case the bias nest after it runs over the
+    # rows on the pool too (it ran on one thread: 25-70 us of the OCR recognizer's 6625-class
+    # classifier), the same bits on one and two threads, in both cases
+    import re
+
+    rng = np.random.default_rng(3)
+    k, n = 256, 2048  # 2 MB of packed B: a few rows are split by columns
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    model = finish(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"],
+                                                                         ["y"])], "head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", n])],
+        [onnx.numpy_helper.from_array(w, "w"), onnx.numpy_helper.from_array(bias, "b")]))
+    one, two = (onnxjit.compile(model, num_threads=t, cache_dir=False, specialize="dynamic")
+                for t in (1, 2))
+    for rows in (100, 4, 24, 1):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        y1, y2 = one(x)[0], two(x)[0]
+        np.testing.assert_array_equal(y1, y2)
+        np.testing.assert_allclose(y1, x.astype(np.float64) @ w + bias, rtol=1e-4, atol=1e-4)
+    tasks = re.findall(r"define internal void @\S+\.par\d+\.task", two.ir("llvm"))
+    assert len(tasks) == 2, tasks  # the product's blocks, the column case's epilogue rows

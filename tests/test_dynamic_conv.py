@@ -132,6 +132,10 @@ CASES = {
         [(1, 5, 80)] + SHAPES + [(1, 4, 35), (1, 3, 36), (1, 3, 10)]),
     "pointwise": (lambda: conv_case(8, 16, 1), SHAPES),
     "pointwise_stride2": (lambda: conv_case(8, 4, 1, strides=[2, 2]), SHAPES),
+    # 512 outputs: blocks of at most 128 positions, as many as each call's P needs, of equal
+    # width (320 positions: 3 of 112; 297: 112, 112, 73; 140: 80, 60)
+    "pointwise_blocks": (lambda: conv_case(8, 512, 1),
+                         [(1, 8, 40), (1, 9, 33), (2, 7, 20), (1, 16, 16)] + SHAPES),
     "stem_7x7_s2": (lambda: conv_case(3, 16, 7, strides=[2, 2], pads=[3, 3, 3, 3]), SHAPES),
     "wide_kernel_1x19": (lambda: conv_case(2, 3, (1, 19), pads=[0, 9, 0, 9]), SHAPES),
     "kernel_2x1": (lambda: conv_case(4, 4, (2, 1), strides=[2, 1], act=None), SHAPES),

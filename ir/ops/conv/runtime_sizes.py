@@ -27,7 +27,10 @@ only the position counts are run-time. Algorithm:
    When only the batch is run-time and K is small (a stem), the specialised lowering's blocks
    of output rows per image instead (`conv.im2col_batch`).
 2) pointwise convs (1x1, stride 1, no padding): X's channels already are the panel; per block
-   of positions one `Matmul` reads X in place (ldb = P), then the epilogue.
+   of positions one `Matmul` reads X in place (ldb = P), then the epilogue. The blocks are
+   ceil(P / cols) of equal width, chosen at run time (`_Blocks` with `even`): with the hinted
+   P's blocks, a narrower image left a block of a few columns beside full ones, one thread
+   idle for most of the conv (OCR recognizer, hint 448 wide, at 224: 15-80 us a conv).
 3) depthwise (C/G == 1): the stride-phased flat loop per plane (`conv.depthwise_phased`, at
    rows up to PHASED_WIDTH by the hints), else the direct nest (`conv.depthwise_runtime`).
 Bias: through the epilogue (`fused.epilogue.Epilogue`), so the products overwrite Y.
@@ -107,22 +110,36 @@ def _balanced(p: int, cols: int, unit: int) -> int:
 
 
 class _Blocks:
-    """Block u = (image, group, block of `cols` positions) of a conv of run-time P."""
+    """Block u = (image, group, block of `cols` positions) of a conv of run-time P. With
+    `even`, `cols` is the widest block and the width is chosen at run time: ceil(P / cols)
+    blocks of equal width in whole `even` units (the last one narrower by less than a unit),
+    so that the blocks of every P take equal time, not only those of the hinted P."""
 
-    def __init__(self, gm: Geometry, cols: int):
-        self.gm, self.cols = gm, cols
+    def __init__(self, gm: Geometry, cols: int, even: int = 0):
+        self.gm, self.cols, self.even = gm, cols, even
         self.nblk = (gm.p + (cols - 1)) // cols
         self.tasks = gm.n * gm.g * self.nblk
 
-    def split(self, b: Builder, u: Operand) -> tuple[Operand, Operand, Operand, Operand]:
-        """(image, group, first position, width) of block u."""
+    def width(self, b: Builder) -> Operand:
+        """Positions per block: `cols`, or with `even` the run-time equal width."""
+        if not self.even:
+            return i64(self.cols)
+        nblk = operand(self.nblk)
+        per = b.op("div", b.iadd(operand(self.gm.p), b.op("sub", nblk, i64(1))), nblk)
+        return b.imul(b.op("div", b.iadd(per, i64(self.even - 1)), i64(self.even)), self.even)
+
+    def split(self, b: Builder, u: Operand, cols: Operand | None = None
+              ) -> tuple[Operand, Operand, Operand, Operand]:
+        """(image, group, first position, width) of block u; `cols` from `width` (the
+        compile-time width when None)."""
         gm = self.gm
+        cols = i64(self.cols) if cols is None else cols
         nblk = operand(self.nblk)
         blk, rest = b.op("rem", u, nblk), b.op("div", u, nblk)
         g = b.op("rem", rest, i64(gm.g)) if gm.g > 1 else i64(0)
         img = b.op("div", rest, i64(gm.g)) if gm.g > 1 else rest
-        q = b.imul(blk, self.cols)
-        width = b.op("min", i64(self.cols), b.op("sub", operand(gm.p), q))
+        q = b.op("mul", blk, cols)
+        width = b.op("max", i64(0), b.op("min", cols, b.op("sub", operand(gm.p), q)))
         return img, g, q, width
 
 
@@ -221,15 +238,18 @@ def _pointwise(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
     """1x1 stride-1 unpadded conv: per block of positions, W_g x X's columns in place."""
     isz = y.dtype.itemsize
     fits = (BLOCK_BYTES // 2) // max(1, gm.mg * isz)
-    cols = _balanced(hint(gm.p), max(64, fits), 16)
-    blocks = _Blocks(gm, cols)
+    if isinstance(gm.p, int):
+        blocks = _Blocks(gm, _balanced(gm.p, max(64, fits), 16))
+    else:  # the hints' choice of blocks, their width balanced for each P
+        blocks = _Blocks(gm, max(64, fits), even=16)
     tasks_hint = hint(blocks.tasks)
     ms, mc = m_split(gm, tasks_hint, work, isz)
     b = Builder()
+    cols = blocks.width(b)
     with b.loop(0, blocks.tasks * ms if ms > 1 else blocks.tasks, parallel=True,
                 hint="v") as v:
         u, mi = (b.op("div", v, i64(ms)), b.op("rem", v, i64(ms))) if ms > 1 else (v, i64(0))
-        img, g, q, width = blocks.split(b, u)
+        img, g, q, width = blocks.split(b, u, cols)
         x_off = b.iadd(b.iadd(b.imul(img, gm.c * gm.p), b.imul(g, gm.kk * gm.p)), q)
         for_chunk(b, mi, ms, mc, gm.mg, lambda m0, rows: _product(
             b, gm, y, w, x, x_off, gm.p, img, g, q, width, m0, rows, False, epilogue))
