@@ -17,10 +17,13 @@ spatial=0 per-activation form), and its input is a float tensor of rank >= 2:
    inserted (the epilogue pass later fuses it into the matmul);
 4) any other qualifying BN becomes `Mul(x, a) -> Add(., b)` with a, b shaped (C, 1, ..., 1),
    which the elementwise fuser merges with its neighbours.
-A weight shared by several nodes is copied, never modified in place.
+A weight shared by several nodes, or held by anything else, is copied; one only this graph
+holds (a fill folding made, `_exclusive`) is scaled in place: ResNet-50's 100 MB took 100 ms.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -71,7 +74,17 @@ def _sole_reader(x: Value, readers: dict[Value, list[Node]], graph: Graph) -> bo
     return len(readers.get(x, [])) == 1 and x not in graph.outputs
 
 
-def _fold_conv(graph: Graph, prod: Node, a: np.ndarray, b: np.ndarray) -> bool:
+def _exclusive(arr: np.ndarray) -> bool:
+    """Whether a writeable array owning its data is referenced by nothing but one Value's
+    `const` and the caller's one variable (CPython's count, which views of it raise too): a
+    weight folding made in this compile (ConstantOfShape's fill), not a model's initializer
+    (read-only), nor an array another graph shares."""
+    # references: the Value's attribute, the caller's variable, this parameter, the call's
+    return arr.flags.owndata and arr.flags.writeable and sys.getrefcount(arr) <= 4
+
+
+def _fold_conv(graph: Graph, prod: Node, a: np.ndarray, b: np.ndarray,
+               readers: dict[Value, list[Node]]) -> bool:
     w = prod.inputs[1]
     bias = prod.input(2)
     if w is None or w.const is None or (bias is not None and bias.const is None):
@@ -88,7 +101,11 @@ def _fold_conv(graph: Graph, prod: Node, a: np.ndarray, b: np.ndarray) -> bool:
             return False
         out_ch = (np.arange(c)[:, None] // (c // group)) * mg + np.arange(mg)[None, :]
         factor = a[out_ch].reshape(wc.shape[:2] + (1,) * (wc.ndim - 2))
-    new_w = (wc * factor).astype(w.const.dtype, copy=False)
+    if wc is w.const and _sole_reader(w, readers, graph) and _exclusive(wc):
+        # no other reader of the weight, no other reference to its array: scaled in place
+        new_w = np.multiply(wc, factor.astype(wc.dtype, copy=False), out=wc)
+    else:
+        new_w = (wc * factor).astype(w.const.dtype, copy=False)
     old_b = np.zeros_like(a) if bias is None else bias.const.astype(a.dtype)
     new_b = (old_b * a + b).astype(w.const.dtype)
     prod.inputs = [prod.inputs[0], _const(graph, new_w, "w_bn"), _const(graph, new_b, "b_bn")]
@@ -162,7 +179,7 @@ def run(model: Model, ctx: PassContext) -> PassResult:
         prod = x.producer
         sole = prod is not None and prod.domain in ("", "ai.onnx") and \
             _sole_reader(x, readers, graph) and prod.outputs[0] is x
-        if sole and prod.op in ("Conv", "ConvTranspose") and _fold_conv(graph, prod, a, b):
+        if sole and prod.op in ("Conv", "ConvTranspose") and _fold_conv(graph, prod, a, b, readers):
             replace_uses(graph, y, x)
             x.name = x.name or y.name
         elif sole and prod.op == "Gemm" and len(x.shape) == 2 and _fold_gemm(graph, prod, a, b):

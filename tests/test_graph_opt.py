@@ -188,6 +188,27 @@ def test_bn_not_folded_when_conv_output_has_two_users():
     assert "Conv+Mul+Add+Add" in text
 
 
+def test_bn_folds_fill_weights_in_place_only_when_nothing_else_holds_them():
+    # weights made by ConstantOfShape (the ONNX light models' way) are arrays of this compile:
+    # scaled in place when one conv reads them; a weight two convs read is copied for each,
+    # and the model's own initializer is never written
+    g = G()
+    shape = g.init(np.array([4, 3, 3, 3], np.int64))
+    fill = onnx.helper.make_tensor("v", TP.FLOAT, [1], [0.25])
+    own = g.node("ConstantOfShape", [shape], value=fill)
+    shared = g.node("ConstantOfShape", [shape], value=fill)
+    given = g.init(_rand(4, 3, 3, 3))
+    outs = [g.bn(g.node("Conv", ["x", w], pads=[1, 1, 1, 1]), 4)
+            for w in (own, shared, shared, given)]
+    g.node("Concat", outs, "y", axis=1)
+    m = g.model({"x": (1, 3, 6, 6)}, ["y"])
+    init = next(t for t in m.graph.initializer if t.name == given)
+    before = nh.to_array(init).copy()
+    text, _, _ = check(m, [_rand(1, 3, 6, 6)])
+    assert "BatchNormalization" not in text and text.count("w_bn") >= 4
+    np.testing.assert_array_equal(nh.to_array(init), before)
+
+
 def test_bn_with_runtime_params_is_kept():
     g = G()
     c = g.node("Conv", ["x", g.init(_rand(4, 3, 3, 3))], pads=[1, 1, 1, 1])
