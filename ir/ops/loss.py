@@ -153,7 +153,7 @@ def _log_softmax_lower(b: Builder, x: Buffer, y: Buffer, n: int, c: int, d: int)
             m = mx.result()
             with b.loop(0, c, hint="c") as j:
                 b.store(y, at(j), b.op("exp", b.op("sub", b.load(x, at(j)), m)))
-            sm = Lanes(b, const(0, dt), "add", c, hint="sum")
+            sm = Lanes(b, const(0, dt), "add", c, hint="sum", terms_signed=False)
             sm.run(c, lambda j: b.load(y, at(j)))
             ls = b.op("log", sm.result())
             with b.loop(0, c, hint="c") as j:

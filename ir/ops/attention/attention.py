@@ -341,10 +341,10 @@ def _row(b: Builder, node: Node, at: Attrs, g: Geom, s: Buffer, row: Operand, bi
         with b.loop(0, T, hint="j") as j:
             at_j = b.iadd(row, j)
             b.store(s, at_j, b.op("exp", b.op("sub", b.load(s, at_j), safe)))
-        sm = Lanes(b, const(0, pt), "add", T, hint="sum")
+        sm = Lanes(b, const(0, pt), "add", T, hint="sum", terms_signed=False)
         sm.run(T, lambda j: b.load(s, b.iadd(row, j)))
     else:  # a wider softmax precision: keep the exps in pt inside the fold
-        sm = Lanes(b, const(0, pt), "add", T, hint="sum")
+        sm = Lanes(b, const(0, pt), "add", T, hint="sum", terms_signed=False)
 
         def exp_at(j: Operand) -> Operand:
             at_j = b.iadd(row, j)

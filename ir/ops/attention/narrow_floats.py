@@ -94,7 +94,7 @@ def softmax_row(b: Builder, s: Buffer, row: Operand, T: int, pt: DType,
             b.assign(tot, "add", tot, term(j))
         total: Operand = tot
     else:
-        sm = Lanes(b, const(0, acc), "add", T, hint="sum")
+        sm = Lanes(b, const(0, acc), "add", T, hint="sum", terms_signed=False)
         sm.run(T, lambda j: b.cast(term(j), acc))
         total = b.cast(sm.result(), pt)
     total = b.op("select", b.op("eq", total, const(0, pt)), const(1, pt), total)

@@ -159,7 +159,7 @@ def _softmax_lower(ctx: LowerContext, node: Node) -> None:
         mx.run(n, lambda j: b.load(x, at(j)))
         m = mx.result()
         acc = accumulator(dt)
-        sm = Lanes(b, const(0, acc), "add", n, hint="sum")
+        sm = Lanes(b, const(0, acc), "add", n, hint="sum", terms_signed=False)
 
         def exp_at(j: Operand) -> Operand:  # exp(x - max) into y
             e = b.op("exp", b.op("sub", b.load(x, at(j)), m))

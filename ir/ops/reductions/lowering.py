@@ -40,7 +40,7 @@ import numpy as np
 from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Const, Operand, Size, i64, size_operand
 from onnxjit.ir.narrow import accumulator
-from onnxjit.ir.types import DType
+from onnxjit.ir.types import DType, Sym
 
 D = DType
 
@@ -99,6 +99,9 @@ NUMPY_SHORT_SUMS, NUMPY_BLOCK = True, 128
 #: LANE_BYTES of scalar lanes, which the SLP vectorizer joined into 2-wide pieces and
 #: shuffles. Measured: see `codegen.folds`.
 FOLD_LOOPS = True
+#: A float sum of run-time length whose terms may cancel runs in order when the call's length
+#: is under 8 (`Lanes.run`; the exps of a softmax keep the one vectorized fold).
+SHORT_IN_ORDER = True
 
 
 class Lanes:
@@ -106,9 +109,11 @@ class Lanes:
     feed it, call `run` for each contiguous stretch, read `result()` after."""
 
     def __init__(self, b: Builder, init: Const, combine: str, n: Size, hint: str = "acc",
-                 numpy_order: bool = False):
+                 numpy_order: bool = False, terms_signed: bool = True):
         self.b = b
         self.combine = combine
+        #: the terms may cancel (False: a softmax's exps, whose order moves only last bits)
+        self.in_order_short = terms_signed and SHORT_IN_ORDER
         self.tail: list[Operand] | None = None  # `numpy_order`: the rest after the blocks
         if numpy_order and NUMPY_SHORT_SUMS and combine == "add" and init.dtype.is_float \
                 and isinstance(n, int) and 8 <= n <= NUMPY_BLOCK:
@@ -129,6 +134,18 @@ class Lanes:
     def run(self, n: Size, value_at: Callable[[Operand], Operand]) -> None:
         """Fold value_at(j) for j in [0, n) (value_at may also emit stores)."""
         b, accs, lanes = self.b, self.accs, self.lanes
+        if lanes == 1 and self.fold and self.combine == "add" and self.in_order_short \
+                and not isinstance(n, int):
+            # a run-time length: under 8 elements in order (numpy's and onnxruntime's order
+            # there), from 8 on the vectorized fold (whose masked tail summed 5 elements as a
+            # tree: -1e30 + 1e30 cancelled after the small ones, fuzz seed 10050802)
+            nv = size_operand(n) if isinstance(n, Sym) else n
+            short = b.op("lt", nv, i64(8))
+            with b.loop(0, b.op("select", short, nv, i64(0)), hint="js") as j:
+                self._fold(accs[0], value_at(j))
+            with b.loop(0, b.op("select", short, i64(0), nv), hint="j", fold=True) as j:
+                self._fold(accs[0], value_at(j))
+            return
         if lanes == 1:
             with b.loop(0, n, hint="j", fold=self.fold) as j:
                 self._fold(accs[0], value_at(j))
