@@ -19,7 +19,8 @@ onnx.reference, which agree on all of them.
    saturated value (NaN was 0, +inf the maximum).
 7. DynamicQuantizeLinear of an input holding -inf: the scale is inf and -min / scale NaN,
    which C++'s std::min(255, NaN) (onnxruntime) and Python's min (onnx.reference) turn into
-   a zero point of 255; it was 0.
+   a zero point of 255; it was 0. Of an input holding NaN, folded or in tier 0: the scale is
+   NaN (the host evaluation's Python max(0.0, nan) had dropped it).
 8. Attention with a float mask holding +inf where the causal rule masks the key: the
    references add the rule's -inf to the mask (NaN) rather than select it, so such a row is
    NaN; it was finite.
@@ -310,9 +311,12 @@ def test_attention_scales_before_a_key_near_float_max_overflows():
 
 @pytest.mark.parametrize("folded", [False, True])
 def test_dynamic_quantize_with_minus_inf_takes_the_references_zero_point(folded):
-    """Native code and the host evaluation (constant folding) alike; +inf and NaN-free
-    inputs keep their zero points."""
-    for x in ([-3.0, 7.5, 0.4, 2.5, -np.inf], [-3.0, np.inf, 0.4], [-2.0, 0.0, 5.0]):
+    """Native code, the host evaluation (constant folding) and tier 0 alike; +inf and
+    NaN-free inputs keep their zero points; a NaN is the range's (scale NaN, zero point 255,
+    every element 0: Python's max(0.0, nan) had dropped it in the host evaluation; the
+    references agree on 12 elements, onnxruntime's scalar path drops it on 3)."""
+    for x in ([-3.0, 7.5, 0.4, 2.5, -np.inf], [-3.0, np.inf, 0.4], [-2.0, 0.0, 5.0],
+              [2.5, 1.1, 2.2, 3.3, 1.3, 1.7, 3.5, np.nan, 1.1, 2.2, 2.3, 1.0]):
         x = np.asarray(x, np.float32)
         node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
         outs = [helper.make_tensor_value_info(n, t, None) for n, t in
@@ -327,6 +331,10 @@ def test_dynamic_quantize_with_minus_inf_takes_the_references_zero_point(folded)
                        outs, 11)
             want = _both(m, {"x": x})
             got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, {"x": x})
+            tier0 = Tier0(m).run([x])
+            assert tier0 is not None, "tier 0 declined the call"
+            for a, b in zip(tier0, want):
+                np.testing.assert_array_equal(a, b)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
 

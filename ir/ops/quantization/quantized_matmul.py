@@ -57,13 +57,17 @@ def _dyn_infer(node: Node) -> list:
 
 def _dyn_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     x = inputs[0]
-    mx = np.float32(max(0.0, float(x.max()) if x.size else 0.0))
-    mn = np.float32(min(0.0, float(x.min()) if x.size else 0.0))
+    zero = np.float32(0)
+    # a NaN in x is the range's (np.maximum keeps it, as the native fold and onnxruntime do;
+    # Python's max(0.0, nan) dropped it: scale 1/255 where theirs is NaN, fuzz seed 10002214)
+    mx = np.maximum(zero, x.max()) if x.size else zero
+    mn = np.minimum(zero, x.min()) if x.size else zero
     scale = np.float32(1.0 if mx == mn else mx - mn) / np.float32(255)
     with np.errstate(invalid="ignore"):
         v = np.float32(0) - mn / scale  # NaN when -inf makes the scale inf
         zp = np.rint(np.float32(0) if v <= 0 else np.float32(255) if not v < 255 else v)
         y = np.clip(np.rint(x / scale) + zp, 0, 255)
+    y = np.where(np.isnan(y), 0, y)  # a NaN scale quantizes everything to 0
     return [y.astype(np.uint8), np.asarray(scale, np.float32), np.asarray(zp, np.uint8)]
 
 
