@@ -254,11 +254,15 @@ def _bn_train(ctx: LowerContext, node: Node, b: Builder, x: Buffer, y: Buffer,
     cnt = const(n * inner, dt)
     with b.loop(0, c, parallel=True, hint="c") as ch:
         def fold(fn: Callable[[Operand], Operand]) -> Operand:
-            acc = Lanes(b, const(0, dt), "add", inner, hint="sum")
+            # each image's plane summed on its own, then the images in order (the references'
+            # order: 3.4e38 + 3.4e38 - inf in one image is NaN there, whatever the others hold)
+            total = b.var(const(0, dt), hint="sum")
             with b.loop(0, n, hint="n") as k:
                 row = b.imul(b.iadd(b.imul(k, c), ch), inner)
+                acc = Lanes(b, const(0, dt), "add", inner, hint="part", numpy_order=True)
                 acc.run(inner, lambda j: fn(b.load(x, b.iadd(row, j))))
-            return b.op("div", acc.result(), cnt)
+                b.assign(total, "add", total, acc.result())
+            return b.op("div", total, cnt)
 
         bm = fold(lambda v: v)
         bv = fold(lambda v: b.op("mul", b.op("sub", v, bm), b.op("sub", v, bm)))
