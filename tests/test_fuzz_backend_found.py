@@ -39,12 +39,7 @@ onnx.reference, which agree on all of them.
 13. ScatterElements max/min with a NaN update: an update counts only when it compares greater
    (less), onnx.reference's rule; 1.09 then updates NaN and 1.23 is 1.23 in both references
    (onnxruntime lets NaN win, then 1.23), where NaN propagation kept NaN.
-14. GroupNormalization of a group whose E[x^2] passes float max: both references follow the
-   spec body E[x^2] - E[x]^2 (NaN, or the bias), the two-pass variance did not; it now takes
-   that formula where E[x^2] is not finite.
-15. BatchNormalization in training mode: the batch mean sums each image's plane, then the
-   images (both references' order), so an image holding 3.4e38, 3.4e38 and -inf makes it NaN;
-   one running sum over all images had gone -inf first.
+More in `test_fuzz_backend_found_more.py`.
 """
 
 from __future__ import annotations
@@ -427,48 +422,3 @@ def test_scatter_elements_skips_a_nan_update_where_the_references_agree(red, fol
                                       want)
         return
     _check(m, feeds)
-
-
-@pytest.mark.parametrize("big", [1e30, 1.9e19])
-def test_group_normalization_past_float_max_takes_the_spec_formula(big):
-    """A group holding 1e30: the spec body's E[x^2] - E[x]^2 is inf - inf (NaN) in both
-    references, where (x - mean)^2 normalized the group; 1.9e19: E[x^2] overflows alone
-    (inf variance, x - mean over it 0), where the two-pass variance stayed finite. (MVN keeps
-    two passes, as onnxruntime's kernel; onnx.reference's spec body disagrees with it there.)"""
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((2, 4, 2, 2)).astype(np.float32)
-    x[0, 1, 1, 1] = big
-    feeds = {"x": x, "s": rng.standard_normal(4).astype(np.float32),
-             "b": rng.standard_normal(4).astype(np.float32)}
-    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)
-    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
-                        for n, a in feeds.items()],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)], 21)
-    want = _both(m, feeds)[0]
-    assert np.isnan(want).any() == (big == 1e30)
-    _check(m, feeds)
-
-
-def test_batchnorm_training_sums_each_image_then_the_images():
-    # the batch mean of a channel sums each image's plane, then the images, as both
-    # references do: an image holding 3.4e38, 3.4e38 and -inf sums to NaN whatever another
-    # image holds; one running sum over both images went -inf first (fuzz seed 10071287)
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
-    x[0, 2, 1, 2] = -np.inf
-    x[1, 2, 0, 2] = x[1, 2, 2, 4] = np.float32(3.4028235e38)
-    x[1, 2, 3, 2] = -np.inf
-    params = [rng.uniform(0.5, 1.5, 3), rng.standard_normal(3), rng.standard_normal(3),
-              rng.uniform(0.5, 1.5, 3)]
-    names = ["s", "bias", "mean", "var"]
-    m = _model([helper.make_node("BatchNormalization", ["x", *names],
-                                 ["y", "running_mean", "running_var"], training_mode=1,
-                                 epsilon=0.01)],
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)]
-               + [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in names],
-               [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-                for n in ("y", "running_mean", "running_var")], 15)
-    feeds = {"x": x, **{n: p.astype(np.float32) for n, p in zip(names, params)}}
-    with np.errstate(all="ignore"):
-        _check(m, feeds)
-    assert np.isnan(onnxjit.compile(m, cache_dir=False, tiered=False).run(None, feeds)[1][2])

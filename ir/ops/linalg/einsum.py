@@ -139,8 +139,15 @@ def _evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     dt = inputs[0].dtype
     if is_narrow_array(inputs[0]):  # numpy's einsum has no loops for bfloat16: sum in f32
         inputs = [widen(np.asarray(a)) for a in inputs]
+    eq = eq.replace(" ", "")
     with np.errstate(all="ignore"):
-        return [np.asarray(np.einsum(eq.replace(" ", ""), *inputs), dtype=dt)]
+        try:  # onnx.reference's call: products through BLAS where numpy can (their FMAs
+            # keep 1.8e308 * 1.37 - inf at -inf; numpy's own loops round the product to inf
+            # first: NaN, fuzz seed 10072964, tier 0)
+            y = np.einsum(eq, *inputs, optimize=True)
+        except TypeError:
+            y = np.einsum(eq, *inputs)
+        return [np.asarray(y, dtype=dt)]
 
 
 def _strides(term: list[str], shape: tuple, labels: list[str]) -> list[int]:

@@ -1,0 +1,100 @@
+"""Wrong answers the third fuzz generator (`fuzz_backend`) found, continued from
+`test_fuzz_backend_found.py` (same helpers): small models against onnxruntime and
+onnx.reference, which agree on each.
+
+1. GroupNormalization of a group whose E[x^2] passes float max: both references follow the
+   spec body E[x^2] - E[x]^2 (NaN, or the bias), the two-pass variance did not; it now takes
+   that formula where E[x^2] is not finite.
+2. BatchNormalization in training mode: the batch mean sums each image's plane, then the
+   images (both references' order), so an image holding 3.4e38, 3.4e38 and -inf makes it NaN;
+   one running sum over all images had gone -inf first.
+3. Einsum's host evaluation (tier 0, constant folding): numpy's einsum with optimize=True,
+   onnx.reference's call, whose BLAS products keep 1.8e308 * 1.37 - inf at -inf (numpy's own
+   loops gave NaN).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from test_fuzz_backend_found import _both, _check, _model
+from tier0_ref import Tier0
+
+import onnxjit
+
+
+@pytest.mark.parametrize("big", [1e30, 1.9e19])
+def test_group_normalization_past_float_max_takes_the_spec_formula(big):
+    """A group holding 1e30: the spec body's E[x^2] - E[x]^2 is inf - inf (NaN) in both
+    references, where (x - mean)^2 normalized the group; 1.9e19: E[x^2] overflows alone
+    (inf variance, x - mean over it 0), where the two-pass variance stayed finite. (MVN keeps
+    two passes, as onnxruntime's kernel; onnx.reference's spec body disagrees with it there.)"""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 4, 2, 2)).astype(np.float32)
+    x[0, 1, 1, 1] = big
+    feeds = {"x": x, "s": rng.standard_normal(4).astype(np.float32),
+             "b": rng.standard_normal(4).astype(np.float32)}
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2)
+    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                        for n, a in feeds.items()],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)], 21)
+    want = _both(m, feeds)[0]
+    assert np.isnan(want).any() == (big == 1e30)
+    _check(m, feeds)
+
+
+def test_batchnorm_training_sums_each_image_then_the_images():
+    # the batch mean of a channel sums each image's plane, then the images, as both
+    # references do: an image holding 3.4e38, 3.4e38 and -inf sums to NaN whatever another
+    # image holds; one running sum over both images went -inf first (fuzz seed 10071287)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    x[0, 2, 1, 2] = -np.inf
+    x[1, 2, 0, 2] = x[1, 2, 2, 4] = np.float32(3.4028235e38)
+    x[1, 2, 3, 2] = -np.inf
+    params = [rng.uniform(0.5, 1.5, 3), rng.standard_normal(3), rng.standard_normal(3),
+              rng.uniform(0.5, 1.5, 3)]
+    names = ["s", "bias", "mean", "var"]
+    m = _model([helper.make_node("BatchNormalization", ["x", *names],
+                                 ["y", "running_mean", "running_var"], training_mode=1,
+                                 epsilon=0.01)],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)]
+               + [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3]) for n in names],
+               [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                for n in ("y", "running_mean", "running_var")], 15)
+    feeds = {"x": x, **{n: p.astype(np.float32) for n, p in zip(names, params)}}
+    with np.errstate(all="ignore"):
+        _check(m, feeds)
+    assert np.isnan(onnxjit.compile(m, cache_dir=False, tiered=False).run(None, feeds)[1][2])
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_einsum_host_evaluation_multiplies_as_the_references(folded):
+    # a row (1.8e308, 1.8e308, 0.89) times a column (-1.55, 1.37, -0.50): onnx.reference's
+    # einsum (optimize=True: BLAS, fused multiply-adds) and onnxruntime give -inf, numpy's own
+    # einsum loops round 1.8e308 * 1.37 to inf first and give NaN; the host evaluation (tier
+    # 0, constant folding) took the latter (fuzz seed 10072964)
+    big = np.finfo(np.float64).max
+    x = np.array([[[big, big, 0.887]]], np.float64)
+    y = np.array([[[-1.55], [1.37], [-0.50]]], np.float64)
+    node = helper.make_node("Einsum", ["x", "y"], ["z"], equation="bij, bjk -> bik")
+    out = [helper.make_tensor_value_info("z", TensorProto.DOUBLE, None)]
+    if folded:
+        m = _model([node], [], out, 12, [onnx.numpy_helper.from_array(x, "x"),
+                                         onnx.numpy_helper.from_array(y, "y")])
+        feeds: dict = {}
+    else:
+        m = _model([node], [helper.make_tensor_value_info(n, TensorProto.DOUBLE, a.shape)
+                            for n, a in (("x", x), ("y", y))], out, 12)
+        feeds = {"x": x, "y": y}
+    with np.errstate(all="ignore"):
+        want = _both(m, feeds)
+        got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, feeds)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert np.isneginf(got[0]).all()
+        if not folded:
+            tier0 = Tier0(m).run([x, y])
+            assert tier0 is not None, "tier 0 declined the call"
+            np.testing.assert_array_equal(tier0[0], want[0])
