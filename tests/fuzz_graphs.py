@@ -90,42 +90,6 @@ class Case:
         return [[tuple(d[k] for d in self.dims[o]) for o in outs]
                 for k in range(len(self.feeds))]
 
-    def inferred_shapes(self) -> list:
-        """The output shapes of each call by onnx's shape inference given the call's input
-        shapes (None for a call it cannot infer). Not the spec where the two part: for
-        ConvTranspose SAME with strides past the kernel (negative total padding) the spec's
-        text says input * stride and onnx infers less, as onnxruntime computes."""
-        return [_inferred_shapes(self.model, f) for f in self.feeds]
-
-
-def _inferred_shapes(model: onnx.ModelProto, feeds: dict) -> list | None:
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    del m.graph.value_info[:]
-    for v in m.graph.input:
-        if v.name in feeds and v.type.HasField("tensor_type"):
-            shape = v.type.tensor_type.shape
-            shape.Clear()
-            for n in np.shape(feeds[v.name]):
-                shape.dim.add().dim_value = int(n)
-    for v in m.graph.output:
-        v.type.tensor_type.ClearField("shape")
-    try:
-        m = onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
-    except Exception:  # noqa: BLE001 - no inferred shape: no spec vote
-        return None
-    known = {v.name: v for v in list(m.graph.value_info) + list(m.graph.output)}
-    out = []
-    for o in model.graph.output:
-        t = known.get(o.name)
-        if t is None or not t.type.tensor_type.HasField("shape"):
-            return None
-        dims = t.type.tensor_type.shape.dim
-        if not all(d.HasField("dim_value") for d in dims):
-            return None
-        out.append(tuple(d.dim_value for d in dims))
-    return out
-
 
 def static(d: tuple) -> bool:
     return len(set(d)) == 1

@@ -181,8 +181,9 @@ def _global_pool(node: Node) -> Any:
 
 
 # ------------------------------------------------------------------------------- windows
-def _geometry(node: Node, x: np.ndarray, w_shape: tuple | None) -> tuple:
-    """(padded input, kernel, strides, dilations, output sizes) of a conv or pool."""
+def _geometry(node: Node, x: np.ndarray, w_shape: tuple) -> tuple:
+    """(pads, kernel, strides, dilations, output sizes, group) of a conv (a pool's are
+    `pooling.semantics.geometry`: its SAME rule is onnxruntime's, not the conv's)."""
     from onnxjit.ir.ops.conv.attrs import conv_attrs, conv_pads
 
     a = conv_attrs(node, x.ndim - 2, w_shape)
