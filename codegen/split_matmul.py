@@ -101,9 +101,21 @@ def _column_window(s: Matmul, col: Operand, n: int) -> list[Stmt]:
             Op(b_off, "add", (b_col, s.b_off)), replace(s, c_off=c_off, b_off=b_off, n=n)]
 
 
-def _once(flag: Var, stmts: list[Stmt]) -> Loop:
+def _once(flag: Operand, stmts: list[Stmt]) -> Loop:
     """`stmts` when the i64 `flag` is 1, not when it is 0: a loop of that many trips."""
     return Loop(Var(DType.INT64, "once"), i64(0), flag, 1, stmts)
+
+
+def _block_or_tail(s: Matmul, t: Var, nblk: int, done: int, on: Operand
+                   ) -> tuple[list[Stmt], Loop, Var]:
+    """A column trip `t` (`TAIL_BLOCK`) is a block of panels while t < nblk, else the columns
+    after the blocks, when the i64 flag `on` is 1: (the flags' statements, the loop running
+    the tail, the i64 flag under which the trip runs its block)."""
+    is_block, block, last = (Var(DType.BOOL, "isblk"), Var(DType.INT64, "colblk"),
+                             Var(DType.INT64, "coltail"))
+    return ([Op(is_block, "lt", (t, i64(nblk))), Op(block, "select", (is_block, on, i64(0))),
+             Op(last, "sub", (on, block))],
+            _once(last, _column_window(s, i64(done), s.n - done)), block)
 
 
 def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
@@ -190,12 +202,8 @@ def _or_columns(s: Matmul, epilogue: Loop | None, t: Var, nblk: Var, rows: list[
     body: list[Stmt] = []
     after: list[Stmt] = []
     if tail_in_loop:  # a column trip is a block of panels, or (the last) the columns after
-        is_block, block, last = (Var(DType.BOOL, "isblk"), Var(DType.INT64, "colblk"),
-                                 Var(DType.INT64, "coltail"))
-        body += [Op(is_block, "lt", (t, i64(nblkc))),
-                 Op(block, "select", (is_block, small, i64(0))),
-                 Op(last, "sub", (small, block)),
-                 _once(last, _column_window(s, i64(done), s.n - done))]
+        flags, tail, block = _block_or_tail(s, t, nblkc, done, small)
+        body += [*flags, tail]
     elif done < s.n:
         after.append(_once(small, _column_window(s, i64(done), s.n - done)))
     body += [_once(block, [Op(col, "mul", (t, i64(per * width))),
@@ -317,14 +325,12 @@ def split_columns(s: Matmul, hints: dict | None = None) -> tuple[Loop, list[Stmt
     col = Var(DType.INT64, "col")
     body: list[Stmt] = [Op(col, "mul", (t, i64(per * width))),
                         *_column_window(s, col, per * width)]
-    tail = _column_window(s, i64(done), s.n - done) if done < s.n else []
-    if not tail or not TAIL_BLOCK:
+    if done == s.n or not TAIL_BLOCK:
+        tail = _column_window(s, i64(done), s.n - done) if done < s.n else []
         return Loop(t, i64(0), i64(nblk), 1, body, parallel=True), tail
     # the columns after the last block are one more iteration (t = nblk)
-    is_block, block, last = (Var(DType.BOOL, "isblk"), Var(DType.INT64, "colblk"),
-                             Var(DType.INT64, "coltail"))
-    both = [Op(is_block, "lt", (t, i64(nblk))), Op(block, "cast", (is_block,)),
-            Op(last, "sub", (i64(1), block)), _once(block, body), _once(last, tail)]
-    return Loop(t, i64(0), i64(nblk + 1), 1, both, parallel=True), []
+    flags, tail_loop, block = _block_or_tail(s, t, nblk, done, i64(1))
+    return Loop(t, i64(0), i64(nblk + 1), 1, [*flags, _once(block, body), tail_loop],
+                parallel=True), []
 
 
