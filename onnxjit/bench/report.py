@@ -160,8 +160,9 @@ def _streams(rows: list[dict[str, Any]]) -> str:
     from onnxjit.bench.streams import markdown as stream_table
 
     return ("\nStreams of calls with varying shapes, end to end against onnxruntime (session "
-            "creation included), each engine in a fresh process: cold = empty disk cache, warm "
-            "= a cache filled by another stream of the model (other shapes); steady = both warm, "
+            "creation included), each engine in fresh processes (medians of interleaved runs): "
+            "cold = empty disk cache, warm = a cache filled by another stream of the model (other "
+            "shapes); steady = both warm, "
             "whole streams alternated in one process (`onnxjit/bench/streams.py`).\n\n"
             + stream_table(rows))
 

@@ -94,7 +94,7 @@ def test_dynamic_comparison_and_its_table():
 def test_stream_row_end_to_end():
     from onnxjit.bench import streams
 
-    row = streams.measure("stream_decoder", tiny=True, rounds=1)
+    row = streams.measure("stream_decoder", tiny=True, rounds=1, fresh=1)
     assert row["status"] == "ok", row.get("message")
     assert row["calls"] == 5 and row["warm_misses"] == 0  # a warm cache compiles nothing
     assert row["ratio_cold"] > 0 and row["ratio_warm"] > 0 and row["ratio_steady"] > 0
