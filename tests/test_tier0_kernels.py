@@ -51,7 +51,10 @@ CONVS = [  # (C, M, group, kernel, pads, dilations, strides, H, W)
     (8, 8, 8, (3, 3), (1, 1, 1, 1), (1, 1), (2, 2), 7, 9),         # ... strided
     (4, 4, 4, (3, 3), (1, 1, 1, 1), (1, 1), (1, 1), 70, 66),       # depthwise, flat columns
     (4, 4, 4, (3, 5), (0, 2, 1, 0), (2, 1), (1, 1), 64, 70),       # ... dilated, asymmetric
+    (4, 4, 4, (3, 3), (1, 1, 1, 1), (1, 1), (2, 2), 70, 66),       # depthwise, strided views
+    (4, 4, 4, (3, 5), (0, 2, 1, 0), (2, 1), (2, 3), 64, 70),       # ... dilated, asymmetric
 ]
+DEPTHWISE_LARGE = [c for c in CONVS if c[2] == c[0] == c[1] and c[7] * c[8] >= 4096]
 
 
 @pytest.mark.parametrize("case", CONVS, ids=[str(i) for i in range(len(CONVS))])
@@ -69,6 +72,27 @@ def test_conv_paths_match_onnxruntime(case, batch):
                    [numpy_helper.from_array(wt, "w"), numpy_helper.from_array(bias, "b")])
     x = rng.standard_normal((batch, c, h, w)).astype(np.float32)
     _check(model, [x], ["x"])
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_LARGE, ids=[str(i) for i in range(len(DEPTHWISE_LARGE))])
+def test_depthwise_blocks_match_onnxruntime(case, monkeypatch):
+    """Blocks far smaller than a map: partial blocks of rows, columns and output lines."""
+    from onnxjit.tiered import depthwise
+
+    monkeypatch.setattr(depthwise, "BLOCK", 300)
+    test_conv_paths_match_onnxruntime(case, 2)
+
+
+@pytest.mark.parametrize("op,attrs", [("HardSwish", {}), ("HardSigmoid", {"alpha": 0.3,
+                                                                          "beta": 0.4})])
+def test_hard_activations_in_blocks_match_onnxruntime(op, attrs):
+    """Over several blocks of `kernels.BLOCK` elements and a partial one."""
+    shape = (2, 3, 331, 113)  # 224,418 elements: three blocks and a part
+    x = (np.random.default_rng(5).standard_normal(shape) * 4).astype(np.float32)
+    model = _model([helper.make_node(op, ["x"], ["y"], **attrs)],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=17)
+    _check(model, [x], ["x"], rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("op,axis", [("Softmax", -1), ("Softmax", 1), ("LogSoftmax", -1),

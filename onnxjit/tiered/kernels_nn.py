@@ -5,8 +5,8 @@ evaluation). The products go to numpy's BLAS (`np.matmul`; a stack of matrices t
 as a single product of its rows); a convolution becomes products three ways. A 2-D one of
 stride 1 over 32 or more channels a group reads each kernel tap as a contiguous range of
 columns of the flattened padded input (outputs laid on the padded width, whose surplus columns
-are dropped: `_flat_taps`) and sums one product per tap, with no im2col copy; other
-convolutions copy their input windows (a strided view of the padded input, `as_strided`: kernel
+are dropped: `windows.flat_taps`) and sums one product per tap, with no im2col copy; other
+convolutions copy their input windows (a strided view of the padded input, `windows.windows`: kernel
 taps and output positions as axes) once into columns, multiplied by the weights as an (M, C*K)
 matrix per group; a 1x1 convolution of stride 1 multiplies the input in place. A depthwise one
 accumulates its taps over the windows instead (on the flat columns at stride 1). Pooling folds
@@ -22,14 +22,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from onnxjit.ir.graph import Node
 from onnxjit.ir.ops.pooling.max_rule import drops_nan
 from onnxjit.ir.ops.pooling.semantics import geometry
+from onnxjit.tiered.depthwise import depthwise
 from onnxjit.tiered.kernels import _floats
 from onnxjit.tiered.kernels_shape import _ints
 from onnxjit.tiered.registry import Decline, kernel
+from onnxjit.tiered.windows import flat_taps, pad, windows
 
 # ------------------------------------------------------------------------------- products
 
@@ -197,100 +198,14 @@ def _geometry(node: Node, x: np.ndarray, w_shape: tuple) -> tuple:
     return pads, k, a.strides, a.dilations, out, a.group
 
 
-def _windows(xp: np.ndarray, k: tuple, strides: tuple, dil: tuple, out: tuple) -> np.ndarray:
-    """View (N, C, *kernel, *out) of the windows of a padded input."""
-    st = xp.strides
-    r = len(k)
-    return as_strided(xp, xp.shape[:2] + k + out,
-                      st[:2] + tuple(st[2 + j] * dil[j] for j in range(r))
-                      + tuple(st[2 + j] * strides[j] for j in range(r)), writeable=False)
-
-
-def _pad(x: np.ndarray, pads: list, value: float = 0.0) -> np.ndarray:
-    """x (N, C, *spatial) padded with `value`: a filled array and one copy (np.pad costs about
-    0.1 ms of Python per call, more than the copy on a recognizer's maps)."""
-    if not any(b or e for b, e in pads):
-        return x
-    shape = x.shape[:2] + tuple(d + b + e for d, (b, e) in zip(x.shape[2:], pads))
-    out = np.full(shape, value, x.dtype) if value else np.zeros(shape, x.dtype)
-    out[(slice(None), slice(None)) + tuple(slice(b, b + d)
-                                           for d, (b, _) in zip(x.shape[2:], pads))] = x
-    return out
-
-
-def _flat_taps(xp: np.ndarray, k: tuple, dil: tuple, out: tuple
-               ) -> tuple[np.ndarray, list[int], int, int]:
-    """A stride-1 2-D conv's taps as column windows of the flat padded input: (xp as
-    (N, C, Hp*Wp), each tap's offset, L, Wp). Output (i, j) sits at column i*Wp + j of a
-    row-major (OH, Wp) grid, so tap (a, b) reads the contiguous columns [off, off + L) with
-    off = a*dh*Wp + b*dw; L = (OH-1)*Wp + OW stops each tap inside the input, and the
-    Wp - OW columns between rows are computed and dropped."""
-    hp, wp = xp.shape[2:]
-    offs = [a * dil[0] * wp + b * dil[1] for a, b in np.ndindex(*k)]
-    return xp.reshape(xp.shape[:2] + (hp * wp,)), offs, (out[0] - 1) * wp + out[1], wp
-
-
-#: padded positions from which a stride-1 depthwise map runs channels first (`_depthwise`)
-FLAT_POSITIONS = 4096
-
-
-def _depthwise(x: np.ndarray, w: np.ndarray, pads: list, k: tuple, strides: tuple,
-               dil: tuple, out: tuple) -> np.ndarray:
-    """Taps accumulated over the windows, one multiply-add per tap over the whole map.
-
-    2-D maps of stride 1 and FLAT_POSITIONS or more padded positions: channels first on the
-    flat columns (`_flat_taps`), each tap one contiguous row per channel. Other 2-D maps:
-    channels last (the padded input copied once as (N, H, W, C)), so every tap's window is a
-    (strided) view whose inner axis is the C contiguous channels; with channels first the
-    inner axis would be an output row, as short as 48 on a recognizer's maps, where numpy's
-    per-row cost was most of the time (1.4-1.9x slower). The result is then an NCHW view of
-    the NHWC sums. Other ranks: the windows view."""
-    n, c = x.shape[:2]
-    wt = np.ascontiguousarray(w.reshape(c, -1).T)  # (taps, C)
-    padded = math.prod(d + b + e for d, (b, e) in zip(x.shape[2:], pads))
-    if len(k) == 2 and all(s == 1 for s in strides) and padded >= FLAT_POSITIONS:
-        flat, offs, length, wp = _flat_taps(_pad(x, pads), k, dil, out)
-        wf = wt.reshape(-1, 1, c, 1)
-        y = np.empty((n, c, out[0] * wp), x.dtype)
-        _tap_sum(((flat[:, :, o:o + length], wf[t]) for t, o in enumerate(offs)),
-                 y[:, :, :length])
-        return y.reshape(n, c, out[0], wp)[:, :, :, :out[1]]
-    if len(k) == 2:
-        (t0, b0), (l0, r0) = pads
-        h, wd = x.shape[2:]
-        xl = np.zeros((n, h + t0 + b0, wd + l0 + r0, c), x.dtype)
-        xl[:, t0:t0 + h, l0:l0 + wd] = x.transpose(0, 2, 3, 1)
-        (oh, ow), (sh, sw) = out, strides
-        wins = (xl[:, a * dil[0]:a * dil[0] + sh * (oh - 1) + 1:sh,
-                   b * dil[1]:b * dil[1] + sw * (ow - 1) + 1:sw] for a, b in np.ndindex(*k))
-        return _tap_sum(zip(wins, wt)).transpose(0, 3, 1, 2)
-    win = _windows(_pad(x, pads), k, strides, dil, out)
-    wt = wt.reshape((-1, 1, c) + (1,) * len(out))
-    lead = (slice(None), slice(None))
-    return _tap_sum((win[lead + tap], wt[t]) for t, tap in enumerate(np.ndindex(*k)))
-
-
-def _tap_sum(pairs: Any, out: np.ndarray | None = None) -> np.ndarray:
-    """The sum of window * weight over (window, weight) pairs: the first product into `out`
-    (a fresh array when None), the others through one scratch array added in place."""
-    y = tmp = None
-    for win, wt in pairs:
-        if y is None:
-            y = np.multiply(win, wt, out=out)
-            tmp = np.empty_like(y)
-        else:
-            y += np.multiply(win, wt, out=tmp)
-    return y
-
-
 def _conv_flat(x: np.ndarray, w: np.ndarray, pads: list, k: tuple, dil: tuple, out: tuple,
                g: int) -> np.ndarray:
-    """A stride-1 2-D conv as one product per tap on flat columns (`_flat_taps`), summed:
+    """A stride-1 2-D conv as one product per tap on flat columns (`windows.flat_taps`), summed:
     no im2col copy (80 MB for a 96-channel 208x112 detector map, more than the products)."""
     n, c = x.shape[:2]
     m = w.shape[0]
     cg, mg = c // g, m // g
-    flat, offs, length, wp = _flat_taps(_pad(x, pads), k, dil, out)
+    flat, offs, length, wp = flat_taps(pad(x, pads), k, dil, out)
     wt = np.ascontiguousarray(w.reshape(g, mg, cg, -1).transpose(3, 0, 1, 2))  # (taps, g, .)
     y = np.empty((n, m, out[0] * wp), x.dtype)
     tmp = np.empty((mg, length), x.dtype)
@@ -316,14 +231,14 @@ def _conv(node: Node) -> Any:
         p = math.prod(out)
         kk = math.prod(k)
         if g == c == m and w.shape[1] == 1 and c > 1:
-            y = _depthwise(x, w, pads, k, strides, dil, out)
+            y = depthwise(x, w, pads, k, strides, dil, out)
         elif kk > 1 and len(k) == 2 and c // g >= 32 and all(s == 1 for s in strides):
             y = _conv_flat(x, w, pads, k, dil, out, g)
         else:
             if kk == 1 and all(s == 1 for s in strides) and not any(map(any, pads)):
                 cols = x.reshape(n, g, c // g, p)
             else:
-                win = _windows(_pad(x, pads), k, strides, dil, out)
+                win = windows(pad(x, pads), k, strides, dil, out)
                 cols = np.ascontiguousarray(win).reshape(n, g, (c // g) * kk, p)
             wg = w.reshape(g, m // g, (c // g) * kk)
             y = np.matmul(wg, cols).reshape((n, m) + out)
@@ -334,9 +249,9 @@ def _conv(node: Node) -> Any:
 
 
 def _inside(spatial: tuple, pads: list, geo: tuple, dtype: Any = bool) -> np.ndarray:
-    """The windows (`_windows` of geometry `geo` = (k, strides, dil, out)) of a padded map of
+    """The windows (`windows.windows` of geometry `geo` = (k, strides, dil, out)) of a padded map of
     ones: 1 where a tap is inside the input, 0 on padding."""
-    return _windows(_pad(np.ones((1, 1) + tuple(spatial), dtype), pads), *geo)
+    return windows(pad(np.ones((1, 1) + tuple(spatial), dtype), pads), *geo)
 
 
 def _max_taps(win: np.ndarray, taps: list, pads: list, spatial: tuple, geo: tuple,
@@ -393,7 +308,7 @@ def _pool(node: Node) -> Any:
             raise Decline
         drop = drops_nan(SimpleNamespace(strides=strides, dilations=dil))
         fill = (np.nan if drop else -np.inf) if is_max else 0.0
-        win = _windows(_pad(x, pads, fill), k, strides, dil, out)
+        win = windows(pad(x, pads, fill), k, strides, dil, out)
         taps = list(np.ndindex(*k))
         lead = (slice(None), slice(None))
         if is_max:
