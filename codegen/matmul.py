@@ -56,6 +56,12 @@ from onnxjit.ir.loops import Matmul
 R_ROWS, U_DEPTH, NB_BYTES, KB = 4, 4, 2048, 256
 #: dot form: rows x columns of C per reduction loop, bytes of B rows kept in cache per block
 RI_ROWS, RJ_COLS, DOT_BLOCK_BYTES = 2, 4, 256 * 1024
+#: dot form: a depth up to this adds its products in order with fused multiply-adds, as the
+#: references' BLAS does (one rounding per step); a longer one is a reduction the vectorizer
+#: splits into partial sums. Attention's scores over a head of 8 with a query near float max
+#: (fuzz seed 10131671): the partial sums rounded a product of 3.8e38 to inf on its own, where
+#: in order it met the -1.1e38 before it (2.7e38, finite, in both references).
+DOT_IN_ORDER = 16
 #: below this many multiply-adds the blocking buys nothing but compile time (fully unrolled
 #: constant-trip loops): one row, one kk, one column at a time
 SMALL_WORK = 8192
@@ -233,7 +239,7 @@ class _Emitter:
             else:
                 av = [self.load(self.pa, b.add(base, kk)) for base in a_base]
             bv = [self.load(self.pb, b.add(base, kk)) for base in b_base]
-            return [self.madd(av[p], bv[q], accs[p * rj + q], reduce=True)
+            return [self.madd(av[p], bv[q], accs[p * rj + q], reduce=s.k > DOT_IN_ORDER)
                     for p in range(ri) for q in range(rj)]
 
         sums = for_range_carry(b, 0, s.k, 1, [self.zero] * (ri * rj), body, "k")

@@ -11,6 +11,10 @@ onnx.reference, which agree on each.
 3. Einsum's host evaluation (tier 0, constant folding): numpy's einsum with optimize=True,
    onnx.reference's call, whose BLAS products keep 1.8e308 * 1.37 - inf at -inf (numpy's own
    loops gave NaN).
+4. A product of a short depth (Attention's scores over a head of 8): both references' BLAS
+   adds the products in order with fused multiply-adds, so a product past float max meets the
+   sum before it unrounded; vectorized partial sums rounded it to inf alone
+   (`codegen.matmul.DOT_IN_ORDER`).
 """
 
 from __future__ import annotations
@@ -98,3 +102,30 @@ def test_einsum_host_evaluation_multiplies_as_the_references(folded):
             tier0 = Tier0(m).run([x, y])
             assert tier0 is not None, "tier 0 declined the call"
             np.testing.assert_array_equal(tier0[0], want[0])
+
+
+@pytest.mark.parametrize("specialize", ["shape", "dynamic"])
+def test_short_dot_products_add_in_order_past_float_max(specialize):
+    # q . k over a head of 8: 3.4e38 * -1 + 3.4e38 * 1.5 = 1.7e38 with fused multiply-adds in
+    # order (onnxruntime, onnx.reference); partial sums had 3.4e38 * 1.5 = inf alone, and the
+    # softmax of an inf score made the row NaN (fuzz seed 10131671)
+    big = np.float32(3.4e38)
+    q = np.zeros((1, 1, 4, 8), np.float32)  # 4 x 6 scores: the vectorized dot form
+    q[0, 0, :, 1] = q[0, 0, :, 4] = big
+    k = np.zeros((1, 1, 6, 8), np.float32)
+    k[0, 0, 0, 1], k[0, 0, 0, 4] = -1.0, 1.5
+    k[0, 0, 1:] = np.random.default_rng(2).uniform(-0.1, 0.1, (5, 8))
+    v = np.random.default_rng(3).standard_normal((1, 1, 6, 4)).astype(np.float32)
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y", "", "", "qk"], scale=1.0)
+    m = _model([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                        for n in "qkv"],
+               [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "qk")],
+               23)
+    feeds = {"q": q, "k": k, "v": v}
+    with np.errstate(all="ignore"):
+        want = _both(m, feeds)
+        assert np.isfinite(want[1][0, 0, :, 0]).all() and np.isfinite(want[0]).all()
+        got = onnxjit.compile(m, cache_dir=False, tiered=False, specialize=specialize).run(
+            None, feeds)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
