@@ -293,11 +293,16 @@ def _shapes(outs) -> list | None:
 
 
 def judge(model: onnx.ModelProto, feeds_list: list, symbolic: bool,
-          spec_shapes: list | None = None) -> Verdict:
+          spec_shapes: list | None = None, stage=lambda name: None) -> Verdict:
     """The verdict of one case (see the module docstring); `spec_shapes[k]` lists the output
-    shapes of call k by the ONNX spec, as the generator computed them."""
+    shapes of call k by the ONNX spec, as the generator computed them. `stage(name)` is told
+    which engine runs next ("onnxruntime", "reference", "onnxjit"): a process that dies says
+    whose crash it was."""
+    stage("onnxruntime")
     ort_out = _run_ort(model, feeds_list)
+    stage("reference")
     ref_out = _run_ref(model, feeds_list)
+    stage("onnxjit")
     f64 = ort32 = None
     narrow = any(t.elem_type == TensorProto.FLOAT16 for t in _types(model)) or any(
         t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer) or any(

@@ -9,7 +9,8 @@ Algorithm: cases `seed .. seed+cases-1` (`tests/fuzz_graphs.generate`) are judge
 (`tests/fuzz_oracle.judge`) in child processes of `--batch` cases each, so a crash or hang in
 one case costs only its batch: the child reports one JSON line per case as it finishes, and the
 parent restarts after the last reported case, recording the one that killed the child as
-"crash". Every case whose verdict is not pass/unsupported/precision is written to --out as
+"crash" (or "refcrash" when it died in a reference: the child names the engine it starts).
+Every case whose verdict is not pass/unsupported/precision is written to --out as
 `<seed>.onnx`, `<seed>.npz` (feeds of call k under "k/<name>") and `<seed>.json`
 (verdict, ops, and the known bug it hits by `tests/fuzz_known.known_bug`); `summary.json`
 holds the counts, known bugs apart.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import json
 import os
 import subprocess
@@ -62,7 +64,8 @@ def child(first: int, count: int, out: Path, mode: str) -> None:
         case = None
         try:
             case = generator(mode)(seed)
-            v = judge(case.model, case.feeds, case.symbolic, case.spec_shapes())
+            v = judge(case.model, case.feeds, case.symbolic, case.spec_shapes(),
+                      functools.partial(_stage, seed))
             rec = {"seed": seed, "status": v.status, "detail": v.detail[:3000],
                    "refs_agree": v.refs_agree, "notes": v.notes[:6], "ops": case.ops}
             if v.status in ("mismatch", "error"):
@@ -72,6 +75,10 @@ def child(first: int, count: int, out: Path, mode: str) -> None:
         if rec["status"] not in COUNTED:
             save(out, rec, mode, case)
         print(json.dumps(rec), flush=True)
+
+
+def _stage(seed: int, name: str) -> None:
+    print(json.dumps({"seed": seed, "stage": name}), flush=True)
 
 
 def save(out: Path, rec: dict, mode: str, case=None) -> None:
@@ -96,7 +103,7 @@ def run(first: int, cases: int, out: Path, batch: int, timeout: float, mode: str
         proc = subprocess.Popen([sys.executable, __file__, "--child", str(seed), str(n),
                                  "--out", str(out), "--mode", mode],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        last_start, done = None, seed
+        last_start, last_stage, done = None, None, seed
         try:
             for line in proc.stdout:
                 try:
@@ -104,7 +111,10 @@ def run(first: int, cases: int, out: Path, batch: int, timeout: float, mode: str
                 except ValueError:  # something else printed to stdout
                     continue
                 if rec.get("start"):
-                    last_start = rec["seed"]
+                    last_start, last_stage = rec["seed"], None
+                    continue
+                if rec.get("stage"):
+                    last_stage = rec["stage"]
                     continue
                 done = rec["seed"] + 1
                 status = rec["status"] + (" (known)" if rec.get("known") else "")
@@ -120,14 +130,17 @@ def run(first: int, cases: int, out: Path, batch: int, timeout: float, mode: str
         except subprocess.TimeoutExpired:
             proc.kill()
         if proc.returncode not in (0, None) and last_start is not None and last_start >= done:
-            rec = {"seed": last_start, "status": "crash", "detail": f"rc {proc.returncode}"}
-            counts["crash"] += 1
+            # a reference that dies on a case (onnxruntime's session creation has) is not ours
+            status = "crash" if last_stage in (None, "onnxjit") else "refcrash"
+            rec = {"seed": last_start, "status": status,
+                   "detail": f"rc {proc.returncode} in {last_stage or 'the generator'}"}
+            counts[status] += 1
             log.write(json.dumps(rec) + "\n")
             try:  # the parent must outlive whatever broke the child
                 save(out, rec, mode)
             except Exception as e:
                 print(f"{last_start}: could not save the reproducer: {e!r}", flush=True)
-            print(f"{last_start}: crash ({proc.returncode})", flush=True)
+            print(f"{last_start}: {status} ({rec['detail']})", flush=True)
             done = last_start + 1
         seed = max(done, seed + 1) if done == seed else done
     summary = {"mode": mode, "first": first, "cases": cases, "counts": dict(counts),
