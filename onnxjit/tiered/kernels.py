@@ -191,7 +191,7 @@ def _identity(node: Node) -> Any:
 # erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4] (beyond, +-1 in float32): a rational fit of degree
 # 13/8 whose float32 evaluation is within 8 ulp (4.2e-7) of erf over the whole float range
 # (checked against math.erf: tests/test_tiered.py); from |x| = NEAR_ONE on, where erf is near
-# +-1, 1 - erfc in float64 instead (`_erf_near_one`)
+# +-1, 1 - erfc in float64 instead (`_near_one`)
 _ERF_P = [np.float32(c) for c in (
     -2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
     -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)]
@@ -202,12 +202,12 @@ _ERF_Q = [np.float32(c) for c in (
 
 def erf32(x: np.ndarray) -> np.ndarray:
     """erf of a float32 array, `BLOCK` elements at a time (each block's dozen passes run in
-    cache: 4x faster than whole-array passes on a 1.5M-element GELU input)."""
+    cache: 4x faster than whole-array passes on a 1.5M-element GELU input), the block's
+    near-one elements (`_near_one`) while they are in cache too."""
     flat = np.ascontiguousarray(x).reshape(-1)
     out = np.empty_like(flat)
     m = min(BLOCK, flat.size)
     xb, x2, p, q = (np.empty(m, np.float32) for _ in range(4))
-    near: list[np.ndarray] = []
     for s in range(0, flat.size, BLOCK):
         n = min(flat.size - s, BLOCK)
         xv, x2v, pv, qv = xb[:n], x2[:n], p[:n], q[:n]
@@ -224,40 +224,51 @@ def erf32(x: np.ndarray) -> np.ndarray:
             qv += c
         np.divide(pv, qv, out=out[s:s + n])
         np.abs(xv, out=x2v)
-        near.append(np.flatnonzero(x2v >= NEAR_ONE) + s)  # NaN compares false: fit's NaN
-    at = np.concatenate(near) if near else np.zeros(0, np.intp)
-    if 0 < at.size <= EXACT_COUNT:  # a few: math.erf itself, cheaper than the fit's passes
-        out[at] = np.array([math.erf(v) for v in flat[at].tolist()], np.float32)
-    elif at.size:  # one float64 pass over them all
-        out[at] = _erf_near_one(flat[at])
+        at = np.flatnonzero(x2v >= NEAR_ONE)  # NaN compares false: the fit's NaN
+        if at.size:
+            out[s + at] = _near_one(xv[at])
     return out.reshape(x.shape)
 
 
-#: from this |x| on erf32 takes `_erf_near_one` (erf >= 0.966: few elements of a GELU input)
+#: from this |x| on erf32 takes `_near_one` (erf >= 0.966: few elements of a GELU input)
 NEAR_ONE = 1.5
-#: near-one elements up to this many take math.erf one by one: the fit's passes cost some 25
-#: us however few they are (a decoder step's 1024-wide GELU: 45 us a call, 22 us so)
-EXACT_COUNT = 512
+#: a block's near-one elements up to this many take math.erf one by one (0.1 us each), more
+#: the float64 passes (some 20 us however few they are)
+EXACT_COUNT = 160
 #: [NEAR_ONE, 4] as mid +- half: the interval of the erfc fit
 _MID, _HALF = (4 + NEAR_ONE) / 2, (4 - NEAR_ONE) / 2
 
 
 @functools.lru_cache(maxsize=None)
-def _erfc_scaled_fit() -> np.ndarray:
-    """Chebyshev coefficients of erfc(x) exp(x^2) on [NEAR_ONE, 4] (degree 14, from math.erfc
-    at 200 Chebyshev nodes: about a ms at the first use)."""
+def _erfc_scaled_fit() -> list[float]:
+    """Power coefficients, highest first, in t = (x - _MID) / _HALF, of erfc(x) exp(x^2) on
+    [NEAR_ONE, 4]: a Chebyshev fit of degree 14 (from math.erfc at 200 Chebyshev nodes: about
+    a ms at the first use; relative error 6e-12), in powers for Horner's rule in place."""
     t = np.cos(np.pi * (np.arange(200) + 0.5) / 200)
-    return chebyshev.chebfit(t, [math.erfc(v) * math.exp(v * v) for v in _MID + _HALF * t], 14)
+    c = chebyshev.chebfit(t, [math.erfc(v) * math.exp(v * v) for v in _MID + _HALF * t], 14)
+    return [float(v) for v in chebyshev.cheb2poly(c)[::-1]]
 
 
-def _erf_near_one(x: np.ndarray) -> np.ndarray:
-    """erf of float32 values with |x| >= NEAR_ONE, as 1 - erfc in float64 rounded once: there
-    erf is within 2**20 float32 ulps of +-1, and the fit's 8 ulps were most of 1 - erf near 4
-    (a Log of it off by 10%, fuzz seed 10092311); every float32 there then rounds as
-    math.erf's value does."""
-    a = np.minimum(np.abs(x).astype(np.float64), 4.0)
-    erfc = np.exp(-a * a) * chebyshev.chebval((a - _MID) / _HALF, _erfc_scaled_fit())
-    return np.copysign(1.0 - erfc, x).astype(np.float32)
+def _near_one(x: np.ndarray) -> np.ndarray:
+    """erf of float32 values with NEAR_ONE <= |x| <= 4, as 1 - erfc in float64 rounded once:
+    there erf is within 2**20 float32 ulps of +-1, and the fit's 8 ulps were most of 1 - erf
+    near 4 (a Log of it off by 10%, fuzz seed 10092311); every float32 there then rounds as
+    math.erf's value does. Few values take math.erf itself (`EXACT_COUNT`)."""
+    if x.size <= EXACT_COUNT:
+        return np.array([math.erf(v) for v in x.tolist()], np.float32)
+    a = np.abs(x).astype(np.float64)
+    t = a - _MID
+    t *= 1 / _HALF
+    coeffs = _erfc_scaled_fit()
+    y = np.full_like(t, coeffs[0])
+    for c in coeffs[1:]:
+        y *= t
+        y += c
+    a *= a
+    np.negative(a, out=a)
+    y *= np.exp(a, out=a)  # erfc
+    np.subtract(1.0, y, out=y)
+    return np.copysign(y, x, out=y).astype(np.float32)
 
 
 @kernel("Erf")
