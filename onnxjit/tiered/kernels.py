@@ -201,17 +201,16 @@ _ERF_Q = [np.float32(c) for c in (
 
 
 def erf32(x: np.ndarray) -> np.ndarray:
-    """erf of a float32 array, `BLOCK` elements at a time (each block's dozen passes run in
-    cache: 4x faster than whole-array passes on a 1.5M-element GELU input), the block's
-    near-one elements (`_near_one`) while they are in cache too."""
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty_like(flat)
-    m = min(BLOCK, flat.size)
+    """erf of a float32 array, `BLOCK` elements at a time (`in_blocks`: each block's dozen
+    passes run in cache, 4x faster than whole-array passes on a 1.5M-element GELU input), the
+    block's near-one elements (`_near_one`) while they are in cache too."""
+    m = min(BLOCK, x.size)
     xb, x2, p, q = (np.empty(m, np.float32) for _ in range(4))
-    for s in range(0, flat.size, BLOCK):
-        n = min(flat.size - s, BLOCK)
+
+    def block(src: np.ndarray, out: np.ndarray) -> None:
+        n = src.size
         xv, x2v, pv, qv = xb[:n], x2[:n], p[:n], q[:n]
-        np.clip(flat[s:s + n], np.float32(-4), np.float32(4), out=xv)
+        np.clip(src, np.float32(-4), np.float32(4), out=xv)
         np.multiply(xv, xv, out=x2v)
         pv.fill(_ERF_P[0])
         for c in _ERF_P[1:]:
@@ -222,12 +221,13 @@ def erf32(x: np.ndarray) -> np.ndarray:
         for c in _ERF_Q[1:]:
             qv *= x2v
             qv += c
-        np.divide(pv, qv, out=out[s:s + n])
+        np.divide(pv, qv, out=out)
         np.abs(xv, out=x2v)
         at = np.flatnonzero(x2v >= NEAR_ONE)  # NaN compares false: the fit's NaN
         if at.size:
-            out[s + at] = _near_one(xv[at])
-    return out.reshape(x.shape)
+            out[at] = _near_one(xv[at])
+
+    return in_blocks(x, block)
 
 
 #: from this |x| on erf32 takes `_near_one` (erf >= 0.966: few elements of a GELU input)
