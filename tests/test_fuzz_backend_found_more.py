@@ -15,6 +15,9 @@ onnx.reference, which agree on each.
    adds the products in order with fused multiply-adds, so a product past float max meets the
    sum before it unrounded; vectorized partial sums rounded it to inf alone
    (`codegen.matmul.DOT_IN_ORDER`).
+5. A pool's host evaluation (constant folding, and tier 0 where its kernel declines, as with
+   ceil_mode) summed a window's taps with numpy's pairwise sum; the native code and
+   onnxruntime add them in window order, which overflows differently near float max.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from test_fuzz_backend_found import _both, _check, _model
+from test_fuzz_backend_found import _both, _check, _model, ort
 from tier0_ref import Tier0
 
 import onnxjit
@@ -129,3 +132,32 @@ def test_short_dot_products_add_in_order_past_float_max(specialize):
             None, feeds)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("folded", [False, True])
+def test_pool_host_evaluation_adds_taps_in_window_order(folded):
+    # nine taps -3e38, -3e38, 0, 0, 3e38, 3e38, 0, 0, 0: in order -inf (onnxruntime, the native
+    # code); numpy's pairwise sum makes 3e38 + 3e38 = inf of the second four, then NaN (the
+    # reference's). Tier 0 (ceil_mode: its kernel declines to the host evaluation) and
+    # constant folding now give the native code's -inf (fuzz seed 10130262)
+    big = np.float32(3e38)
+    x = np.array([[[-big, -big, 0, 0, big, big, 0, 0, 0, 1, 2]]], np.float32)
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[9], strides=[2],
+                            ceil_mode=1)
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if folded:
+        m = _model([node], [], out, 19, [onnx.numpy_helper.from_array(x, "x")])
+    else:
+        m = _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                   out, 19)
+    feeds = {} if folded else {"x": x}
+    with np.errstate(all="ignore"):
+        want = ort.InferenceSession(m.SerializeToString(),
+                                    providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        got = onnxjit.compile(m, cache_dir=False, tiered=False).run(None, feeds)[0]
+        assert np.isneginf(want[0, 0, 0])
+        np.testing.assert_array_equal(got, want)
+        if not folded:
+            tier0 = Tier0(m).run([x])
+            assert tier0 is not None, "tier 0 declined the call"
+            np.testing.assert_array_equal(tier0[0], want)
