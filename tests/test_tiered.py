@@ -249,6 +249,7 @@ def test_erf_is_within_8_ulp_over_the_float_range():
 
 def test_matmul_of_a_stack_and_a_matrix_keeps_every_shape():
     from onnxjit.ir.graph import Node
+    from onnxjit.tiered import kernels_nn  # noqa: F401  (registers MatMul's kernel)
     from onnxjit.tiered.registry import KERNELS
 
     run = KERNELS[("", "MatMul")](Node("MatMul", [], [], version=13))
