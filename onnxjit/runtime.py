@@ -38,6 +38,7 @@ from onnxjit.signature import (
     signature_id,
     to_array,
 )
+from onnxjit.tiered.blas import park_spinners
 from onnxjit.timings import record, timed
 
 if TYPE_CHECKING:
@@ -230,6 +231,7 @@ class CompiledModel(Interface, StageLookups):
             art = self._artifact(sig) if tier is None else tier.artifact(sig)
             if tier is not None and art.__class__ is tier.Interpreted:
                 return arrays, art  # tier 0 for this call: the next one looks again
+            park_spinners()  # numpy's idle BLAS threads off the cores (once a process)
             self._fast[key] = art
         self._last, self._fastcall = art, _NO_FASTCALL
         return arrays, art

@@ -314,3 +314,42 @@ def test_a_worker_that_dies_unread_reports_through_its_status():
     err = _send(proc, frames({"data": b"x" * (4 << 20), "job": ("signature", ())}))
     assert proc.returncode == 3 and err == b"boom"
     assert proc.stdin.closed
+
+
+def test_park_spinners_stops_blas_threads_once_and_only_alone(monkeypatch):
+    """OpenBLAS's idle server threads are shut down once a process, and only while no other
+    Python thread could be inside a BLAS call; numpy's products work after it (OpenBLAS
+    starts its threads again)."""
+    import threading
+    import types
+
+    from onnxjit.tiered import blas
+
+    calls = []
+
+    def fake_shutdown():
+        calls.append(threading.active_count())
+        return 0
+
+    lib = types.SimpleNamespace(blas_thread_shutdown_=fake_shutdown)
+    monkeypatch.setattr(blas, "_libraries", lambda: (lib,))
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        monkeypatch.setattr(blas, "_parked", False)
+        blas.park_spinners()  # another thread runs: left alone, and not tried again
+        blas.park_spinners()
+    finally:
+        stop.set()
+        other.join()
+    assert calls == []
+    monkeypatch.setattr(blas, "_parked", False)
+    blas.park_spinners()
+    blas.park_spinners()
+    assert calls == [1]
+    monkeypatch.undo()
+    blas._parked = False
+    blas.park_spinners()  # the real library
+    a = np.arange(64 * 64, dtype=np.float32).reshape(64, 64) / 4096
+    np.testing.assert_allclose(a @ a, a.astype(np.float64) @ a.astype(np.float64), rtol=1e-5)
