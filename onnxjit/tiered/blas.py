@@ -13,8 +13,10 @@ after a product) before they sleep. A process that imports numpy and runs a mode
 (a warm start: the first result 60 ms after the import) had them spinning on the core its
 worker pool wanted: ResNet-50's first inference took 38-46 ms instead of 27 (with
 OPENBLAS_NUM_THREADS=1, 39 ms for the whole first call instead of 53-67). `park_spinners`,
-called once per process by the first native call of a model, stops them
-(`blas_thread_shutdown_`) when no other Python thread runs, so no BLAS call can be under way.
+called once per process by the first native call of a model, or before then by the disk
+cache reading a large entry (whose checksum runs on two threads: the bench's ResNet-50 warm
+start 51-56 -> 47 ms), stops them (`blas_thread_shutdown_`) when no other Python thread
+runs, so no BLAS call can be under way.
 The next BLAS call starts them again (0.6 ms once), and they spin anew: tier 0's first call
 (`one_thread` restoring the thread count) did, so parking before tier 0 made cold streams
 slower (decoder 0.15 -> 0.20 s), and tier-0 calls do not park.
