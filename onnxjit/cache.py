@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from onnxjit import cache_prune, digest
+from onnxjit.blas import park_spinners
 from onnxjit.ir.arena import aligned_bytes
-from onnxjit.tiered.blas import park_spinners
 
 MAGIC = b"ONNXJIT\x00"
 FORMAT = 4

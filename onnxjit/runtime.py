@@ -22,6 +22,7 @@ import numpy as np
 from onnxjit import cache as cache_mod
 from onnxjit import digest
 from onnxjit.artifact import Artifact, sized_for_call
+from onnxjit.blas import park_spinners
 from onnxjit.entries import ensure_pool, layout_ok
 from onnxjit.errors import InputError, OnnxJitError, add_context
 from onnxjit.ir.types import DType
@@ -38,7 +39,6 @@ from onnxjit.signature import (
     signature_id,
     to_array,
 )
-from onnxjit.tiered.blas import park_spinners
 from onnxjit.timings import record, timed
 
 if TYPE_CHECKING:

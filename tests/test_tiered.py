@@ -323,7 +323,7 @@ def test_park_spinners_stops_blas_threads_once_and_only_alone(monkeypatch):
     import threading
     import types
 
-    from onnxjit.tiered import blas
+    from onnxjit import blas
 
     calls = []
 

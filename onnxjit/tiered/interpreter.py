@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
+from onnxjit.blas import one_thread
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.types import DType, TensorType
-from onnxjit.tiered.blas import one_thread
 from onnxjit.tiered.registry import KERNELS, TYPES, Decline
 
 __all__ = ["Plan", "NotPlannable"]
