@@ -34,6 +34,31 @@ def trip_count(loop: Loop, hints: dict | None = None) -> int | None:
     return None
 
 
+#: integer ops `derive_hints` evaluates on usual sizes
+_ARITH = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
+          "div": lambda x, y: x // y if y else None, "min": min, "max": max}
+
+
+def derive_hints(body: list[Stmt], hints: dict) -> None:
+    """Add to `hints` the usual value of each integer Op of `body` (top level) whose
+    arguments all have one (constants, hinted sizes): a symbolic kernel's block sizes
+    computed from its dims before its loops, so their work counts as usual, not as
+    `_UNKNOWN_TRIP`. A variable assigned again takes its last value."""
+    derived: set = set()
+    for s in body:
+        if not isinstance(s, Op) or s.dst.dtype.is_float or \
+                (s.dst in hints and s.dst not in derived):
+            continue
+        known = [int(a.value) if isinstance(a, Const) else hints.get(a) for a in s.args]
+        v = _ARITH[s.op](*known) if s.op in _ARITH and len(known) == 2 and \
+            None not in known else None
+        if v is not None:
+            hints[s.dst] = v
+            derived.add(s.dst)
+        elif s.dst in derived:
+            del hints[s.dst]
+
+
 def hinted(x: object, hints: dict | None) -> int:
     """A Matmul size as a number: itself, its hint, or a guess."""
     if isinstance(x, int):
@@ -46,13 +71,16 @@ def body_cost(body: list[Stmt], hints: dict | None = None) -> int:
     total = 0
     own = False  # `hints` is the caller's until this body defines a block extent
     for s in body:
-        if isinstance(s, Op) and s.op == "min" and not s.dst.dtype.is_float:
-            # a block's extent: at most the constant (a float min is data: -inf, NaN)
-            bound = [int(a.value) for a in s.args if isinstance(a, Const)]
-            if bound:
+        if isinstance(s, Op) and s.op in ("min", "max") and not s.dst.dtype.is_float:
+            # a block's extent: at most the constant or the usual size (a float min is data:
+            # -inf, NaN), and a max with 0 of one (the last block's, clamped) is that extent
+            known = [int(a.value) if isinstance(a, Const) else (hints or {}).get(a)
+                     for a in s.args]
+            bound = [x for x in known if x is not None]
+            if bound and (s.op == "min" or None not in known):
                 if not own:
                     hints, own = dict(hints or {}), True
-                hints[s.dst] = min(bound + [hints[a] for a in s.args if a in hints])
+                hints[s.dst] = (min if s.op == "min" else max)(bound)
         if isinstance(s, Loop):
             t = trip_count(s, hints)
             total += (_UNKNOWN_TRIP if t is None else t) * (body_cost(s.body, hints) + 1)

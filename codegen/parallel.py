@@ -40,7 +40,7 @@ from collections.abc import Iterator
 
 from llvmlite import ir
 
-from onnxjit.codegen.cost import CHUNK_OPS, body_cost, trip_count
+from onnxjit.codegen.cost import CHUNK_OPS, body_cost, derive_hints, trip_count
 from onnxjit.codegen.epilogue_fuse import match as match_epilogue
 from onnxjit.codegen.irutil import Callee, i64c
 from onnxjit.codegen.scalar import I32, compute_type
@@ -94,6 +94,11 @@ ABSORBED = (None, [], [], [])
 #: recognizer's 0.8 ms at width 96 (bias over 24 x 6625 logits): that width, specialised,
 #: 1.08x; MLP batch 1 1.03x, AlexNet 1.01x (two threads, three builds each interleaved).
 EPILOGUE_ROWS = True
+#: A parallel loop over a run-time batch usually of one (a symbolic program's 3-D MatMul, a
+#: transformer's or a recognizer's head) whose body holds a product runs serially, its
+#: products split over the threads (`_plan_products`): parallel over the batch, one thread did
+#: all the work. Measured, two threads: the OCR recognizer's 80x256x256 head 59 -> 35 us
+BATCH_OF_ONE = True
 
 
 def _reads(s: Stmt) -> Iterator[Operand]:
@@ -123,9 +128,10 @@ def _writes(s: Stmt) -> Iterator[Var]:
             yield var
 
 
-def _vars(kernel_body: list[Stmt], loop: Loop) -> list[Var] | None:
+def _vars(kernel_body: list[Stmt], loop: Loop, skip: Stmt | None = None) -> list[Var] | None:
     """Variables the loop's body reads but does not write (captured by value), or None when a
-    variable the loop writes is used elsewhere in the kernel (its value would not survive)."""
+    variable the loop writes is used elsewhere in the kernel (its value would not survive;
+    `skip` and what it holds do not count: an epilogue nest the loop runs a copy of)."""
     inner = list(walk(loop.body))
     written = {id(v) for s in inner for v in _writes(s)} | {id(loop.var)}
     captured: dict[int, Var] = {}
@@ -134,6 +140,8 @@ def _vars(kernel_body: list[Stmt], loop: Loop) -> list[Var] | None:
             if isinstance(x, Var) and id(x) not in written:
                 captured.setdefault(id(x), x)
     inside = {id(s) for s in inner} | {id(loop)}
+    if skip is not None:
+        inside |= {id(s) for s in walk([skip])}
     for s in walk(kernel_body):
         if id(s) in inside:
             continue
@@ -150,54 +158,84 @@ def plan_kernel(kernel: Kernel) -> dict[int, tuple]:
     size: the pool runs it serially when it turns out too small for two chunks."""
     plan: dict[int, tuple] = {}
     hints = kernel.size_hints
-
-    def consider(loop: Loop, threshold: int) -> None:
-        t = trip_count(loop)
-        if t is not None and (t < 2 or t * body_cost(loop.body, hints) < threshold):
-            return
-        captured = _vars(kernel.body, loop)
-        if captured is not None:
-            plan[id(loop)] = (loop, captured, [], [])
-
+    derive_hints(kernel.body, hints)
     for k, s in enumerate(kernel.body):
         if plan.get(id(s)) is ABSORBED:
             continue
         if isinstance(s, Loop) and s.parallel:
-            consider(s, SERIAL_OPS)
+            if not (BATCH_OF_ONE and _batch_of_one(s, hints)
+                    and _plan_products(kernel, s.body, plan)):
+                _consider(kernel, s, SERIAL_OPS, plan)
         elif isinstance(s, Loop):
             outer = trip_count(s)
             threshold = NESTED_OPS if outer is None or outer >= NESTED_MIN_TRIP else SERIAL_OPS
             for inner in s.body:
                 if isinstance(inner, Loop) and inner.parallel:
-                    consider(inner, threshold)
+                    _consider(kernel, inner, threshold, plan)
         elif isinstance(s, Matmul):
-            nxt = kernel.body[k + 1] if k + 1 < len(kernel.body) else None
-            wide = COLUMN_SPLIT and streams_b(s, hints)  # by columns, the epilogue not absorbed
-            epilogue = isinstance(nxt, Loop) and nxt.step == 1 and match_epilogue(
-                s, Loop(nxt.var, nxt.start, nxt.stop, 1, nxt.body), vector=False) is not None
-            if not wide and ABSORB_EPILOGUES and epilogue:
-                split = split_matmul(s, nxt, hints)
-                rest = [x for x in kernel.body if x is not nxt]
-                captured = None if split is None else _vars(rest, split[0])
-                if split is not None and captured is not None:
-                    plan[id(s)] = _entry(s, split, captured)
-                    plan[id(nxt)] = ABSORBED
-                    for x in split[2] if len(split) == 3 and EPILOGUE_ROWS else ():
-                        # a run-time column case's epilogue rows (the nest's copy: its
-                        # variables are the absorbed nest's, so that one is left out)
-                        rows = _vars(rest, x) if isinstance(x, Loop) and x.parallel else None
-                        if rows is not None:
-                            plan[id(x)] = (x, rows, [], [])
-                    continue
-            split = (split_columns(s, hints) if wide else None) or \
-                split_matmul(s, None, hints) or (split_columns(s, hints) if COLUMN_SPLIT else None)
-            if split is not None:
-                captured = _vars(kernel.body, split[0])
-                if captured is not None:
-                    plan[id(s)] = _entry(s, split, captured)
-                    if wide and EPILOGUE_ROWS and epilogue:
-                        consider(nxt, SERIAL_OPS)  # type: ignore[arg-type]  # rows over threads
+            _plan_product(kernel, kernel.body, k, plan)
     return plan
+
+
+def _batch_of_one(loop: Loop, hints: dict | None) -> bool:
+    """Whether `loop` runs up to a run-time size usually 1 (a symbolic batch: its hint) and
+    holds a product directly (then its products split instead: `_plan_products`)."""
+    return trip_count(loop) is None and trip_count(loop, hints) == 1 and \
+        any(isinstance(x, Matmul) for x in loop.body)
+
+
+def _plan_products(kernel: Kernel, body: list[Stmt], plan: dict[int, tuple]) -> bool:
+    """Plan the products directly in `body` (a loop over a batch of usually one) as split
+    products dispatched on each of its iterations; whether one was."""
+    before = len(plan)
+    for k, s in enumerate(body):
+        if isinstance(s, Matmul) and plan.get(id(s)) is not ABSORBED:
+            _plan_product(kernel, body, k, plan)
+    return len(plan) > before
+
+
+def _plan_product(kernel: Kernel, body: list[Stmt], k: int, plan: dict[int, tuple]) -> None:
+    """Plan the Matmul `body[k]` as a split product (`split_matmul`, `split_columns`), with
+    the epilogue nest after it absorbed into its blocks where it can be."""
+    s = body[k]
+    hints = kernel.size_hints
+    nxt = body[k + 1] if k + 1 < len(body) else None
+    wide = COLUMN_SPLIT and streams_b(s, hints)  # by columns, the epilogue not absorbed
+    epilogue = isinstance(nxt, Loop) and nxt.step == 1 and match_epilogue(
+        s, Loop(nxt.var, nxt.start, nxt.stop, 1, nxt.body), vector=False) is not None
+    if not wide and ABSORB_EPILOGUES and epilogue:
+        split = split_matmul(s, nxt, hints)
+        captured = None if split is None else _vars(kernel.body, split[0], nxt)
+        if split is not None and captured is not None:
+            plan[id(s)] = _entry(s, split, captured)
+            plan[id(nxt)] = ABSORBED
+            for x in split[2] if len(split) == 3 and EPILOGUE_ROWS else ():
+                # a run-time column case's epilogue rows (the nest's copy: its
+                # variables are the absorbed nest's, so that one is left out)
+                rows = _vars(kernel.body, x, nxt) if isinstance(x, Loop) and x.parallel \
+                    else None
+                if rows is not None:
+                    plan[id(x)] = (x, rows, [], [])
+            return
+    split = (split_columns(s, hints) if wide else None) or \
+        split_matmul(s, None, hints) or (split_columns(s, hints) if COLUMN_SPLIT else None)
+    if split is not None:
+        captured = _vars(kernel.body, split[0])
+        if captured is not None:
+            plan[id(s)] = _entry(s, split, captured)
+            if wide and EPILOGUE_ROWS and epilogue:
+                _consider(kernel, nxt, SERIAL_OPS, plan)  # type: ignore[arg-type]  # its rows
+
+
+def _consider(kernel: Kernel, loop: Loop, threshold: int, plan: dict[int, tuple]) -> None:
+    """Plan `loop` for the pool when its work can reach `threshold` (always when its trip
+    count is a run-time size) and it writes no variable used outside it."""
+    t = trip_count(loop)
+    if t is not None and (t < 2 or t * body_cost(loop.body, kernel.size_hints) < threshold):
+        return
+    captured = _vars(kernel.body, loop)
+    if captured is not None:
+        plan[id(loop)] = (loop, captured, [], [])
 
 
 def _entry(s: Matmul, split: tuple[Loop, list[Stmt]], captured: list[Var]) -> tuple:

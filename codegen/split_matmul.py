@@ -74,6 +74,12 @@ TAIL_BLOCK = True
 #: which made 160 rows four blocks (two for a concrete m), each streaming all of a large
 #: prepacked B.
 RUNTIME_WHOLE_BLOCKS = True
+#: A run-time row block's height rounded up to whole MR-row tiles: 80 rows in blocks of 42
+#: and 38, where the kernel's run-time rows (`TileGemm.runtime_rows`) run 40 as 6 tiles of 6
+#: and one of 4 as a concrete m's do (and 8 as 4 + 4, not 6 + 1 + 1: the reason the rounding
+#: was there). False, measured, two threads: the OCR recognizer's classifier 80x256x6625
+#: (the caller's block had been 63 us late)
+RUNTIME_TILE_BLOCKS = False
 
 
 def _b_bytes(s: Matmul, hints: dict | None) -> int:
@@ -154,7 +160,9 @@ def split_runtime_rows(s: Matmul, epilogue: Loop | None, hints: dict | None
     # an even number of blocks, two at least, of whole tiles and enough work each
     nb = arith("max", arith("mul", arith("div", arith("add", nb, 1), 2), 2), 2)
     mb = arith("div", arith("sub", arith("add", m, nb), 1), nb)  # type: ignore[arg-type]
-    mb = arith("max", arith("mul", arith("div", arith("add", mb, mr - 1), mr), mr), least)
+    if RUNTIME_TILE_BLOCKS:
+        mb = arith("mul", arith("div", arith("add", mb, mr - 1), mr), mr)
+    mb = arith("max", mb, least)
     nblk = arith("div", arith("sub", arith("add", m, mb), 1), mb)  # type: ignore[arg-type]
     body: list[Stmt] = [
         Op(row, "mul", (t, mb)), Op(end, "add", (row, mb)),
