@@ -49,9 +49,10 @@ def derive_hints(body: list[Stmt], hints: dict) -> None:
         if not isinstance(s, Op) or s.dst.dtype.is_float or \
                 (s.dst in hints and s.dst not in derived):
             continue
-        known = [int(a.value) if isinstance(a, Const) else hints.get(a) for a in s.args]
-        v = _ARITH[s.op](*known) if s.op in _ARITH and len(known) == 2 and \
-            None not in known else None
+        # only integer arithmetic: a comparison's bool may come from float args (inf, NaN)
+        known = [int(a.value) if isinstance(a, Const) else hints.get(a) for a in s.args] \
+            if s.op in _ARITH and not any(a.dtype.is_float for a in s.args) else [None]
+        v = _ARITH[s.op](*known) if len(known) == 2 and None not in known else None
         if v is not None:
             hints[s.dst] = v
             derived.add(s.dst)

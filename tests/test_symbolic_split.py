@@ -15,7 +15,7 @@ import onnxjit
 from onnxjit.codegen.cost import body_cost, derive_hints
 from onnxjit.codegen.parallel import plan_kernel
 from onnxjit.codegen.split_matmul import split_runtime_rows
-from onnxjit.ir.loops import Buffer, Kernel, Loop, Matmul, Op, Var, i64
+from onnxjit.ir.loops import Buffer, Const, Kernel, Loop, Matmul, Op, Var, i64
 from onnxjit.ir.types import DType
 
 F32, I64 = DType.FLOAT, DType.INT64
@@ -55,6 +55,12 @@ def test_block_sizes_computed_from_dims_count_by_their_usual_values() -> None:
             Op(n, "max", (i64(0), lo)), _product(32, n, 32, b_packed=False)]
     assert body_cost(body, hints) >= 32 * 960 * 32
     assert body_cost(body, {}) < 32 * 960 * 32  # unknown: a guess of 64 columns
+    # only integer arithmetic is evaluated: a comparison of floats (IsInf's x == inf) has
+    # a bool result and an infinite constant, which no int takes
+    x, inf_test, twice = Var(F32, "x"), Var(DType.BOOL, "isinf"), Var(I64, "twice")
+    derive_hints([Op(inf_test, "eq", (x, Const(float("inf"), F32))),
+                  Op(twice, "mul", (pos, i64(2)))], hints)
+    assert inf_test not in hints and hints[twice] == 3838
 
 
 def _blocks(m: int, rows: int) -> list[int]:
