@@ -39,6 +39,11 @@ _ARITH = {"add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x,
           "div": lambda x, y: x // y if y else None, "min": min, "max": max}
 
 
+def _usual(args: tuple, hints: dict | None) -> list[int | None]:
+    """Each integer operand's usual value: a constant's, a hinted variable's, else None."""
+    return [int(a.value) if isinstance(a, Const) else (hints or {}).get(a) for a in args]
+
+
 def derive_hints(body: list[Stmt], hints: dict) -> None:
     """Add to `hints` the usual value of each integer Op of `body` (top level) whose
     arguments all have one (constants, hinted sizes): a symbolic kernel's block sizes
@@ -49,10 +54,11 @@ def derive_hints(body: list[Stmt], hints: dict) -> None:
         if not isinstance(s, Op) or s.dst.dtype.is_float or \
                 (s.dst in hints and s.dst not in derived):
             continue
-        # only integer arithmetic: a comparison's bool may come from float args (inf, NaN)
-        known = [int(a.value) if isinstance(a, Const) else hints.get(a) for a in s.args] \
-            if s.op in _ARITH and not any(a.dtype.is_float for a in s.args) else [None]
-        v = _ARITH[s.op](*known) if len(known) == 2 and None not in known else None
+        # integer arithmetic only: a comparison's bool may come from float args (inf, NaN)
+        arith = s.op in _ARITH and len(s.args) == 2 and \
+            not any(a.dtype.is_float for a in s.args)
+        known = _usual(s.args, hints) if arith else []
+        v = _ARITH[s.op](*known) if arith and None not in known else None
         if v is not None:
             hints[s.dst] = v
             derived.add(s.dst)
@@ -75,8 +81,7 @@ def body_cost(body: list[Stmt], hints: dict | None = None) -> int:
         if isinstance(s, Op) and s.op in ("min", "max") and not s.dst.dtype.is_float:
             # a block's extent: at most the constant or the usual size (a float min is data:
             # -inf, NaN), and a max with 0 of one (the last block's, clamped) is that extent
-            known = [int(a.value) if isinstance(a, Const) else (hints or {}).get(a)
-                     for a in s.args]
+            known = _usual(s.args, hints)
             bound = [x for x in known if x is not None]
             if bound and (s.op == "min" or None not in known):
                 if not own:

@@ -178,7 +178,8 @@ def test_out_of_range_floats_wrap_like_onnxruntime(dt: DType) -> None:
     x = np.arange(-40, 41, dtype=np.float32)
     nodes = [helper.make_node("Cast", ["x"], ["y"], to=dt.value),
              helper.make_node("Cast", ["y"], ["z"], to=TensorProto.INT8)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, ["N"])],
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                             ["N"])],
                               [helper.make_tensor_value_info("z", TensorProto.INT8, ["N"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
     model.ir_version = 10 if dt in (DType.INT4, DType.UINT4) else 11
