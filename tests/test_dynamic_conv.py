@@ -123,6 +123,11 @@ CASES = {
                                              pads=[1, 1, 1, 1], act="Sigmoid"), SHAPES),
     "depthwise_same_5x5": (lambda: conv_case(3, 3, 5, group=3, auto_pad="SAME_UPPER",
                                              strides=[2, 2]), SHAPES),
+    # the phased loop's rows copied to Y through the Relu in whole vectors of 16, 8 or 4
+    # columns, the last overlapping, or one by one (`blocking.runtime_vectors`)
+    "depthwise_phased_row_widths": (lambda: conv_case(5, 5, 3, group=5, pads=[1, 1, 1, 1]),
+                                    [(1, 4, 14)] + [(1, 3, w) for w in (1, 3, 4, 5, 8, 9, 15,
+                                                                        16, 17, 31, 32, 45)]),
     # rows wider than `depthwise_runtime.PHASED_WIDTH` by the hints: the direct nest, its
     # static-edge rows at widths around whole vectors, the border path on narrow images
     "depthwise_wide_s1": (lambda: conv_case(6, 6, 3, group=6, pads=[1, 1, 1, 1]),
@@ -137,6 +142,9 @@ CASES = {
     "pointwise_blocks": (lambda: conv_case(8, 512, 1),
                          [(1, 8, 40), (1, 9, 33), (2, 7, 20), (1, 16, 16)] + SHAPES),
     "stem_7x7_s2": (lambda: conv_case(3, 16, 7, strides=[2, 2], pads=[3, 3, 3, 3]), SHAPES),
+    # 3 blocks of positions by the hints (224x224): 4, for two threads
+    "stem_even_blocks": (lambda: conv_case(3, 8, 3, strides=[2, 2], pads=[1, 1, 1, 1]),
+                         [(1, 224, 224), (1, 150, 333)] + SHAPES),
     "wide_kernel_1x19": (lambda: conv_case(2, 3, (1, 19), pads=[0, 9, 0, 9]), SHAPES),
     "kernel_2x1": (lambda: conv_case(4, 4, (2, 1), strides=[2, 1], act=None), SHAPES),
     "mobilenet_block": (lambda: residual_case(4), SHAPES),

@@ -76,7 +76,7 @@ def _nest(ctx: LowerContext, gm: Geometry, x: Buffer, w: Buffer, y: Buffer,
         lower_depthwise_tiny(ctx, gm, x, w, y, bias, None if epilogue is None else epilogue.emit)
         return
     if phased_applies(gm, y):
-        lower_depthwise_phased(ctx, gm, x, w, y, bias, None if epilogue is None else epilogue.emit)
+        lower_depthwise_phased(ctx, gm, x, w, y, bias, epilogue)
         return
     a, b = gm.a, Builder()
     ow, kw, sw, pw, iw = gm.out[-1], gm.k[-1], a.strides[-1], gm.begin[-1], gm.ins[-1]
