@@ -206,7 +206,6 @@ def _scatter(b: Builder, gm: Geometry, x: Buffer, s: Buffer, xbase: Operand, sba
             for a, z, which in pieces:
                 if is_static(a, z) and a >= z:
                     continue
-
                 # a phase's edge columns: a column or two, at run-time bounds when symbolic
                 edge = which is not cols and not is_static(a, z)
                 with b.loop(a, z, hint="c", few=edge) as c:
