@@ -200,12 +200,11 @@ def instance_evaluate(node: Node, inputs: list) -> list[np.ndarray]:
     r = x.astype(cdt).reshape(n, g, (c // g) * math.prod(x.shape[2:]))  # n may be 0
     with np.errstate(all="ignore"):
         mean = r.mean(axis=2, keepdims=True)
-        total = ((r - mean) ** 2).sum(axis=2, keepdims=True)
         count = r.dtype.type(r.shape[2])
-        var = total / count
-        if node.op == "GroupNormalization":  # the spec's formula past float max (lowering)
-            sum_sq = total + mean * mean * count
-            var = np.where(sum_sq < np.inf, var, sum_sq / count - mean * mean)
+        if node.op == "GroupNormalization":  # the spec body's E[x^2] - E[x]^2 (lowering)
+            var = (r * r).sum(axis=2, keepdims=True) / count - mean * mean
+        else:
+            var = ((r - mean) ** 2).sum(axis=2, keepdims=True) / count
         inv = 1 / np.sqrt(var + eps)
         y = ((r - mean) * inv).reshape(x.shape)
     if node.op == "GroupNormalization" and node.version < 21:
