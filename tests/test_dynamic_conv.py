@@ -141,6 +141,10 @@ CASES = {
     # width (320 positions: 3 of 112; 297: 112, 112, 73; 140: 80, 60)
     "pointwise_blocks": (lambda: conv_case(8, 512, 1),
                          [(1, 8, 40), (1, 9, 33), (2, 7, 20), (1, 16, 16)] + SHAPES),
+    # 196 positions by the hints: one block of them (`runtime_sizes.SMALL_P`), its 512
+    # channels split; larger calls take blocks of that width
+    "pointwise_small_image": (lambda: conv_case(8, 512, 1),
+                              [(1, 14, 14), (1, 9, 33), (2, 7, 20), (1, 16, 16)] + SHAPES),
     "stem_7x7_s2": (lambda: conv_case(3, 16, 7, strides=[2, 2], pads=[3, 3, 3, 3]), SHAPES),
     # 3 blocks of positions by the hints (224x224): 4, for two threads
     "stem_even_blocks": (lambda: conv_case(3, 8, 3, strides=[2, 2], pads=[1, 1, 1, 1]),
