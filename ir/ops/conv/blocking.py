@@ -102,30 +102,34 @@ def whole_vectors(lo: int, hi: int, itemsize: int, stride: int) -> list[tuple[in
 
 
 def runtime_vectors(b: Builder, lo: Operand, hi: Operand, lanes: int,
-                    column: Callable[[Operand], None], smallest: int = 4) -> None:
+                    column: Callable[[Operand], None], smallest: int = 4,
+                    rolled: bool = True) -> None:
     """column(i) for i in [lo, hi) of run-time bounds, as loops of one vector each (constant
     trip counts, `rolled`, so LLVM emits each as the vector it is and adds no remainder loop),
     the last one overlapping its neighbour: the widest vector, `lanes`, when n = hi - lo >=
     lanes, else the widest of lanes/2, lanes/4, ... >= `smallest` that n holds, else a
-    scalar loop. For columns that are pure functions of what they read and write elsewhere
-    (a copy, a depthwise sum), so the overlap recomputes the same values. A plain loop of
-    run-time trip count vectorizes for long runs only: a 14- or 28-column row ran in
-    scalar remainders, and a pure copy became a call to memcpy per row."""
+    scalar loop (`smallest` = `lanes`: whole vectors of `lanes` only). `rolled`: the
+    one-vector loops are `Loop.rolled`. For columns that are pure functions of what they
+    read and write elsewhere (a copy, a depthwise sum), so the overlap recomputes the same
+    values. A plain loop of run-time trip count vectorizes for long runs only: a 14- or
+    28-column row ran in scalar remainders, and a pure copy became a call to memcpy a row."""
     n = b.op("sub", hi, lo)
     wider: Operand | None = None  # n >= the previous (wider) width: that one ran
     width = lanes
     while width >= max(2, smallest):
         fits = b.op("ge", n, i64(width))
         mine = fits if wider is None else b.op("and", fits, b.op("not", wider))
-        count = b.op("select", mine, b.op("div", n, i64(width)), i64(0))
+        count = b.op("div", n, i64(width))  # 0 below the widest width
+        if wider is not None:
+            count = b.op("select", mine, count, i64(0))
         with b.loop(0, count, hint="v") as v:
             base = b.iadd(lo, b.imul(v, width))
-            with b.loop(0, width, hint="w", rolled=True) as j:
+            with b.loop(0, width, hint="w", rolled=rolled) as j:
                 column(b.iadd(base, j))
         tail = b.op("and", mine, b.op("gt", b.op("rem", n, i64(width)), i64(0)))
         with b.loop(0, b.op("select", tail, i64(1), i64(0)), hint="tail"):
             base = b.op("sub", hi, i64(width))
-            with b.loop(0, width, hint="w", rolled=True) as j:
+            with b.loop(0, width, hint="w", rolled=rolled) as j:
                 column(b.iadd(base, j))
         wider = fits
         width //= 2

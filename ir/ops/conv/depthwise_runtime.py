@@ -44,7 +44,7 @@ from onnxjit.ir.loop_builder import Builder, const, row_major_strides
 from onnxjit.ir.loops import Buffer, Const, Operand, Size, i64
 from onnxjit.ir.opdef import LowerContext
 from onnxjit.ir.ops.conv.attrs import conv_pads
-from onnxjit.ir.ops.conv.blocking import host_tile
+from onnxjit.ir.ops.conv.blocking import host_tile, runtime_vectors
 from onnxjit.ir.ops.conv.depthwise_direct import store_column
 from onnxjit.ir.ops.conv.geometry import (
     CONTRACT,
@@ -313,20 +313,8 @@ def _static_row(b: Builder, gm: Geometry, x: Buffer, y: Buffer, xbase: Operand, 
 def _in_vectors(b: Builder, lo: Operand, hi: Operand, lanes: int, column) -> None:
     """column(i) for i in [lo, hi) as loops of `lanes` columns (constant trip counts: one
     vector each, no run-time remainder), the last one overlapping its neighbour; a plain
-    loop when there are fewer than `lanes` columns."""
-    n = b.op("sub", hi, lo)
-    big = b.op("ge", n, i64(lanes))
-    with b.loop(0, b.op("div", n, i64(lanes)), hint="v") as v:
-        base = b.iadd(lo, b.imul(v, lanes))
-        with b.loop(0, lanes, hint="w", rolled=ROLLED_VECTORS) as j:
-            column(b.iadd(base, j))
-    tail = b.op("and", big, b.op("gt", b.op("rem", n, i64(lanes)), i64(0)))
-    with b.loop(0, b.op("select", tail, i64(1), i64(0)), hint="tail"):
-        base = b.op("sub", hi, i64(lanes))
-        with b.loop(0, lanes, hint="w", rolled=ROLLED_VECTORS) as j:
-            column(b.iadd(base, j))
-    with b.loop(lo, b.op("select", big, lo, hi), hint="w") as i:
-        column(i)
+    loop when there are fewer than `lanes` columns (`blocking.runtime_vectors`)."""
+    runtime_vectors(b, lo, hi, lanes, column, smallest=lanes, rolled=ROLLED_VECTORS)
 
 
 def _row_split(b: Builder, gm: Geometry, fast: Operand) -> tuple[Operand, Operand]:
