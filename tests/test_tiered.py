@@ -142,6 +142,28 @@ def test_a_symbolic_program_supersedes_the_shape_program(tmp_path):
     assert type(fn).cache_info()["misses"] == before
 
 
+def test_a_second_shape_before_the_worker_is_ready_retargets_its_job(tmp_path):
+    """Two shapes in quick succession: the worker started for the first shape's program (still
+    starting, some 0.2 s at least) compiles the symbolic one instead; one compile in all,
+    which then serves every batch."""
+    data = _mlp()
+    fn = onnxjit.compile(data, cache_dir=tmp_path, tiered=True)
+    misses = type(fn).cache_info()["misses"]
+    for batch in (2, 5):  # tier 0 answers both within milliseconds
+        f = _feeds(batch, batch)
+        np.testing.assert_allclose(fn(**f)[0], _reference(data, f), rtol=1e-5, atol=1e-5)
+    assert fn.wait_compiled(timeout=300)
+    jobs = fn.tier_info()["jobs"]
+    assert [(j["what"], j["error"]) for j in jobs] == [("symbolic", None)]
+    assert type(fn).cache_info()["misses"] == misses + 1
+    interpreted = fn.tier_info()["interpreted"]
+    for batch in (2, 5, 9):
+        f = _feeds(batch, batch)
+        np.testing.assert_allclose(fn(**f)[0], _reference(data, f), rtol=1e-5, atol=1e-5)
+    assert fn.tier_info()["interpreted"] == interpreted  # the native program answered
+    assert type(fn).cache_info()["misses"] == misses + 1
+
+
 def test_a_fresh_process_on_a_warm_cache_interprets_nothing(tmp_path):
     data = _mlp()
     path = tmp_path / "mlp.onnx"

@@ -1,11 +1,13 @@
 """Compiles in a background process, which leaves its program in the disk cache.
 
 A `Job` is one compile that a tier-0 call asked for: the model's bytes, its options and what to
-compile (a signature's program, or a symbolic program: `worker`), written (`frames`: a pickle,
-the model's bytes out of band, so never copied) to a fresh
-`python -m onnxjit.tiered.worker` on its stdin, in a session of its own (Ctrl-C at the
-terminal reaches the caller, which decides; a kill takes the worker's code generation workers
-with it). A process rather than a thread: the compile is
+compile (a signature's program, or a symbolic program: `worker`). A fresh
+`python -m onnxjit.tiered.worker` gets the model on its stdin at once (`frames`: a pickle, the
+model's bytes out of band, so never copied), in a session of its own (Ctrl-C at the terminal
+reaches the caller, which decides; a kill takes the worker's code generation workers with it),
+and what to compile once it says it is ready: until then `retarget` may change the job (a
+symbolic program superseding the shape's it was started for takes over its process, some
+0.5 s of start-up a stream's second shape no longer waits for). A process rather than a thread: the compile is
 mostly Python (passes, IR emission) holding the GIL, which would stall the interpreter's many
 short numpy calls, and a process uses the second core while this one interprets. The worker
 stores its program in the disk cache like any compile (atomic writes), so the caller's usual
@@ -30,9 +32,10 @@ import subprocess
 import sys
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Job", "start", "cancel", "active"]
+__all__ = ["Job", "start", "cancel", "retarget", "active"]
 
 _lock = threading.Lock()
 _queue: list[Job] = []
@@ -51,7 +54,9 @@ class Job:
         self.error: str | None = None
         self.cancelled = False
         self.proc: subprocess.Popen | None = None
-        self.payload: list = []  # the framed request (`frames`), while it is being sent
+        self.payload: list = []  # the framed model (`frames`), while it is being sent
+        self.lock = threading.Lock()  # `committed` and what `request["job"]` says
+        self.committed = False  # the worker has been told what to compile
         _all.add(self)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -68,6 +73,16 @@ def start(job: Job) -> Job:
         _queue.append(job)
         _next_locked()
     return job
+
+
+def retarget(job: Job, key: str, what: tuple) -> bool:
+    """Make a job not yet told what to compile build `what` (stored under `key`) instead;
+    False when it is too late (its worker has its job, or it is over)."""
+    with job.lock:
+        if job.committed or job.cancelled or job.done.is_set():
+            return False
+        job.key, job.request = key, dict(job.request, job=what)
+        return True
 
 
 def cancel(job: Job) -> None:
@@ -101,9 +116,9 @@ def _next_locked() -> None:
     job = _running = _queue.pop(0)
     env = dict(os.environ, ONNXJIT_TIERED="0", ONNXJIT_PROGRESS="0")
     try:
-        job.payload = frames(job.request)
+        job.payload = frames({k: v for k, v in job.request.items() if k != "job"})
         job.proc = subprocess.Popen([sys.executable, "-m", "onnxjit.tiered.worker"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
     except Exception as e:  # noqa: BLE001 - the call then compiles in its own process
         job.error = f"could not start a compile process: {e}"
@@ -118,7 +133,7 @@ def _wait(job: Job) -> None:
     global _running
     assert job.proc is not None
     try:
-        err = _send(job.proc, job.payload)
+        err = _send(job.proc, job.payload, lambda: _commit(job))
         job.payload = []
         if job.proc.returncode != 0:
             lines = err.decode(errors="replace").strip().splitlines()
@@ -133,13 +148,21 @@ def _wait(job: Job) -> None:
             _next_locked()
 
 
+def _commit(job: Job) -> list:
+    """The job's frames, now that its worker is ready: from here on it compiles what it says."""
+    with job.lock:
+        job.committed = True
+        return frames({"job": job.request["job"]})
+
+
 def frames(request: dict[str, Any]) -> list:
     """The request as the worker reads it (`read_request`): a u64 count of buffers, then
     length-prefixed frames, the pickle first and the model's bytes after it, out of band
     (protocol 5): no copy of a model of tens of MB on the calling thread (15 ms for 19 MB)."""
     bufs: list = []
-    head = pickle.dumps(dict(request, data=pickle.PickleBuffer(request["data"])), protocol=5,
-                        buffer_callback=bufs.append)
+    if "data" in request:
+        request = dict(request, data=pickle.PickleBuffer(request["data"]))
+    head = pickle.dumps(request, protocol=5, buffer_callback=bufs.append)
     parts = [head, *(b.raw() for b in bufs)]
     out: list = [_U64.pack(len(parts))]
     for part in parts:
@@ -160,12 +183,22 @@ def read_request(stream: Any) -> dict[str, Any]:
     return pickle.loads(parts[0], buffers=parts[1:])
 
 
-def _send(proc: subprocess.Popen, payload: list) -> bytes:
-    """Write the request, then wait for the worker's exit; its stderr."""
+def _send(proc: subprocess.Popen, payload: list,
+          then: Callable[[], list] | None = None) -> bytes:
+    """Write the request, and `then()`'s frames once the worker says it is ready (a byte on its
+    stdout); then wait for the worker's exit; its stderr."""
     assert proc.stdin is not None and proc.stderr is not None
     try:
         for part in payload:
             proc.stdin.write(part)
+        if then is not None:
+            proc.stdin.flush()
+            assert proc.stdout is not None
+            ready = proc.stdout.read(1)  # nothing: it died before it was ready
+            proc.stdout.close()
+            if ready:
+                for part in then():
+                    proc.stdin.write(part)
     except OSError:  # the worker died (killed, cancelled): its exit status says so
         pass
     finally:

@@ -6,8 +6,9 @@
         no tier-0 plan, or the compile of this program failed before
                                    -> the synchronous compile (which raises what it raises)
         else the program that would serve `sig` (the signature's own, or the symbolic one the
-             specializer picks) gets a background job, one per program; a symbolic job cancels
-             the jobs of shape programs it supersedes
+             specializer picks) gets a background job, one per program; a symbolic job takes
+             over a shape program's job whose worker is still starting (`background.retarget`)
+             and cancels the others it supersedes
                                    -> an `Interpreted` artifact: tier 0 for this call
 
 `Interpreted.run` runs the plan; when the plan cannot give the outputs (an op it lacks, a size
@@ -147,10 +148,18 @@ class Tier:
         from onnxjit.tiered import background
 
         owner = self.owner
-        if what[0] == "symbolic":  # the symbolic program serves the shapes' calls too
-            for other in self.jobs.values():
-                if other.request["job"][0] == "signature" and not other.done.is_set():
+        if what[0] == "symbolic":  # the symbolic program serves the shapes' calls too: a
+            # shape's job whose worker is still starting compiles it instead, the others stop
+            taken = None
+            for old, other in list(self.jobs.items()):
+                if other.request["job"][0] != "signature" or other.done.is_set():
+                    continue
+                if taken is None and background.retarget(other, key, what):
+                    taken = self.jobs.pop(old)
+                else:
                     background.cancel(other)
+            if taken is not None:
+                return taken
         cache_mod.STATS.misses += 1
         options = owner.options.replace(progress=False)
         request = {"data": owner._data, "hash": owner._hash, "options": options,

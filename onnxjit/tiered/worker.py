@@ -1,11 +1,17 @@
-"""The background compile process: `python -m onnxjit.tiered.worker`, a request on stdin.
+"""The background compile process: `python -m onnxjit.tiered.worker`, two requests on stdin.
 
-The request (framed by `background.frames`: a pickle, the model's bytes out of band) holds the
-model's bytes and hash, its options (with progress off and tiering off), its base folder and
-source name, and what to compile: `("signature", sig)` builds the program of one signature as a
-first call would, `("symbolic", ssig, hints)` the symbolic program of `ssig` as the specializer
-would. Either stores what it builds in the disk cache, which is the whole result; the exit
-status says whether it worked and stderr's last line why not. A thread exits the process when
+    read the model (framed by `background.frames`: a pickle, the model's bytes out of band):
+        its bytes and hash, options (progress and tiering off), base folder and source name
+    import it, run the graph pipeline, load the code generator  (all a compile needs first)
+    write READY to stdout
+    read the job: ("signature", sig) builds one signature's program as a first call would,
+        ("symbolic", ssig, hints) the symbolic program of `ssig` as the specializer would
+    build it; it goes to the disk cache, which is the whole result
+
+The job is asked for only when the process is ready (some 0.4-0.6 s after its start): until
+then the caller may still change its mind (`background.retarget`: a stream whose second shape
+arrived meanwhile wants the symbolic program, not the first shape's), with no process started
+in vain. The exit status says whether it worked and stderr's last line why not. A thread exits the process when
 its parent is gone, so an orphaned compile does not run on. The process lowers its priority
 (`NICE`): the caller's calls, answered by tier 0 meanwhile, come first on a busy machine.
 """
@@ -23,6 +29,8 @@ import time
 #: 0.34-0.36 s, decoder 0.167-0.174 -> 0.157-0.162 s, detector 0.79-0.87 -> 0.78-0.85 s,
 #: MiniLM (whose compile finishes mid-stream) 2.77-2.85 -> 2.77-2.80 s
 NICE = 19
+#: what the worker writes to stdout once it is ready for its job
+READY = b"R"
 
 
 def _watch_parent(parent: int) -> None:
@@ -44,7 +52,15 @@ def main() -> int:
     from onnxjit.runtime import CompiledModel
 
     cm = CompiledModel(req["data"], req["hash"], req["options"], req["base_dir"], req["name"])
-    job = req["job"]
+    cm._graph()  # the model meta may come from the disk cache: the graph is built here
+    from onnxjit.codegen import compile_program  # noqa: F401  (the code generator, loaded)
+    from onnxjit.codegen.target import init
+
+    init()
+    sys.stdout.buffer.write(READY)
+    sys.stdout.buffer.flush()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the caller reads no more of it
+    job = read_request(sys.stdin.buffer)["job"]
     if job[0] == "signature":
         cm._lookup(job[1], req["name"])
     else:
