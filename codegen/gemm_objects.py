@@ -26,7 +26,16 @@ strides and depths their calls pass) and get the attributes LLVM inferred for th
 symbolic programs share them (`shares`): measured steady state (this Intel host, several builds
 of each variant timed interleaved, since the placement of a build's buffers moves a product
 by 5%), shared against own copies: ResNet-50 1.00x, SqueezeNet 0.97x; the streams of the
-bench's OCR recognizer 0.98x, decoder 0.99x, MiniLM 0.99x.
+bench's OCR recognizer 0.98x, decoder 0.99x, MiniLM 0.99x. On a host with 16 vector registers
+(AVX2) the specialisation is worth more than the LLVM time: the 6x2 tile's 12 accumulators, two
+B vectors and a broadcast leave no register for run-time strides and depths. Measured on a
+Zen 3 host (AVX2), symbolic against specialised programs, interleaved, own copies against
+shared: Winograd 3x3 64->64 at 56x56 one thread 0.73-0.88 -> 0.88-0.91, 128->128 at 28x28
+0.69-0.81 -> 1.10-1.13; two threads ResNet-like 0.55 -> 0.76, BERT-tiny 0.73 -> 1.03, LSTM
+1.00 -> 1.07, MobileNetV2-like 0.89 -> 0.91; the symbolic compiles (+ first call, cache off)
+of MiniLM, ResNet-like and the OCR detector alike within the noise (1.97-2.26 / 2.20-2.61,
+2.81-3.07 / 3.09-3.12, 5.04-5.89 / 5.03-5.07 s). So they are shared where vectors are 64
+bytes wide (32 registers) only (`shares`, `SHARE_MIN_VECTOR_BYTES`).
 """
 
 from __future__ import annotations
@@ -44,6 +53,8 @@ from onnxjit.ir.loops import Program
 #: Compile a symbolic program's microkernels once per host (above); False defines them in
 #: every module, as a program of one signature always does (`shares`).
 SHARED = True
+#: ... on hosts whose vectors are this wide or wider (32 registers: the module docstring)
+SHARE_MIN_VECTOR_BYTES = 64
 #: object code by microkernel name, for this host; `_loaded`: the stores already read
 _OBJECTS: dict[str, bytes] = {}
 _loaded: set[str] = set()
@@ -63,10 +74,11 @@ class ObjectStore(Protocol):
 
 
 def shares(program: Program) -> bool:
-    """Whether `program`'s modules call shared microkernels: a symbolic program's. One of a
-    single signature keeps its own copies, which LLVM specialises to the constant strides and
-    depths of their calls (see the module docstring)."""
-    return SHARED and program.symbolic
+    """Whether `program`'s modules call shared microkernels: a symbolic program's on a host
+    with 512-bit vectors. One of a single signature, or on a host with 16 vector registers,
+    keeps its own copies, which LLVM specialises to the constant strides and depths of their
+    calls (see the module docstring)."""
+    return SHARED and program.symbolic and target.vector_bytes() >= SHARE_MIN_VECTOR_BYTES
 
 
 def load(store: ObjectStore | None) -> None:

@@ -24,6 +24,7 @@ def fresh_table(monkeypatch):
     monkeypatch.setattr(gemm_objects, "_OBJECTS", {})
     monkeypatch.setattr(gemm_objects, "_loaded", set())
     monkeypatch.setenv("ONNXJIT_COMPILE_JOBS", "2")
+    monkeypatch.setattr(gemm_objects, "SHARE_MIN_VECTOR_BYTES", 0)  # whatever this host is
     runtime._MEMORY.clear()
     compiled: list[str] = []
     remember = gemm_objects.remember
@@ -63,6 +64,22 @@ def test_a_program_of_one_signature_keeps_its_own(fresh_table):
     assert fresh_table == [] and gemm_objects._OBJECTS == {}  # its modules define them
     np.testing.assert_allclose(y, _symbolic(mlp(seed=3))(x)[0], rtol=1e-5, atol=1e-6)
     assert fresh_table
+
+
+def test_a_host_with_16_vector_registers_keeps_its_own(fresh_table, monkeypatch):
+    """Where vectors are narrower than `SHARE_MIN_VECTOR_BYTES` (an AVX2 host: 16 registers)
+    a symbolic program's modules define their microkernels, which LLVM specialises to their
+    calls; where they are as wide, the workers compile shared ones. The same bits either way."""
+    from onnxjit.codegen import target
+
+    wide, x, ys = target.vector_bytes(), _x(), []
+    for least, shared in ((wide + 1, False), (wide, True)):
+        monkeypatch.setattr(gemm_objects, "SHARE_MIN_VECTOR_BYTES", least)
+        runtime._MEMORY.clear()
+        fresh_table.clear()
+        ys.append(_symbolic(mlp(seed=11))(x)[0])
+        assert bool(fresh_table) is shared
+    np.testing.assert_array_equal(ys[0], ys[1])
 
 
 def test_a_process_compiles_each_microkernel_once(fresh_table):
