@@ -29,9 +29,15 @@ def _numpy(op: str, x: np.ndarray) -> np.ndarray:
         return e / s if op == "Softmax" else d - np.log(s)
 
 
+@pytest.mark.parametrize("tail", ["masked", "remainder"])  # `folds.fold_md`, either host
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
 @pytest.mark.parametrize("n", [7, 40, 133])  # one lane, the lanes, lanes and a tail
-def test_rows_with_nan_and_inf(op, n):
+def test_rows_with_nan_and_inf(op, n, tail, monkeypatch):
+    from onnxjit import runtime
+    from onnxjit.codegen import folds
+
+    monkeypatch.setattr(folds, "PREDICATE_MIN_VECTOR_BYTES", 0 if tail == "masked" else 1 << 20)
+    runtime._MEMORY.clear()
     x = np.random.default_rng(n).standard_normal((5, n)).astype(np.float32) * 4
     x[0, n // 2] = np.nan  # a NaN inside the lanes
     x[1, n - 1] = np.nan  # a NaN in the tail
