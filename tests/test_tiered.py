@@ -338,6 +338,37 @@ def test_a_worker_that_dies_unread_reports_through_its_status():
     assert proc.stdin.closed
 
 
+def test_a_worker_that_says_much_before_it_is_ready_is_still_heard(tmp_path):
+    """The job goes to a worker once it is ready; what it writes to stderr before that (more
+    than a pipe holds) is read meanwhile and returned with the rest, so neither side waits on
+    the other."""
+    import threading
+
+    from onnxjit.tiered.background import _send, frames
+
+    worker = textwrap.dedent("""
+        import sys
+        sys.path[:0] = %r
+        from onnxjit.tiered.background import read_request
+        read_request(sys.stdin.buffer)
+        sys.stderr.write("x" * 300000); sys.stderr.flush()
+        sys.stdout.buffer.write(b"R"); sys.stdout.buffer.flush()
+        job = read_request(sys.stdin.buffer)["job"]
+        sys.stderr.write("job " + job[0])
+    """) % (sys.path,)
+    proc = subprocess.Popen([sys.executable, "-c", worker], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(_send(
+        proc, frames({"data": b"m" * 1000}), lambda: frames({"job": ("symbolic", ())}))))
+    t.start()
+    t.join(120)
+    if t.is_alive():
+        proc.kill()
+        pytest.fail("the worker and its caller waited on each other")
+    assert proc.returncode == 0 and out[0] == b"x" * 300000 + b"job symbolic"
+
+
 def test_park_spinners_stops_blas_threads_once_and_only_alone(monkeypatch):
     """OpenBLAS's idle server threads are shut down once a process, and only while no other
     Python thread could be inside a BLAS call; numpy's products work after it (OpenBLAS

@@ -1,17 +1,18 @@
 """Compiles in a background process, which leaves its program in the disk cache.
 
 A `Job` is one compile that a tier-0 call asked for: the model's bytes, its options and what to
-compile (a signature's program, or a symbolic program: `worker`). A fresh
-`python -m onnxjit.tiered.worker` gets the model on its stdin at once (`frames`: a pickle, the
-model's bytes out of band, so never copied), in a session of its own (Ctrl-C at the terminal
-reaches the caller, which decides; a kill takes the worker's code generation workers with it),
-and what to compile once it says it is ready: until then `retarget` may change the job (a
-symbolic program superseding the shape's it was started for takes over its process, some
-0.5 s of start-up a stream's second shape no longer waits for). A process rather than a thread: the compile is
-mostly Python (passes, IR emission) holding the GIL, which would stall the interpreter's many
-short numpy calls, and a process uses the second core while this one interprets. The worker
-stores its program in the disk cache like any compile (atomic writes), so the caller's usual
-lookup finds it there; a waiter thread marks the job done when the process exits.
+compile (a signature's program, or a symbolic program: `worker`). A fresh `python -m
+onnxjit.tiered.worker` gets the model on its stdin at once (`frames`: a pickle, the model's
+bytes out of band, so never copied), in a session of its own (Ctrl-C at the terminal reaches the
+caller, which decides; a kill takes the worker's code generation workers with it), and what to
+compile once it says it is ready: until then `retarget` may change the job (a symbolic program
+superseding the shape's it was started for takes over its process, some 0.5 s of start-up a
+stream's second shape no longer waits for; `_await_ready` drains the worker's stderr meanwhile).
+A process rather than a thread: the compile is mostly Python (passes, IR emission) holding the
+GIL, which would stall the interpreter's many short numpy calls, and a process uses the second
+core while this one interprets. The worker stores its program in the disk cache like any compile
+(atomic writes), so the caller's usual lookup finds it there; a waiter thread marks the job done
+when the process exits.
 
 Jobs run one at a time per process (`start` queues the rest): the machine's cores are shared
 with the interpreting caller. `cancel` kills a queued or running job whose program is no longer
@@ -26,6 +27,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import select
 import signal
 import struct
 import subprocess
@@ -188,14 +190,13 @@ def _send(proc: subprocess.Popen, payload: list,
     """Write the request, and `then()`'s frames once the worker says it is ready (a byte on its
     stdout); then wait for the worker's exit; its stderr."""
     assert proc.stdin is not None and proc.stderr is not None
+    early = b""
     try:
         for part in payload:
             proc.stdin.write(part)
         if then is not None:
             proc.stdin.flush()
-            assert proc.stdout is not None
-            ready = proc.stdout.read(1)  # nothing: it died before it was ready
-            proc.stdout.close()
+            ready, early = _await_ready(proc)
             if ready:
                 for part in then():
                     proc.stdin.write(part)
@@ -206,9 +207,29 @@ def _send(proc: subprocess.Popen, payload: list,
             proc.stdin.close()
         except OSError:  # a broken pipe's unwritten buffer
             pass
-    err = proc.stderr.read()
+    err = early + proc.stderr.read()
     proc.wait()
     return err
+
+
+def _await_ready(proc: subprocess.Popen) -> tuple[bool, bytes]:
+    """(whether the worker wrote its ready byte before it exited, its stderr so far): stderr
+    is read meanwhile, so a worker with much to say before it is ready never blocks on it."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err, chunks = proc.stdout.fileno(), proc.stderr.fileno(), []
+    watched = [out, err]
+    try:
+        while True:
+            readable = select.select(watched, [], [])[0]
+            if err in readable:
+                chunk = os.read(err, 1 << 16)
+                chunks.append(chunk)
+                if not chunk:
+                    watched.remove(err)
+            if out in readable:
+                return bool(os.read(out, 1)), b"".join(chunks)
+    finally:
+        proc.stdout.close()
 
 
 def _forked_child() -> None:

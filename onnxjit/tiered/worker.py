@@ -8,12 +8,13 @@
         ("symbolic", ssig, hints) the symbolic program of `ssig` as the specializer would
     build it; it goes to the disk cache, which is the whole result
 
-The job is asked for only when the process is ready (some 0.4-0.6 s after its start): until
-then the caller may still change its mind (`background.retarget`: a stream whose second shape
-arrived meanwhile wants the symbolic program, not the first shape's), with no process started
-in vain. The exit status says whether it worked and stderr's last line why not. A thread exits the process when
-its parent is gone, so an orphaned compile does not run on. The process lowers its priority
-(`NICE`): the caller's calls, answered by tier 0 meanwhile, come first on a busy machine.
+The job is asked for only when the process is ready (some 0.4-0.6 s after its start): until then
+the caller may still change its mind (`background.retarget`: a stream whose second shape arrived
+meanwhile wants the symbolic program, not the first shape's), with no process started in vain.
+The exit status says whether it worked and stderr's last line why not. A thread exits the
+process when its parent is gone, so an orphaned compile does not run on. The process lowers its
+priority (`NICE`): the caller's calls, answered by tier 0 meanwhile, come first on a busy
+machine.
 """
 
 from __future__ import annotations
