@@ -338,7 +338,7 @@ def test_a_worker_that_dies_unread_reports_through_its_status():
     assert proc.stdin.closed
 
 
-def test_a_worker_that_says_much_before_it_is_ready_is_still_heard(tmp_path):
+def test_a_worker_that_says_much_before_it_is_ready_is_still_heard():
     """The job goes to a worker once it is ready; what it writes to stderr before that (more
     than a pipe holds) is read meanwhile and returned with the rest, so neither side waits on
     the other."""
